@@ -1,0 +1,144 @@
+"""STAIR's interpretability: top-K accuracy of the label among ALL vocabulary tokens, and decode tables.
+
+Top-K token accuracy (stair.txt Sec. 5, Tables 5 and 8): an image embedding gives one score per
+vocabulary token (for STAIR the embedding itself; for a dense model, pass its similarity to every
+token's text embedding as a dense (images x vocab) array). A class name that tokenizes into several
+sub-words c^k is scored by max_k score(c^k). The image is correct at K when fewer than K other tokens
+score >= that label score; ties count against the label, so an image whose label tokens all score 0
+is wrong. Special tokens ([CLS], [PAD], ...) are excluded from the candidates by default, since they
+name no concept.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+
+from tokenspace.eval.features import active_feature_fraction, clarity, l0, modality_summary
+from tokenspace.eval.similarity import Embeddings, n_dims, n_rows
+from tokenspace.sparse import SparseBatch
+
+TokenIds = Callable[[str], Sequence[int]]
+DEFAULT_TOKEN_KS = (1, 5, 10, 20, 50, 100)
+
+
+def label_token_ids(classnames: Sequence[str], token_ids: TokenIds, exclude: np.ndarray) -> list[np.ndarray]:
+    """Sub-word ids of each class name, minus excluded ids (e.g. [UNK]); may be empty."""
+    return [np.setdiff1d(np.asarray(list(token_ids(c)), np.int64), exclude) for c in classnames]
+
+
+def token_label_ranks(image_emb: Embeddings, labels, classnames: Sequence[str], token_ids: TokenIds,
+                      exclude_ids: Sequence[int] | None = None) -> np.ndarray:
+    """Per image: number of candidate tokens (not the label's own sub-words) scoring >= the label score.
+
+    An image whose label has no scorable sub-word gets the worst rank (the candidate count).
+    """
+    labels = np.asarray(labels, np.int64)
+    if labels.shape != (n_rows(image_emb),):
+        raise ValueError(f"need one label per image ({n_rows(image_emb)}), got shape {labels.shape}")
+    dim = n_dims(image_emb)
+    if exclude_ids is None:  # default: the vocabulary's special tokens, if we know them
+        vocab = image_emb.vocab if isinstance(image_emb, SparseBatch) else None
+        exclude_ids = vocab.special_ids if vocab is not None else ()
+    exclude = np.unique(np.asarray(list(exclude_ids), np.int64))
+    subwords = label_token_ids(classnames, token_ids, exclude)
+    candidate = np.ones(dim, bool)
+    candidate[exclude] = False
+    n_cand = int(candidate.sum())
+    ranks = np.empty(len(labels), np.int64)
+    for i, lab in enumerate(labels):
+        sub = subwords[lab]
+        worst = n_cand - len(sub)
+        if not len(sub):
+            ranks[i] = n_cand
+            continue
+        if isinstance(image_emb, SparseBatch):
+            idx, val = image_emb.row(i)
+            hit = np.isin(idx, sub)
+            s = float(val[hit].max()) if hit.any() else 0.0
+            if s <= 0:  # every zero-scoring candidate ties with the label
+                ranks[i] = worst
+                continue
+            others = candidate[idx] & ~hit
+            ranks[i] = int(np.count_nonzero(val[others] >= s))
+        else:
+            row = np.asarray(image_emb[i], np.float64)
+            s = row[sub].max()
+            mask = candidate.copy()
+            mask[sub] = False
+            ranks[i] = int(np.count_nonzero(row[mask] >= s))
+    return ranks
+
+
+def token_topk_accuracy(image_emb: Embeddings, labels, classnames: Sequence[str], token_ids: TokenIds,
+                        ks: Sequence[int] = DEFAULT_TOKEN_KS,
+                        exclude_ids: Sequence[int] | None = None) -> dict[str, float]:
+    """``token_acc{K}`` for each K: is the label among the K best of all vocabulary tokens."""
+    ranks = token_label_ranks(image_emb, labels, classnames, token_ids, exclude_ids)
+    return {f"token_acc{k}": float(np.mean(ranks < k)) for k in ks}
+
+
+def _cell(s: str) -> str:
+    return s.replace("|", "\\|").replace("\n", " ")
+
+
+def decode_table(emb: Embeddings, rows: Sequence[int] | None = None, vocab=None, top_k: int = 10,
+                 names: Sequence[str] | None = None, digits: int = 2) -> str:
+    """Markdown table of the top tokens per row (STAIR Fig. 4/5): `| item | tokens |`.
+
+    ``names`` label the rows (e.g. image file names); pass the same ``rows`` every run so tables of
+    different checkpoints compare the same images.
+    """
+    vocab = vocab if vocab is not None else getattr(emb, "vocab", None)
+    if vocab is None:
+        raise ValueError("decode_table needs a vocabulary (pass vocab= or a SparseBatch that carries one)")
+    rows = list(range(n_rows(emb))) if rows is None else [int(r) for r in rows]
+    lines = ["| item | top tokens |", "|---|---|"]
+    for j, r in enumerate(rows):
+        if isinstance(emb, SparseBatch):
+            idx, val = emb.row(r)
+        else:
+            dense = np.asarray(emb[r], np.float32)
+            idx = np.nonzero(dense > 0)[0]
+            val = dense[idx]
+        order = np.argsort(-val, kind="stable")[:top_k]
+        toks = ", ".join(f"{_cell(vocab.token(int(idx[o])))} ({val[o]:.{digits}f})" for o in order) or "(empty)"
+        name = _cell(str(names[j])) if names is not None else str(r)
+        lines.append(f"| {name} | {toks} |")
+    return "\n".join(lines) + "\n"
+
+
+class InterpretabilityEvaluator:
+    """STAIR token top-K accuracy (when class names are bound) plus Sparse CLIP's feature metrics.
+
+    Call with image embeddings, optionally text embeddings (adds text L0 and modality fractions) and a
+    reference image embedding for Clarity (defaults to the activations themselves).
+    """
+
+    def __init__(self, classnames: Sequence[str] | None = None, labels=None, token_ids: TokenIds | None = None,
+                 ks: Sequence[int] = DEFAULT_TOKEN_KS, exclude_ids: Sequence[int] | None = None,
+                 tau: float = 0.0, clarity_tau: float = 0.001, clarity_n_min: int = 2,
+                 primary_metric: str | None = None):
+        self.classnames = list(classnames) if classnames is not None else None
+        self.labels = None if labels is None else np.asarray(labels, np.int64)
+        self.token_ids = token_ids
+        self.ks = tuple(ks)
+        self.exclude_ids = exclude_ids
+        self.tau, self.clarity_tau, self.clarity_n_min = tau, clarity_tau, clarity_n_min
+        has_labels = self.classnames is not None and self.labels is not None and token_ids is not None
+        self.primary_metric = primary_metric or ("token_acc1" if has_labels else "clarity")
+
+    def __call__(self, image_emb: Embeddings, text_emb: Embeddings | None = None,
+                 reference: Embeddings | None = None) -> dict[str, float]:
+        out: dict[str, float] = {}
+        if self.classnames is not None and self.labels is not None and self.token_ids is not None:
+            out.update(token_topk_accuracy(image_emb, self.labels, self.classnames, self.token_ids, self.ks,
+                                           self.exclude_ids))
+        out.update(clarity(image_emb, reference, self.clarity_tau, self.clarity_n_min))
+        out["l0_image"] = l0(image_emb, self.tau)
+        out["active_feature_frac_image"] = active_feature_fraction(image_emb, self.tau)
+        if text_emb is not None:
+            out["l0_text"] = l0(text_emb, self.tau)
+            out["active_feature_frac_text"] = active_feature_fraction(text_emb, self.tau)
+            out.update(modality_summary(image_emb, text_emb))
+        return out
