@@ -72,7 +72,8 @@ class Vocabulary:
                 tokens[i] = tok
         else:
             tokens = path.read_text(encoding="utf-8").splitlines()
-        return cls(tokens, name=name or path.parent.name or "custom")
+        # name by size: 30,522 WordPiece entries are the bert-base-uncased vocabulary
+        return cls(tokens, name=name or f"wordpiece-{len(tokens)}")
 
     def save(self, path: str | os.PathLike) -> None:
         Path(path).write_text("\n".join(self.tokens) + "\n", encoding="utf-8")

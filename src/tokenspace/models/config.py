@@ -1,0 +1,70 @@
+"""Model configuration: a small JSON file <-> dataclass. A saved model folder carries its own config."""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs" / "models"
+
+
+@dataclass
+class ModelConfig:
+    name: str
+    family: str  # key of tokenspace.models.registry.FAMILIES: stair | dense | sparse-clip | visualsparta
+    image_tower: dict  # {"type": <IMAGE_TOWERS key>, ...kwargs}
+    text_tower: dict  # {"type": <TEXT_TOWERS key>, ...kwargs}
+    # Vocabulary of the token space: vocab.txt / tokenizer.json path or asset:NAME. Latent-feature models
+    # (Sparse CLIP) name their features f00000.. instead and leave this None.
+    vocab: str | None = None
+    embed_dim: int = 512  # dense width (dense baseline; base width Sparse CLIP expands)
+    expansion: int = 1  # Sparse CLIP: latent width = embed_dim * expansion
+    head_hidden: int | None = None  # width of the image TRANSFORM (defaults to the text hidden size)
+    max_text_len: int = 32
+    image_pool: str = "max"  # max (STAIR) | mean
+    logit_scale_init: float = 1 / 0.07  # CLIP's initial temperature
+    logit_scale_max: float = 100.0  # cap on the logit scale: Sparse CLIP's sparsity knob
+    extra: dict = field(default_factory=dict)  # family-specific options (e.g. VisualSparta fragments)
+
+    def __post_init__(self):
+        if self.logit_scale_init <= 0 or self.logit_scale_max <= 0:
+            raise ValueError("logit scales must be positive")
+        if self.logit_scale_init > self.logit_scale_max:
+            raise ValueError("logit_scale_init exceeds logit_scale_max")
+        if self.expansion < 1:
+            raise ValueError("expansion must be >= 1")
+        if self.image_pool not in ("max", "mean"):
+            raise ValueError("image_pool must be 'max' or 'mean'")
+
+    @property
+    def log_logit_scale_max(self) -> float:
+        return math.log(self.logit_scale_max)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ModelConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"unknown model config keys: {sorted(unknown)}")
+        return cls(**d)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, name_or_path: str | Path) -> "ModelConfig":
+        """A config by registry name (``list_configs()``) or a path to a JSON file."""
+        p = Path(name_or_path)
+        if not p.suffix == ".json":
+            p = CONFIG_DIR / f"{name_or_path}.json"
+            if not p.exists():
+                raise KeyError(f"unknown model config {name_or_path!r}; known: {list_configs()}")
+        return cls.from_dict(json.loads(p.read_text()))
+
+
+def list_configs() -> list[str]:
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.json"))

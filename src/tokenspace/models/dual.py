@@ -1,0 +1,204 @@
+"""DualEncoder: the common shape of every model family (image tower + text tower + heads).
+
+The training loop sees three tensors-in, tensors-out steps:
+    image_grid(pixels)   -> [B, C, h, w]   frozen-backbone features (cacheable)
+    image_embed(grid)    -> [B, D]         head + pooling
+    text_embed(ids, m)   -> [B, D]
+Users see batches of images or texts in and a SparseBatch out (``encode_images`` / ``encode_texts``),
+already in the form the model scores with: for cosine models the rows are L2-normalised, so the
+plain dot product that the inverted index computes is the model's similarity.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from tokenspace.models.config import ModelConfig
+from tokenspace.models.preprocess import pixels as to_pixels
+from tokenspace.models.towers import build_image_tower, build_text_tower
+from tokenspace.sparse import SparseBatch
+from tokenspace.vocab import Vocabulary, WordPieceTokenizer
+
+WEIGHTS_FILE = "model.safetensors"
+CONFIG_FILE = "config.json"
+VOCAB_FILE = "vocab.txt"
+
+
+class DualEncoder(nn.Module):
+    family: str = ""
+    similarity: str = "cosine"  # cosine | dot
+    sparse: bool = True  # False: encode_* return dense np.ndarray rows (dense baseline only)
+
+    def __init__(self, config: ModelConfig, vocab: Vocabulary, tokenizer_vocab: Vocabulary | None = None):
+        super().__init__()
+        self.config = config
+        self.vocab = vocab  # names of the output dimensions
+        # the text tokenizer's vocabulary: the same as `vocab` for token-space models
+        self.tokenizer = WordPieceTokenizer(tokenizer_vocab or vocab, max_length=config.max_text_len)
+        self.image_tower = build_image_tower(config.image_tower)
+        self.text_tower = build_text_tower(config.text_tower)
+        init = torch.tensor(float(np.log(config.logit_scale_init)))
+        self.log_logit_scale = nn.Parameter(init)
+
+    # ------------------------------------------------------------------ training-time pieces
+    @property
+    def logit_scale(self) -> torch.Tensor:
+        # the cap is applied in the forward pass (not only by clamping the parameter after a step),
+        # so the loss never sees a scale above it: Sparse CLIP's sparsity knob
+        return self.log_logit_scale.clamp(max=self.config.log_logit_scale_max).exp()
+
+    def image_grid(self, pixels: torch.Tensor) -> torch.Tensor:
+        return self.image_tower(pixels)
+
+    def image_embed(self, grid: torch.Tensor) -> torch.Tensor:  # [B, C, h, w] -> [B, D]
+        raise NotImplementedError
+
+    def text_embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **kw) -> torch.Tensor:
+        raise NotImplementedError
+
+    def normalize(self, emb: torch.Tensor) -> torch.Tensor:
+        if self.similarity == "cosine":
+            return emb / emb.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+        return emb
+
+    def score(self, image_emb: torch.Tensor, text_emb: torch.Tensor) -> torch.Tensor:
+        """[Bi, D] x [Bt, D] -> [Bi, Bt] similarities (before the logit scale)."""
+        return self.normalize(image_emb) @ self.normalize(text_emb).T
+
+    def tokenize(self, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        ids, mask = self.tokenizer.encode(list(texts))
+        return torch.from_numpy(ids), torch.from_numpy(mask)
+
+    def preprocess(self, images) -> torch.Tensor:
+        t = self.image_tower
+        return to_pixels(images, t.image_size, t.pixel_mean, t.pixel_std)
+
+    # ------------------------------------------------------------------ user-facing encoding
+    def _to_output(self, emb: torch.Tensor):
+        emb = self.normalize(emb).float()
+        if self.sparse:
+            return SparseBatch.from_torch(emb, vocab=self.vocab)
+        return emb.numpy()
+
+    @torch.no_grad()
+    def encode_images(self, images, batch_size: int = 64, progress: bool = False):
+        """PIL images or paths -> SparseBatch (one row per image). Unreadable files raise ImageLoadError;
+        use ``tokenspace.data`` readers to skip and count them over a collection."""
+        self.eval()
+        outs = []
+        for s in tqdm(range(0, len(images), batch_size), disable=not progress, desc="encode images"):
+            grid = self.image_grid(self.preprocess(images[s : s + batch_size]))
+            outs.append(self._to_output(self.image_embed(grid)))
+        return self._concat(outs, len(images))
+
+    @torch.no_grad()
+    def encode_image_grids(self, grids: torch.Tensor | np.ndarray, batch_size: int = 256):
+        """Cached backbone features [N, C, h, w] -> encoded rows (the fast path for collections)."""
+        self.eval()
+        outs = []
+        for s in range(0, len(grids), batch_size):
+            g = torch.as_tensor(np.asarray(grids[s : s + batch_size]), dtype=torch.float32)
+            outs.append(self._to_output(self.image_embed(g)))
+        return self._concat(outs, len(grids))
+
+    @torch.no_grad()
+    def encode_texts(self, texts: Sequence[str], batch_size: int = 256, progress: bool = False):
+        """Texts -> SparseBatch (one row per text). Empty texts raise ValueError: an empty caption has
+        no meaning to encode, and silently returning a zero row hides data bugs."""
+        if isinstance(texts, str):
+            raise TypeError("encode_texts takes a list of texts (batches in, batches out)")
+        empty = [i for i, t in enumerate(texts) if not t or not t.strip()]
+        if empty:
+            raise ValueError(f"empty text at positions {empty[:10]}")
+        self.eval()
+        outs = []
+        for s in tqdm(range(0, len(texts), batch_size), disable=not progress, desc="encode texts"):
+            ids, mask = self.tokenize(texts[s : s + batch_size])
+            outs.append(self._to_output(self.text_embed(ids, mask)))
+        return self._concat(outs, len(texts))
+
+    def _concat(self, outs, n):
+        if self.sparse:
+            return SparseBatch.concat(outs) if outs else SparseBatch.empty(0, len(self.vocab), self.vocab)
+        return np.concatenate(outs) if outs else np.zeros((0, self.config.embed_dim), np.float32)
+
+    def decode(self, batch: SparseBatch, top_k: int = 20) -> list[list[tuple[str, float]]]:
+        """Top (token, weight) pairs of each row: what the model sees in an image or text."""
+        if not self.sparse:
+            raise TypeError(f"{self.family} embeddings are dense: there are no tokens to decode")
+        return self.vocab.decode(batch, top_k=top_k)
+
+    # ------------------------------------------------------------------ persistence
+    def save_pretrained(self, path: str | os.PathLike) -> Path:
+        """Write config.json, model.safetensors and vocab.txt into a folder, atomically (temp + rename)."""
+        from safetensors.torch import save_model
+
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=path.parent))
+        try:
+            self.portable_config().save(tmp / CONFIG_FILE)
+            save_model(self, str(tmp / WEIGHTS_FILE))
+            self.tokenizer.vocab.save(tmp / VOCAB_FILE)
+            (tmp / "tokenspace.json").write_text(json.dumps({"family": self.family, "format": 1}) + "\n")
+            if path.exists():
+                old = path.with_name(path.name + ".old")
+                shutil.rmtree(old, ignore_errors=True)
+                path.rename(old)
+                tmp.rename(path)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                tmp.rename(path)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return path
+
+    def portable_config(self) -> ModelConfig:
+        """The config with pretrained-weight references replaced by architecture-only specs: a saved
+        folder rebuilds itself from its own files, never from the asset cache or a hub."""
+        d = self.config.to_dict()
+        d["image_tower"] = {**d["image_tower"], **self.image_tower_portable()}
+        d["text_tower"] = {**d["text_tower"], **self.text_tower_portable()}
+        d["vocab"] = VOCAB_FILE
+        return ModelConfig.from_dict(d)
+
+    def image_tower_portable(self) -> dict:
+        return {"weights": None} if "weights" in self.config.image_tower else {}
+
+    def text_tower_portable(self) -> dict:
+        tower = self.text_tower
+        if self.config.text_tower["type"] == "bert-mlm":
+            cfg = tower.bert.config.to_dict()
+            keep = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                    "intermediate_size", "hidden_act", "max_position_embeddings", "type_vocab_size",
+                    "layer_norm_eps", "pad_token_id", "hidden_dropout_prob", "attention_probs_dropout_prob")
+            return {"weights": None, "config": {k: cfg[k] for k in keep if k in cfg}}
+        return {}
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike) -> "DualEncoder":
+        from safetensors.torch import load_model
+
+        from tokenspace.models.registry import build_model
+
+        path = Path(path)
+        if not (path / CONFIG_FILE).exists() or not (path / WEIGHTS_FILE).exists():
+            raise FileNotFoundError(f"{path} is not a tokenspace model folder (needs {CONFIG_FILE}, {WEIGHTS_FILE})")
+        config = ModelConfig.load(path / CONFIG_FILE)
+        config.vocab = str(path / VOCAB_FILE)
+        model = build_model(config)
+        missing, unexpected = load_model(model, str(path / WEIGHTS_FILE), strict=False)
+        if missing or unexpected:
+            raise ValueError(f"{path}: weights do not match the config (missing {missing[:5]}, "
+                             f"unexpected {unexpected[:5]})")
+        model.eval()
+        return model

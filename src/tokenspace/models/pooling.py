@@ -1,0 +1,29 @@
+"""Pooling shared by the towers: STAIR's max pooling + log(1 + ReLU) (eq. 5) and masked means."""
+from __future__ import annotations
+
+import torch
+
+
+def max_log1p_relu(scores: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """[B, L, V] per-position vocabulary scores -> [B, V] = log(1 + relu(max_j scores[:, j])).
+
+    ``mask`` [B, L] marks valid positions (1) vs padding (0); padded positions never win the max.
+    The max is taken before the ReLU (eq. 5); both orders are equal because ReLU and log1p are monotone.
+    """
+    if mask is not None:
+        scores = scores.masked_fill(~mask.bool()[..., None], float("-inf"))
+    pooled = scores.amax(dim=1)
+    return torch.log1p(torch.relu(pooled))
+
+
+def masked_mean(hidden: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """[B, L, H] -> [B, H], averaging valid positions only."""
+    if mask is None:
+        return hidden.mean(dim=1)
+    m = mask.to(hidden.dtype)[..., None]
+    return (hidden * m).sum(1) / m.sum(1).clamp_min(1.0)
+
+
+def grid_to_cells(grid: torch.Tensor) -> torch.Tensor:
+    """Image feature map [B, C, h, w] -> grid cells [B, h*w, C] (row-major, as heatmaps expect)."""
+    return grid.flatten(2).transpose(1, 2)

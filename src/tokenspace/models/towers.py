@@ -1,0 +1,152 @@
+"""Feature extraction networks f(.): image towers give a feature grid, text towers a token sequence.
+
+Towers are built by name through explicit registries (no substring matching). Pretrained weights are
+referenced as ``asset:NAME`` (resolved in the offline asset cache) or a local path; nothing here
+downloads.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import torch
+from torch import nn
+
+IMAGE_TOWERS: dict[str, Callable[..., nn.Module]] = {}
+TEXT_TOWERS: dict[str, Callable[..., nn.Module]] = {}
+
+
+def register(table: dict, name: str):
+    def deco(cls):
+        if name in table:
+            raise ValueError(f"tower {name!r} registered twice")
+        table[name] = cls
+        return cls
+
+    return deco
+
+
+def resolve_weights(ref: str | None) -> Path | None:
+    """``asset:NAME`` -> path in the asset cache; anything else is a local path."""
+    if ref is None:
+        return None
+    if ref.startswith("asset:"):
+        from tokenspace import assets
+
+        return Path(assets.path(ref[len("asset:"):]))
+    p = Path(ref).expanduser()
+    if not p.exists():
+        raise FileNotFoundError(f"weights not found: {p}")
+    return p
+
+
+def build_image_tower(spec: dict) -> nn.Module:
+    spec = dict(spec)
+    kind = spec.pop("type")
+    if kind not in IMAGE_TOWERS:
+        raise KeyError(f"unknown image tower {kind!r}; known: {sorted(IMAGE_TOWERS)}")
+    return IMAGE_TOWERS[kind](**spec)
+
+
+def build_text_tower(spec: dict) -> nn.Module:
+    spec = dict(spec)
+    kind = spec.pop("type")
+    if kind not in TEXT_TOWERS:
+        raise KeyError(f"unknown text tower {kind!r}; known: {sorted(TEXT_TOWERS)}")
+    return TEXT_TOWERS[kind](**spec)
+
+
+# ---------------------------------------------------------------------------------------- image towers
+class ImageTower(nn.Module):
+    """Contract: forward(pixels [B, 3, H, W] normalised) -> grid [B, C, h, w]; attributes below."""
+
+    out_channels: int
+    image_size: int
+    # pixel normalisation applied to 0..255 RGB: (x - mean) / std, per channel
+    pixel_mean: tuple[float, float, float]
+    pixel_std: tuple[float, float, float]
+
+
+@register(IMAGE_TOWERS, "efficientnet-lite0")
+class EfficientNetLite0Tower(ImageTower):
+    """ImageNet-pretrained EfficientNet-Lite0; final feature map 1280 x 7 x 7 at 224 px."""
+
+    def __init__(self, weights: str | None = "asset:efficientnet-lite0", image_size: int = 224):
+        super().__init__()
+        from efficientnet_lite_pytorch import EfficientNet
+
+        path = resolve_weights(weights)
+        if path is None:
+            self.net = EfficientNet.from_name("efficientnet-lite0")
+        else:
+            self.net = EfficientNet.from_pretrained("efficientnet-lite0", weights_path=str(path))
+        # the classifier is unused; dropping it keeps state dicts and parameter counts honest
+        self.net._fc = nn.Identity()
+        self.out_channels = 1280
+        self.image_size = image_size
+        self.pixel_mean = (127.0, 127.0, 127.0)
+        self.pixel_std = (128.0, 128.0, 128.0)
+
+    def forward(self, pixels: torch.Tensor) -> torch.Tensor:
+        return self.net.extract_features(pixels)  # [B, 1280, H/32, W/32]
+
+
+@register(IMAGE_TOWERS, "tiny-cnn")
+class TinyConvTower(ImageTower):
+    """A few strided convolutions: a stand-in for tests and smoke runs (random init)."""
+
+    def __init__(self, channels: int = 16, image_size: int = 32, depth: int = 3):
+        super().__init__()
+        layers, c_in = [], 3
+        for _ in range(depth):
+            layers += [nn.Conv2d(c_in, channels, 3, stride=2, padding=1), nn.GELU()]
+            c_in = channels
+        self.net = nn.Sequential(*layers)
+        self.out_channels = channels
+        self.image_size = image_size
+        self.pixel_mean = (127.5, 127.5, 127.5)
+        self.pixel_std = (127.5, 127.5, 127.5)
+
+    def forward(self, pixels: torch.Tensor) -> torch.Tensor:
+        return self.net(pixels)
+
+
+# ----------------------------------------------------------------------------------------- text towers
+class TextTower(nn.Module):
+    """Contract: forward(input_ids, attention_mask) -> hidden [B, L, H]; plus the MLM head parts
+    (``word_embeddings`` [V, H], ``mlm_transform``: FC + GELU + LayerNorm, ``mlm_bias`` [V]) that the
+    token projection head ties to."""
+
+    hidden_size: int
+    vocab_size: int
+
+
+@register(TEXT_TOWERS, "bert-mlm")
+class BertMLMTower(TextTower):
+    """A BERT masked language model (e.g. SPLADE-tiny) from a local folder, or random from a config."""
+
+    def __init__(self, weights: str | None = None, config: dict | None = None):
+        super().__init__()
+        from transformers import BertConfig, BertForMaskedLM
+
+        path = resolve_weights(weights)
+        if path is not None:
+            mlm = BertForMaskedLM.from_pretrained(str(path), local_files_only=True)
+        else:
+            if config is None:
+                raise ValueError("bert-mlm needs `weights` (a folder or asset:NAME) or a `config` dict")
+            mlm = BertForMaskedLM(BertConfig(**config))
+        self.bert = mlm.bert
+        self.mlm_transform = mlm.cls.predictions.transform
+        # transformers keeps the decoder bias at cls.predictions.bias (tied to decoder.bias)
+        self.mlm_bias = mlm.cls.predictions.bias
+        self.hidden_size = mlm.config.hidden_size
+        self.vocab_size = mlm.config.vocab_size
+
+    @property
+    def word_embeddings(self) -> nn.Parameter:
+        # a property, not an attribute: registering the shared tensor twice would duplicate it on save
+        return self.bert.embeddings.word_embeddings.weight
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state

@@ -1,0 +1,72 @@
+"""Shared fixtures: tiny vocabularies, tiny models and tiny image-text data, all built in code."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tokenspace.vocab import SPECIAL_TOKENS, Vocabulary
+
+WORDS = ["a", "the", "red", "blue", "green", "dog", "cat", "car", "tree", "house", "sun", "moon", "star",
+         "face", "smile", "heart", "fish", "bird", "ball", "hat", "big", "small", "on", "with", "and"]
+
+
+@pytest.fixture
+def tiny_vocab() -> Vocabulary:
+    return Vocabulary(list(SPECIAL_TOKENS) + WORDS + ["##s", "##y", "do", "##g"], name="tiny")
+
+
+def tiny_config(family: str = "stair", vocab_size: int = 34, **over):
+    from tokenspace.models.config import ModelConfig
+
+    base = dict(
+        name=f"tiny-{family}",
+        family=family,
+        image_tower={"type": "tiny-cnn", "channels": 16, "image_size": 32},
+        text_tower={"type": "bert-mlm", "config": {
+            "vocab_size": vocab_size, "hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
+            "intermediate_size": 32, "max_position_embeddings": 64}},
+        embed_dim=8,
+        max_text_len=16,
+    )
+    base.update(over)
+    return ModelConfig(**base)
+
+
+@pytest.fixture
+def make_model(tiny_vocab):
+    import torch
+
+    from tokenspace.models.registry import build_model
+
+    def make(family="stair", seed=0, **over):
+        torch.manual_seed(seed)
+        return build_model(tiny_config(family, len(tiny_vocab), **over), vocab=tiny_vocab)
+
+    return make
+
+
+COLORS = {"red": (220, 30, 30), "blue": (30, 30, 220), "green": (30, 200, 30)}
+SHAPES = ["dog", "cat", "car", "tree"]
+
+
+def draw(color: str, shape: int, size: int = 32) -> Image.Image:
+    """A coloured square at a shape-specific position: tiny learnable image-text pairs."""
+    img = np.full((size, size, 3), 255, np.uint8)
+    q = size // 2
+    r, c = divmod(shape, 2)
+    img[r * q : (r + 1) * q, c * q : (c + 1) * q] = COLORS[color]
+    return Image.fromarray(img)
+
+
+@pytest.fixture
+def tiny_pairs(tmp_path):
+    """(image paths, captions) for 12 colour/shape combinations, written as PNG files."""
+    paths, texts = [], []
+    for color in COLORS:
+        for s, shape in enumerate(SHAPES):
+            p = tmp_path / f"{color}-{shape}.png"
+            draw(color, s).save(p)
+            paths.append(p)
+            texts.append(f"a {color} {shape}")
+    return paths, texts
