@@ -28,7 +28,7 @@ from tokenspace.eval.retrieval import (
     retrieval_metrics,
     text_to_image_ranks,
 )
-from tokenspace.eval.similarity import chunked_topk, l2_normalize, similarity
+from tokenspace.eval.scoring import chunked_topk, l2_normalize, similarity
 from tokenspace.eval.sparsity import SparsityEvaluator, flops, sparsity_stats
 from tokenspace.eval.textfree import TokenMaskEncoder, token_mask_embeddings
 from tokenspace.eval.zeroshot import ZeroShotEvaluator, build_classifier, classification_metrics

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from tokenspace.eval.similarity import Embeddings, as_matrix, l2_normalize, n_dims, n_rows
+from tokenspace.eval.scoring import Embeddings, as_matrix, l2_normalize, n_dims, n_rows
 from tokenspace.eval.sparsity import active_counts
 from tokenspace.sparse import SparseBatch
 

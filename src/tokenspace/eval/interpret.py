@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from tokenspace.eval.features import active_feature_fraction, clarity, l0, modality_summary
-from tokenspace.eval.similarity import Embeddings, n_dims, n_rows
+from tokenspace.eval.scoring import Embeddings, n_dims, n_rows
 from tokenspace.sparse import SparseBatch
 
 TokenIds = Callable[[str], Sequence[int]]

@@ -10,7 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
-from tokenspace.eval.similarity import Embeddings, as_matrix, l2_normalize, n_rows
+from tokenspace.eval.scoring import Embeddings, as_matrix, l2_normalize, n_rows
 
 DEFAULT_CS = (0.01, 0.1, 1.0, 10.0)
 

@@ -15,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from tokenspace.eval.similarity import Embeddings, n_rows, score_blocks
+from tokenspace.eval.scoring import Embeddings, n_rows, score_blocks
 
 DEFAULT_KS = (1, 5, 10)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tokenspace.eval.similarity import Embeddings, n_dims, n_rows
+from tokenspace.eval.scoring import Embeddings, n_dims, n_rows
 from tokenspace.sparse import SparseBatch
 
 

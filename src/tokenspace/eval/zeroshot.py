@@ -11,7 +11,7 @@ from typing import Callable, Sequence, Union
 import numpy as np
 import scipy.sparse as sp
 
-from tokenspace.eval.similarity import Embeddings, l2_normalize, n_rows, score_blocks
+from tokenspace.eval.scoring import Embeddings, l2_normalize, n_rows, score_blocks
 from tokenspace.sparse import SparseBatch
 
 Template = Union[str, Callable[[str], str]]
