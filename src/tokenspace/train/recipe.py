@@ -1,0 +1,94 @@
+"""Training recipes: YAML files naming a model config, data, losses and the stage plan.
+
+    model: stair-emoji              # config name or path (tokenspace.models.config)
+    data: {train: [emoji:train, openclipart:train], eval: [emoji:test]}
+    batch_size: 128
+    loss: {lambda_image: 1.0e-3, lambda_text: 1.0e-3, flops_warmup: 100}
+    stages:                          # STAIR's 3 stages; a single entry is single-stage training
+      - {name: masked-text, steps: 300, lr: 1.0e-3, restrict_text: true}
+      - {name: frozen-image, steps: 200, lr: 1.0e-3, freeze_image: true}
+      - {name: joint, steps: 300, lr: 1.0e-4}
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+import yaml
+
+RECIPE_DIR = Path(__file__).resolve().parent.parent / "configs" / "recipes"
+
+
+@dataclass
+class Stage:
+    name: str
+    steps: int
+    lr: float = 1e-3
+    restrict_text: bool = False  # STAIR stage 1: text may only activate its own tokens (eq. 8)
+    freeze_image: bool = False  # STAIR stage 2: image tower + head frozen, text learns to match it
+    warmup_steps: int = 0  # linear lr warm-up, then linear decay to 0 at the stage end
+
+    def __post_init__(self):
+        if self.steps < 0 or self.lr <= 0:
+            raise ValueError(f"stage {self.name!r}: steps must be >= 0 and lr > 0")
+
+
+@dataclass
+class Recipe:
+    name: str
+    model: str
+    stages: list[Stage]
+    data: dict = field(default_factory=dict)
+    batch_size: int = 128
+    weight_decay: float = 1e-2
+    lambda_image: float = 0.0
+    lambda_text: float = 0.0
+    flops_warmup: int = 0
+    seed: int = 0
+    checkpoint_every: int = 0  # steps; 0 = at stage ends only
+    eval_every: int = 0
+
+    def __post_init__(self):
+        self.stages = [s if isinstance(s, Stage) else Stage(**s) for s in self.stages]
+        if not self.stages:
+            raise ValueError("a recipe needs at least one stage")
+        if self.batch_size < 2:
+            raise ValueError("contrastive training needs batch_size >= 2")
+
+    @property
+    def total_steps(self) -> int:
+        return sum(s.steps for s in self.stages)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Recipe":
+        d = dict(d)
+        loss = d.pop("loss", {}) or {}
+        for k in ("lambda_image", "lambda_text"):
+            if k in loss:
+                d[k] = loss.pop(k)
+        if "lambda" in loss:
+            d["lambda_image"] = d["lambda_text"] = loss.pop("lambda")
+        if "flops_warmup" in loss:
+            d["flops_warmup"] = loss.pop("flops_warmup")
+        if loss:
+            raise ValueError(f"unknown loss keys: {sorted(loss)}")
+        known = {f.name for f in fields(cls)}
+        if set(d) - known:
+            raise ValueError(f"unknown recipe keys: {sorted(set(d) - known)}")
+        return cls(**d)
+
+    @classmethod
+    def load(cls, name_or_path: str | Path, **overrides) -> "Recipe":
+        p = Path(name_or_path)
+        if p.suffix not in (".yaml", ".yml"):
+            p = RECIPE_DIR / f"{name_or_path}.yaml"
+            if not p.exists():
+                known = sorted(q.stem for q in RECIPE_DIR.glob("*.yaml"))
+                raise KeyError(f"unknown recipe {name_or_path!r}; known: {known}")
+        d = yaml.safe_load(p.read_text())
+        d.setdefault("name", p.stem)
+        d.update(overrides)
+        return cls.from_dict(d)

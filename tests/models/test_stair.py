@@ -1,0 +1,104 @@
+import numpy as np
+import pytest
+import torch
+
+from tokenspace.models.pooling import max_log1p_relu
+from tokenspace.sparse import SparseBatch
+
+
+def test_pooling_is_max_then_log1p_relu_and_ignores_padding():
+    scores = torch.tensor([[[1.0, -2.0, 0.5], [3.0, -1.0, 9.0]]])  # [B=1, L=2, V=3]
+    mask = torch.tensor([[1, 0]])  # the second position is padding: its 9.0 must not win
+    out = max_log1p_relu(scores, mask)
+    assert torch.allclose(out, torch.log1p(torch.tensor([[1.0, 0.0, 0.5]])))
+    # permutation invariance over positions, non-negativity, zeros exactly where the max is <= 0
+    perm = max_log1p_relu(scores.flip(1))
+    assert torch.allclose(perm, max_log1p_relu(scores))
+    assert (perm >= 0).all() and perm[0, 1] == 0
+
+
+def test_image_pooling_invariant_to_cell_order(make_model):
+    m = make_model().eval()
+    grid = torch.randn(2, 16, 4, 4)
+    shuffled = grid.flatten(2)[:, :, torch.randperm(16)].reshape(2, 16, 4, 4)
+    assert torch.allclose(m.image_embed(grid), m.image_embed(shuffled), atol=1e-6)
+
+
+def test_image_head_is_tied_to_word_embeddings(make_model):
+    m = make_model().eval()
+    grid = torch.randn(1, 16, 2, 2)
+    before = m.image_embed(grid)
+    with torch.no_grad():
+        m.text_tower.word_embeddings.mul_(2.0)
+    assert not torch.allclose(before, m.image_embed(grid))
+
+
+def test_stage1_restricted_text_equals_masked_full_output(make_model):
+    m = make_model().eval()
+    ids, mask = m.tokenize(["a red dog", "the big blue cat with a hat", "dogs"])
+    full = m.text_embed(ids, mask)
+    restricted = m.text_embed(ids, mask, restrict_to_input=True)
+    token_mask = m.token_mask(ids, mask)
+    assert torch.allclose(restricted, full * token_mask, atol=1e-6)
+    # only the text's own (non-special) tokens may be active
+    for row, text_ids in zip(restricted, ids):
+        allowed = set(text_ids.tolist()) - set(m.tokenizer.vocab.special_ids.tolist())
+        assert set(torch.nonzero(row).flatten().tolist()) <= allowed
+
+
+def test_encode_outputs_are_normalised_sparse_batches(make_model, tiny_pairs):
+    m = make_model()
+    paths, texts = tiny_pairs
+    imgs, txts = m.encode_images(paths[:3]), m.encode_texts(texts[:4])
+    assert isinstance(imgs, SparseBatch) and len(imgs) == 3 and len(txts) == 4
+    assert imgs.vocab is m.vocab and (imgs.values > 0).all()
+    assert np.allclose(np.linalg.norm(imgs.to_dense(), axis=1), 1.0, atol=1e-5)
+    # the dot product of encoded rows is the model's own similarity
+    with torch.no_grad():
+        ids, mask = m.tokenize(texts[:4])
+        ref = m.score(m.image_embed(m.image_grid(m.preprocess(paths[:3]))), m.text_embed(ids, mask))
+    assert np.allclose(imgs.to_dense() @ txts.to_dense().T, ref.numpy(), atol=1e-5)
+
+
+def test_encode_texts_rejects_empty_and_bare_strings(make_model):
+    m = make_model()
+    with pytest.raises(ValueError, match="empty text"):
+        m.encode_texts(["a dog", "  "])
+    with pytest.raises(TypeError):
+        m.encode_texts("a dog")
+
+
+@pytest.mark.parametrize("family", ["stair", "dense", "sparse-clip"])
+def test_save_load_round_trip(make_model, tmp_path, family):
+    from tokenspace.models.dual import DualEncoder
+
+    m = make_model(family, expansion=4) if family == "sparse-clip" else make_model(family)
+    m.eval()
+    texts = ["a red dog", "blue stars"]
+    before = m.encode_texts(texts)
+    m.save_pretrained(tmp_path / "m")
+    loaded = DualEncoder.from_pretrained(tmp_path / "m")
+    assert type(loaded) is type(m) and loaded.config.name == m.config.name
+    after = loaded.encode_texts(texts)
+    if m.sparse:
+        np.testing.assert_allclose(before.to_dense(), after.to_dense(), atol=1e-6)
+        assert loaded.vocab.tokens == m.vocab.tokens
+    else:
+        np.testing.assert_allclose(before, after, atol=1e-6)
+    grid = torch.randn(2, 16, 2, 2)
+    with torch.no_grad():
+        torch.testing.assert_close(m.image_embed(grid), loaded.image_embed(grid))
+
+
+def test_from_pretrained_rejects_a_non_model_folder(tmp_path):
+    from tokenspace.models.dual import DualEncoder
+
+    with pytest.raises(FileNotFoundError, match="not a tokenspace model folder"):
+        DualEncoder.from_pretrained(tmp_path)
+
+
+def test_logit_scale_is_capped(make_model):
+    m = make_model("sparse-clip", logit_scale_init=10.0, logit_scale_max=20.0)
+    with torch.no_grad():
+        m.log_logit_scale.fill_(10.0)  # exp(10) >> cap
+    assert m.logit_scale.item() == pytest.approx(20.0)
