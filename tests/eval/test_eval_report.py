@@ -1,8 +1,8 @@
 """Markdown tables, ResultsDoc sections and PNG plots."""
 import numpy as np
 
-from tokenspace.eval.report import ResultsDoc, format_value, markdown_table
 from tokenspace.eval.plots import line_plot, modality_plot, save_heatmaps, scatter_plot
+from tokenspace.eval.report import ResultsDoc, format_value, markdown_table
 
 PNG_MAGIC = b"\x89PNG"
 

@@ -6,7 +6,7 @@ of its tokens' activations (the paper's footnote 4). Plot the result with report
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -30,7 +30,7 @@ def query_heatmap(cell_activations, query_ids: Sequence[int], grid: tuple[int, i
             a = a.reshape(-1, a.shape[-1])
         flat = a[:, ids]
     if grid is None:
-        side = int(round(np.sqrt(flat.shape[0])))
+        side = round(float(np.sqrt(flat.shape[0])))
         if side * side != flat.shape[0]:
             raise ValueError(f"{flat.shape[0]} cells are not a square grid; pass grid=(H, W)")
         grid = (side, side)

@@ -6,7 +6,7 @@ Sparse features go to scikit-learn as CSR (never densified): STAIR's 30k-dim vec
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -30,7 +30,7 @@ def _split(y: np.ndarray, val_fraction: float, seed: int) -> tuple[np.ndarray, n
     train, val = [], []
     for c in np.unique(y):
         idx = rng.permutation(np.nonzero(y == c)[0])
-        n_val = int(round(len(idx) * val_fraction)) if len(idx) > 1 else 0
+        n_val = round(len(idx) * val_fraction) if len(idx) > 1 else 0
         n_val = min(n_val, len(idx) - 1)
         val.extend(idx[:n_val])
         train.extend(idx[n_val:])

@@ -13,10 +13,11 @@ import datetime as _dt
 import math
 import os
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from tokenspace.eval.plots import line_plot, modality_plot, save_heatmaps, scatter_plot  # noqa: F401 (re-export)
+
 
 def metric_format(name: str) -> tuple[str, bool]:
     """(format spec, shown as %) for a metric name."""
@@ -84,7 +85,7 @@ class ResultsDoc:
     def section(self, name: str) -> str | None:
         """Current body of a section (between its markers), or None."""
         begin, end = _markers(name)
-        m = re.search(re.escape(begin) + r"\n?(.*?)" + re.escape(end), self.read(), flags=re.S)
+        m = re.search(re.escape(begin) + r"\n?(.*?)" + re.escape(end), self.read(), flags=re.DOTALL)
         return m.group(1) if m else None
 
     def sections(self) -> list[str]:
@@ -110,7 +111,7 @@ class ResultsDoc:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with _Lock(self.path.with_name(self.path.name + ".lock")):
             text = self.read()
-            pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), flags=re.S)
+            pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), flags=re.DOTALL)
             if pattern.search(text):
                 text = pattern.sub(lambda _: block, text, count=1)
             else:

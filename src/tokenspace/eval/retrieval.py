@@ -11,7 +11,7 @@ item with score 0 is not retrieved (an inverted index would not even return it),
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -5,14 +5,14 @@ same way. Numpy/scipy only: eval never imports torch.
 """
 from __future__ import annotations
 
-from typing import Iterator, Union
+from collections.abc import Iterator
 
 import numpy as np
 import scipy.sparse as sp
 
 from tokenspace.sparse import SparseBatch
 
-Embeddings = Union[SparseBatch, np.ndarray]
+Embeddings = SparseBatch | np.ndarray
 
 METRICS = ("dot", "cosine")
 

@@ -6,7 +6,7 @@ text embeddings) or ZeroShotEvaluator (``encode_texts=TokenMaskEncoder(...)``).
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 

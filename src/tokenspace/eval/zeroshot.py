@@ -6,7 +6,7 @@ scores are all 0 is wrong, not right by the luck of class order.
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence, Union
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -14,7 +14,7 @@ import scipy.sparse as sp
 from tokenspace.eval.scoring import Embeddings, l2_normalize, n_rows, score_blocks
 from tokenspace.sparse import SparseBatch
 
-Template = Union[str, Callable[[str], str]]
+Template = str | Callable[[str], str]
 EncodeTexts = Callable[[list], Embeddings]
 
 DEFAULT_TEMPLATES: tuple[str, ...] = ("a photo of a {c}.",)
