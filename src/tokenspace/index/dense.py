@@ -1,0 +1,166 @@
+"""DenseIndex: exact inner-product search over dense float32 rows (FAISS ``IndexFlatIP``).
+
+The dense twin of the SparseIndex protocol, for CLIP-style baselines: same methods, same ``Hit``
+results, but rows are ``np.ndarray`` float32 ``[n, d]`` instead of a SparseBatch, so sparse and dense
+search are measured the same way by benchmarks/search_speed.py. Needs the ``dense`` extra
+(``pip install tokenspace[dense]``, i.e. faiss-cpu); the import is lazy so the rest of the index
+package works without it.
+
+Layout on disk (``save(path)``; ``path`` is a directory): ``flat.faiss`` (FAISS's own format) and
+``ids.json`` (external ids in internal-id order, plus the format version).
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from tokenspace.index.base import Hit
+
+FORMAT = "tokenspace-dense-flat"
+VERSION = 1
+
+
+def _faiss():
+    try:
+        import faiss
+    except ImportError as e:  # pragma: no cover - exercised only without the extra
+        raise ImportError("DenseIndex needs faiss-cpu: pip install 'tokenspace[dense]'") from e
+    return faiss
+
+
+def _rows(x, dim: int | None = None) -> np.ndarray:
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    if x.ndim == 1:
+        x = x[None, :]
+    if x.ndim != 2:
+        raise ValueError(f"expected rows of shape [n, d], got {x.shape}")
+    if dim is not None and x.shape[1] != dim:
+        raise ValueError(f"rows have {x.shape[1]} dimensions, the index has {dim}")
+    if not np.all(np.isfinite(x)):
+        raise ValueError("rows must be finite")
+    return x
+
+
+class DenseIndex:
+    """Exact maximum-inner-product search. Normalise rows yourself for cosine similarity.
+
+    Internally an ``IndexIDMap2(IndexFlatIP)`` keyed by int64 handles, so deletes do not renumber
+    the remaining rows; external string ids map to those handles.
+    """
+
+    def __init__(self, dim: int):
+        faiss = _faiss()
+        self.dim = int(dim)
+        self._index = faiss.IndexIDMap2(faiss.IndexFlatIP(self.dim))
+        self._ids: dict[int, str] = {}  # handle -> external id
+        self._handles: dict[str, int] = {}  # external id -> handle
+        self._next = 0
+
+    # ----------------------------------------------------------------- protocol
+    @classmethod
+    def build(cls, vectors: np.ndarray, ids: Sequence[str]) -> "DenseIndex":
+        vectors = _rows(vectors)
+        index = cls(vectors.shape[1])
+        index.add(vectors, ids)
+        return index
+
+    def add(self, vectors: np.ndarray, ids: Sequence[str]) -> None:
+        vectors = _rows(vectors, self.dim)
+        ids = [str(i) for i in ids]
+        if len(ids) != len(vectors):
+            raise ValueError(f"got {len(ids)} ids for {len(vectors)} rows")
+        if len(set(ids)) != len(ids):
+            raise ValueError("ids must be unique")
+        clash = [i for i in ids if i in self._handles]
+        if clash:
+            raise ValueError(f"ids already in the index: {clash[:5]}")
+        handles = np.arange(self._next, self._next + len(ids), dtype=np.int64)
+        self._index.add_with_ids(vectors, handles)
+        for h, i in zip(handles.tolist(), ids):
+            self._ids[h] = i
+            self._handles[i] = h
+        self._next += len(ids)
+
+    def delete(self, ids: Sequence[str]) -> int:
+        """Remove the given ids; unknown ids are ignored. Returns how many were removed."""
+        handles = [self._handles.pop(str(i)) for i in ids if str(i) in self._handles]
+        if handles:
+            self._index.remove_ids(np.array(handles, dtype=np.int64))
+            for h in handles:
+                del self._ids[h]
+        return len(handles)
+
+    def search(self, queries: np.ndarray, k: int = 10, num_threads: int | None = None) -> list[list[Hit]]:
+        """Top-k by inner product for each query row, best first.
+
+        ``num_threads`` sets FAISS's OpenMP threads for this call (None keeps the current setting).
+        """
+        if k <= 0:
+            raise ValueError("k must be positive")
+        queries = _rows(queries, self.dim)
+        if len(self) == 0 or len(queries) == 0:
+            return [[] for _ in range(len(queries))]
+        faiss = _faiss()
+        before = faiss.omp_get_max_threads()
+        if num_threads is not None:
+            faiss.omp_set_num_threads(int(num_threads))
+        try:
+            scores, handles = self._index.search(queries, min(k, len(self)))
+        finally:
+            faiss.omp_set_num_threads(before)
+        return [
+            [Hit(float(s), self._ids[int(h)]) for s, h in zip(srow, hrow) if h >= 0]
+            for srow, hrow in zip(scores, handles)
+        ]
+
+    def get(self, ids: Sequence[str]) -> np.ndarray:
+        """Rows ``[len(ids), d]`` in the order asked; unknown ids raise KeyError."""
+        out = np.zeros((len(ids), self.dim), np.float32)
+        for r, i in enumerate(ids):
+            if str(i) not in self._handles:
+                raise KeyError(f"unknown id {i!r}")
+            out[r] = self._index.reconstruct(self._handles[str(i)])
+        return out
+
+    def save(self, path: str | os.PathLike) -> None:
+        faiss = _faiss()
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        handles = sorted(self._ids)
+        meta = {"format": FORMAT, "version": VERSION, "dim": self.dim, "next": self._next,
+                "handles": handles, "ids": [self._ids[h] for h in handles]}
+        # write both under temp names, then rename: a crash leaves the previous save intact
+        faiss.write_index(self._index, str(path / "flat.faiss.tmp"))
+        (path / "ids.json.tmp").write_text(json.dumps(meta), encoding="utf-8")
+        os.replace(path / "flat.faiss.tmp", path / "flat.faiss")
+        os.replace(path / "ids.json.tmp", path / "ids.json")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "DenseIndex":
+        faiss = _faiss()
+        path = Path(path)
+        try:
+            meta = json.loads((path / "ids.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise ValueError(f"{path}: not a DenseIndex directory ({e})") from e
+        if meta.get("format") != FORMAT or meta.get("version") != VERSION:
+            raise ValueError(f"{path}: unsupported format {meta.get('format')!r} v{meta.get('version')}")
+        index = cls(meta["dim"])
+        index._index = faiss.read_index(str(path / "flat.faiss"))
+        if index._index.ntotal != len(meta["ids"]):
+            raise ValueError(f"{path}: flat.faiss holds {index._index.ntotal} rows, ids.json {len(meta['ids'])}")
+        index._ids = dict(zip(meta["handles"], meta["ids"]))
+        index._handles = {i: h for h, i in index._ids.items()}
+        index._next = meta["next"]
+        return index
+
+    def stats(self) -> dict:
+        return {"engine": "faiss-flat-ip", "docs": len(self), "dim": self.dim,
+                "bytes": len(self) * self.dim * 4}
+
+    def __len__(self) -> int:
+        return int(self._index.ntotal)
