@@ -34,9 +34,9 @@ import tarfile
 import tempfile
 import time
 import zipfile
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
 
 MARKER = ".complete.json"
 
@@ -279,7 +279,7 @@ def _log(progress: bool, msg: str) -> None:
 
 def _run(cmd: list[str], cwd: Path | None = None) -> str:
     try:
-        res = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+        res = subprocess.run(cmd, cwd=cwd, check=False, capture_output=True, text=True)
     except FileNotFoundError as e:
         raise AssetError(f"{cmd[0]} is not available ({e})") from e
     if res.returncode != 0:
@@ -310,7 +310,7 @@ def _target(asset: Asset, member: str) -> str | None:
     """Relative output path of an archive member, or None if we don't want it."""
     if not any(fnmatch.fnmatchcase(member, pat) for pat in asset.members):
         return None
-    rel = member[len(asset.strip):] if member.startswith(asset.strip) else member
+    rel = member.removeprefix(asset.strip)
     # Refuse anything that could escape the staging folder.
     if rel.startswith("/") or ".." in Path(rel).parts or not rel:
         raise AssetError(f"unsafe path in archive: {member!r}")
@@ -393,11 +393,11 @@ def _install_apt_asset(asset: Asset, home: Path, progress: bool) -> None:
         _log(progress, f"{asset.name}: apt-get install -y {asset.spec} ...")
         env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
         cmd = ["apt-get", "install", "-y", "-q", *asset.spec.split()]
-        if subprocess.run(cmd, capture_output=True, env=env).returncode != 0:
+        if subprocess.run(cmd, check=False, capture_output=True, env=env).returncode != 0:
             # Usually a stale package list on a fresh machine: refresh once and retry.
             _log(progress, f"{asset.name}: apt-get update, then retry ...")
-            subprocess.run(["apt-get", "update", "-q"], capture_output=True, env=env)
-            res = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            subprocess.run(["apt-get", "update", "-q"], check=False, capture_output=True, env=env)
+            res = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env)
             if res.returncode != 0:
                 raise AssetError(f"apt-get install {asset.spec} failed: {res.stderr.strip()[-300:]}")
     problems = verify(asset, system)
@@ -458,10 +458,7 @@ def install(names: Iterable[str] | None = None, home=None, progress: bool = True
         folder = home / asset.subdir
         t0 = time.time()
         try:
-            if _is_complete(asset, folder) and not verify(asset, folder):
-                status = "present"
-                _log(progress, f"{name}: present and verified")
-            elif asset.source == "apt" and folder.is_symlink() and not verify(asset, folder):
+            if _is_complete(asset, folder) and not verify(asset, folder) or asset.source == "apt" and folder.is_symlink() and not verify(asset, folder):
                 status = "present"
                 _log(progress, f"{name}: present and verified")
             else:
@@ -473,7 +470,7 @@ def install(names: Iterable[str] | None = None, home=None, progress: bool = True
                 _log(progress, f"{name}: installed and verified ({_du(folder) / 1e6:.1f} MB)")
             report.results[name] = {"status": status, "path": str(folder), "seconds": time.time() - t0,
                                     "error": None}
-        except Exception as e:  # one failure must not stop the other assets
+        except Exception as e:  # noqa: BLE001 - one failure must not stop the other assets
             _log(progress, f"{name}: FAILED: {e}")
             report.results[name] = {"status": "failed", "path": str(folder), "seconds": time.time() - t0,
                                     "error": str(e)}

@@ -4,10 +4,28 @@ from tokenspace.data.build import build_manifests
 from tokenspace.data.coco import read_coco_captions, read_karpathy
 from tokenspace.data.folders import read_image_folder
 from tokenspace.data.images import ImageLoadError, LoadResult, load_image, load_images
-from tokenspace.data.manifest import ManifestError, Record, drop_empty_texts, read_manifest, split_counts, write_manifest
+from tokenspace.data.manifest import (
+    ManifestError,
+    Record,
+    drop_empty_texts,
+    read_manifest,
+    split_counts,
+    write_manifest,
+)
 
 __all__ = [
-    "Record", "ManifestError", "read_manifest", "write_manifest", "drop_empty_texts", "split_counts",
-    "ImageLoadError", "LoadResult", "load_image", "load_images",
-    "read_coco_captions", "read_karpathy", "read_image_folder", "build_manifests",
+    "ImageLoadError",
+    "LoadResult",
+    "ManifestError",
+    "Record",
+    "build_manifests",
+    "drop_empty_texts",
+    "load_image",
+    "load_images",
+    "read_coco_captions",
+    "read_image_folder",
+    "read_karpathy",
+    "read_manifest",
+    "split_counts",
+    "write_manifest",
 ]

