@@ -271,6 +271,17 @@ def _is_complete(asset: Asset, folder: Path) -> bool:
     return marker.get("fingerprint") == _fingerprint(asset)
 
 
+def _problems(asset: Asset, folder: Path, hashes: bool) -> list[str]:
+    """Why ``folder`` does not hold a usable install of ``asset`` (empty list: it does)."""
+    if asset.source == "apt":
+        # Debian assets are linked into the cache, not copied; the link must exist and verify.
+        if not folder.is_symlink():
+            return [f"{folder} is not linked to {asset.system_dir}"]
+    elif not _is_complete(asset, folder):
+        return [f"no finished install in {folder}"]
+    return verify(asset, folder, hashes)
+
+
 # ----------------------------------------------------------------------------- fetching
 def _log(progress: bool, msg: str) -> None:
     if progress:
@@ -458,7 +469,7 @@ def install(names: Iterable[str] | None = None, home=None, progress: bool = True
         folder = home / asset.subdir
         t0 = time.time()
         try:
-            if _is_complete(asset, folder) and not verify(asset, folder) or asset.source == "apt" and folder.is_symlink() and not verify(asset, folder):
+            if not _problems(asset, folder, hashes=True):
                 status = "present"
                 _log(progress, f"{name}: present and verified")
             else:
@@ -492,12 +503,7 @@ def status(home=None, hashes: bool = True) -> dict[str, dict]:
     out = {}
     for name, asset in ASSETS.items():
         folder = home / asset.subdir
-        if asset.source == "apt":
-            problems = [] if folder.is_symlink() else [f"{folder} is not linked to {asset.system_dir}"]
-            problems = problems or verify(asset, folder, hashes)
-        else:
-            problems = [] if _is_complete(asset, folder) else [f"no finished install in {folder}"]
-            problems = problems or verify(asset, folder, hashes)
+        problems = _problems(asset, folder, hashes)
         out[name] = {
             "present": not problems,
             "path": str(folder),
@@ -529,11 +535,7 @@ def path(name: str, home=None) -> Path:
     asset = _asset(name)
     home = _home(home)
     folder = home / asset.subdir
-    if asset.source == "apt":
-        problems = [] if folder.exists() else [f"{folder} does not exist"]
-    else:
-        problems = [] if _is_complete(asset, folder) else [f"no finished install in {folder}"]
-    problems = problems or verify(asset, folder, hashes=False)
+    problems = _problems(asset, folder, hashes=False)
     if problems:
         raise AssetMissingError(
             f"asset {name!r} ({asset.description}) is missing from {home}: {'; '.join(problems)}. "
