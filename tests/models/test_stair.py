@@ -102,3 +102,29 @@ def test_logit_scale_is_capped(make_model):
     with torch.no_grad():
         m.log_logit_scale.fill_(10.0)  # exp(10) >> cap
     assert m.logit_scale.item() == pytest.approx(20.0)
+
+
+def test_fast_max_projection_equals_autograd_reference():
+    from tokenspace.models.maxproj import max_projection
+
+    torch.manual_seed(0)
+    h = torch.randn(5, 7, 6, requires_grad=True)
+    w = torch.randn(40, 6, requires_grad=True)
+    b = torch.randn(40, requires_grad=True)
+    valid = torch.rand(5, 7) > 0.3
+    valid[:, 0] = True
+    g = torch.randn(5, 40)
+    ref = (h @ w.T + b).masked_fill(~valid[..., None], float("-inf")).amax(1)
+    ref_grads = torch.autograd.grad((ref * g).sum(), (h, w, b))
+    out = max_projection(h, w, b, valid)
+    grads = torch.autograd.grad((out * g).sum(), (h, w, b))
+    torch.testing.assert_close(out, ref)
+    for a, r in zip(grads, ref_grads):
+        torch.testing.assert_close(a, r)
+
+
+def test_image_embed_equals_pooled_cell_scores(make_model):
+    m = make_model().eval()
+    grid = torch.randn(3, 16, 3, 3)
+    with torch.no_grad():
+        torch.testing.assert_close(m.image_embed(grid), max_log1p_relu(m.image_scores(grid)))

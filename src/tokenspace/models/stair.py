@@ -10,12 +10,15 @@ import torch
 from torch import nn
 
 from tokenspace.models.dual import DualEncoder
-from tokenspace.models.pooling import grid_to_cells, max_log1p_relu
+from tokenspace.models.maxproj import max_projection
+from tokenspace.models.pooling import grid_to_cells
 
 
 class StairModel(DualEncoder):
     family = "stair"
     similarity = "cosine"  # eq. 2
+    # dtype of the two big products into the vocabulary; the trainer sets bf16 for bf16 recipes
+    compute_dtype = torch.float32
 
     def __init__(self, config, vocab, tokenizer_vocab=None):
         super().__init__(config, vocab, tokenizer_vocab)
@@ -38,7 +41,9 @@ class StairModel(DualEncoder):
         return h @ self.text_tower.word_embeddings.T + self.image_bias  # [B, cells, V]
 
     def image_embed(self, grid: torch.Tensor) -> torch.Tensor:
-        return max_log1p_relu(self.image_scores(grid))  # [B, V]
+        h = self.image_transform(grid_to_cells(grid))  # [B, cells, H]
+        best = max_projection(h, self.text_tower.word_embeddings, self.image_bias, None, self.compute_dtype)
+        return torch.log1p(torch.relu(best))  # [B, V]; equals max_log1p_relu(self.image_scores(grid))
 
     def text_embed(self, input_ids, attention_mask, restrict_to_input: bool = False) -> torch.Tensor:
         """[B, L] ids -> [B, V]. ``restrict_to_input`` is STAIR stage 1 (eq. 8): only the tokens that
@@ -48,8 +53,8 @@ class StairModel(DualEncoder):
         h = t.mlm_transform(t(input_ids, attention_mask))  # [B, L, H]
         valid = attention_mask.bool() & ~self._special(input_ids)
         if not restrict_to_input:
-            scores = h @ t.word_embeddings.T + t.mlm_bias  # [B, L, V]
-            return max_log1p_relu(scores, attention_mask)
+            best = max_projection(h, t.word_embeddings, t.mlm_bias, attention_mask, self.compute_dtype)
+            return torch.log1p(torch.relu(best))  # [B, V]
         e = t.word_embeddings[input_ids]  # [B, L(tokens k), H]
         s = torch.einsum("bjh,bkh->bjk", h, e) + t.mlm_bias[input_ids][:, None, :]  # [B, L(j), L(k)]
         s = s.masked_fill(~attention_mask.bool()[:, :, None], float("-inf"))

@@ -76,6 +76,11 @@ class EfficientNetLite0Tower(ImageTower):
         from efficientnet_lite_pytorch import EfficientNet
 
         path = resolve_weights(weights)
+        if path is not None and path.is_dir():  # an asset folder holding the one .pth file
+            found = sorted(path.glob("**/*.pth"))
+            if not found:
+                raise FileNotFoundError(f"no .pth weights under {path}")
+            path = found[0]
         if path is None:
             self.net = EfficientNet.from_name("efficientnet-lite0")
         else:

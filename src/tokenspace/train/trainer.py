@@ -101,6 +101,8 @@ class Trainer:
         self.evaluate = evaluate
         self.progress = progress
         self.loss_fn = SparseContrastiveLoss(recipe.lambda_image, recipe.lambda_text, recipe.flops_warmup)
+        if any(s.restrict_text for s in recipe.stages) and not hasattr(model, "token_mask"):
+            raise ValueError(f"restrict_text needs a token-space model; {model.family!r} has none")
 
     # ------------------------------------------------------------------ optimisation
     def _trainable(self, stage: Stage) -> list[torch.nn.Parameter]:
@@ -127,8 +129,11 @@ class Trainer:
         m = self.model
         grids = torch.from_numpy(np.asarray(self.data.grids[idx], dtype=np.float32))
         ids, mask = m.tokenize([self.data.texts[i] for i in idx])
-        image_emb = m.image_embed(grids)
-        text_emb = m.text_embed(ids, mask, restrict_to_input=True) if stage.restrict_text else m.text_embed(ids, mask)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.recipe.precision == "bf16"):
+            image_emb = m.image_embed(grids)
+            text_emb = m.text_embed(ids, mask, restrict_to_input=stage.restrict_text)
+        # the loss in fp32: the FLOPs sums and the softmax are where low precision would hurt
+        image_emb, text_emb = image_emb.float(), text_emb.float()
         parts = self.loss_fn(image_emb, text_emb, m, global_step)
         opt.zero_grad(set_to_none=True)
         parts["loss"].backward()
@@ -142,6 +147,8 @@ class Trainer:
         self.out.mkdir(parents=True, exist_ok=True)
         r = self.recipe
         torch.manual_seed(r.seed)  # a resume below restores the checkpoint's RNG state instead
+        if hasattr(self.model, "compute_dtype"):
+            self.model.compute_dtype = torch.bfloat16 if r.precision == "bf16" else torch.float32
         rng = np.random.default_rng(r.seed)
         sampler = BatchSampler(self.data.groups, r.batch_size, rng)
         start_stage, start_step, opt_state = 0, 0, None
@@ -183,6 +190,8 @@ class Trainer:
             log.close()
         for p in self.model.parameters():
             p.requires_grad_(True)
+        if hasattr(self.model, "compute_dtype"):
+            self.model.compute_dtype = torch.float32  # inference is exact
         self.model.eval()
         self.model.save_pretrained(self.out / "model")
         return self.model
