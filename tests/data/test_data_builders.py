@@ -148,6 +148,20 @@ def test_openclipart_builder(tmp_path):
     assert by_id["openclipart:food/apple_01"].text == "Apple — fruit"
     assert by_id["openclipart:shapes/stars/star_3pt"].text == "star 3pt — stars, shapes"  # collection title
     assert rep["splits"]["test"] > 0 and rep["splits"]["train"] + rep["splits"]["test"] == 15
+    assert rep["svg_for_huge_png"] == 0
+
+
+def test_openclipart_huge_png_replaced_by_svg(tmp_path, monkeypatch):
+    from tokenspace.data import openclipart
+
+    root = fake_openclipart(tmp_path / "oc")
+    monkeypatch.setattr(openclipart, "MAX_PNG_PIXELS", 15)  # the fake PNGs are 4 x 4
+    recs, rep = build_openclipart(root)
+    assert rep["svg_for_huge_png"] == 16 and all(r.image.endswith(".svg") for r in recs)
+
+
+def test_openclipart_subsample(tmp_path):
+    root = fake_openclipart(tmp_path / "oc")
     sub, rep_sub = build_openclipart(root, max_items=5)
     assert len(sub) + rep_sub["skipped"].get("empty_text", 0) == 5
     assert build_openclipart(root, max_items=5)[0] == sub  # deterministic subsample

@@ -60,3 +60,9 @@ def test_load_images_skips_and_counts(files):
     assert res.kept == [0, 2, 4] and len(res.images) == 3 and res.n_skipped == 2
     assert [i for i, _, _ in res.skipped] == [1, 3]
     assert all(im.size == (16, 16) for im in res.images)
+
+
+def test_oversized_raster_refused_before_decoding(files):
+    with pytest.raises(ImageLoadError, match="too large to decode \\(8 x 8 pixels\\)"):
+        load_image(files / "alpha.png", max_pixels=63)
+    assert load_image(files / "alpha.png", max_pixels=64).size == (8, 8)

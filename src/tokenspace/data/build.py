@@ -15,7 +15,7 @@ from tokenspace.data.emoji import build_emoji
 from tokenspace.data.manifest import write_manifest
 from tokenspace.data.openclipart import build_openclipart
 
-BUILDER_VERSION = 1
+BUILDER_VERSION = 2
 
 
 def _build(name: str, out: Path, params: dict, make, progress: bool, force: bool) -> Path:

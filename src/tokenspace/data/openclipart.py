@@ -32,6 +32,19 @@ _DESC = re.compile(r"<dc:description>(.*?)</dc:description>", re.DOTALL)
 _SUBJECT = re.compile(r"<dc:subject>(.*?)</dc:subject>", re.DOTALL)
 _LI = re.compile(r"<rdf:li>(.*?)</rdf:li>", re.DOTALL)
 _TAG = re.compile(r"<[^>]+>")
+MAX_PNG_PIXELS = 16_000_000
+
+
+def _pixels(png: Path) -> int:
+    """Pixel count from the PNG header (no decoding); 0 when unreadable (the loader will report it)."""
+    try:
+        with open(png, "rb") as f:
+            head = f.read(24)
+        if head[:8] != b"\x89PNG\r\n\x1a\n":
+            return 0
+        return int.from_bytes(head[16:20], "big") * int.from_bytes(head[20:24], "big")
+    except OSError:
+        return 0
 
 
 def _clean(s: str) -> str:
@@ -82,7 +95,7 @@ def name_from_file(rel: str) -> str:
 
 def build_openclipart(root: str | os.PathLike, holdout: float = 0.1, seed: int = 0,
                       max_items: int | None = None, collection_size: int = 20) -> tuple[list[Record], dict]:
-    """Records (splits train/test) and a report ``{"splits", "skipped", "categories"}``.
+    """Records (splits train/test) and a report ``{"splits", "skipped", "categories", "svg_for_huge_png"}``.
 
     ``max_items`` subsamples deterministically (by seed); titles shared by ``collection_size`` or more
     drawings are replaced by the file name.
@@ -92,6 +105,7 @@ def build_openclipart(root: str | os.PathLike, holdout: float = 0.1, seed: int =
     if not png_root.is_dir() or not svg_root.is_dir():
         raise FileNotFoundError(f"{root} must hold png/ and svg/ (the openclipart-png/-svg packages)")
     skipped: Counter = Counter()
+    used_svg = 0
     items = []  # (rel, png path, svg path)
     for dirpath, dirnames, filenames in os.walk(png_root):
         dirnames.sort()
@@ -110,6 +124,10 @@ def build_openclipart(root: str | os.PathLike, holdout: float = 0.1, seed: int =
             if png.stat().st_size == 0:
                 skipped["empty_image"] += 1
                 continue
+            if _pixels(png) > MAX_PNG_PIXELS:
+                # A few PNGs are rendered at poster size (up to 21k x 30k); their SVG renders small.
+                used_svg += 1
+                png = svg
             items.append((rel, png, svg))
 
     keep = subsample([rel for rel, _, _ in items], max_items, seed)
@@ -136,5 +154,5 @@ def build_openclipart(root: str | os.PathLike, holdout: float = 0.1, seed: int =
                Record(r.id, r.image, r.text, "test", r.label, r.source) for r in records]
     splits = Counter(r.split for r in records)
     report = {"splits": {s: splits.get(s, 0) for s in ("train", "test")}, "skipped": dict(skipped),
-              "categories": len({r.label for r in records})}
+              "categories": len({r.label for r in records}), "svg_for_huge_png": used_svg}
     return records, report
