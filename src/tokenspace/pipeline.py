@@ -1,0 +1,165 @@
+"""The library's end-to-end steps, shared by the CLI, the demo and the benchmarks.
+
+Data is named by specs ``DATASET:SPLIT[:LIMIT]`` (e.g. ``emoji:train``, ``openclipart:test:300``) over
+the manifests built from the offline assets, or ``path/to/manifest.jsonl:SPLIT``. A LIMIT takes a
+deterministic subsample (by a hash of the record id), so every run and every model sees the same one.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from tokenspace.data.manifest import Record, drop_empty_texts, read_manifest
+from tokenspace.sparse import SparseBatch
+
+BUILT_DATASETS = ("emoji", "openclipart")
+
+
+def _log(msg: str) -> None:
+    print(f"[tokenspace] {msg}", file=sys.stderr, flush=True)
+
+
+def home_dir(home=None) -> Path:
+    from tokenspace import assets
+
+    return Path(home).expanduser() if home is not None else assets.default_home()
+
+
+# ---------------------------------------------------------------------------------------------- data
+def load_split(spec: str, home=None) -> list[Record]:
+    """Records for one spec, empty texts dropped (and counted in the log)."""
+    parts = spec.split(":")
+    if len(parts) not in (2, 3) or not all(parts[:2]):
+        raise ValueError(f"data spec {spec!r} is not DATASET:SPLIT[:LIMIT]")
+    name, split = parts[0], parts[1]
+    limit = int(parts[2]) if len(parts) == 3 else None
+    if name.endswith(".jsonl"):
+        path = Path(name)
+    elif name in BUILT_DATASETS:
+        from tokenspace.data.build import build_manifests
+
+        path = build_manifests(home_dir(home), progress=False)[name]
+    else:
+        raise ValueError(f"unknown dataset {name!r}: use one of {BUILT_DATASETS} or a .jsonl manifest path")
+    records, dropped = drop_empty_texts(read_manifest(path, split=split))
+    if dropped:
+        _log(f"{spec}: skipped {len(dropped)} records with empty text")
+    if not records:
+        raise ValueError(f"{spec}: no records in split {split!r} of {path}")
+    if limit is not None and limit < len(records):
+        key = lambda r: hashlib.sha1(r.id.encode()).hexdigest()  # noqa: E731 - stable across runs
+        keep = {r.id for r in sorted(records, key=key)[:limit]}
+        records = [r for r in records if r.id in keep]
+    return records
+
+
+def load_data(specs: Sequence[str] | str, home=None) -> list[Record]:
+    specs = [specs] if isinstance(specs, str) else list(specs)
+    return [r for s in specs for r in load_split(s, home)]
+
+
+@dataclass
+class Encoded:
+    """A collection's image grids with the records whose images could be read."""
+
+    grids: np.ndarray  # [N, C, h, w]
+    records: list[Record]
+    skipped: dict[str, str]  # record id -> reason
+
+
+def image_grids(model, records: Sequence[Record], home=None, progress: bool = True) -> Encoded:
+    """Backbone grids of the records' images from the feature cache (computed once, resumable);
+    unreadable images are skipped and counted, never a crash."""
+    from tokenspace.train.features import cache_image_grids
+
+    cache = cache_image_grids(model, [r.image for r in records], home_dir(home) / "features", progress=progress)
+    keep = np.flatnonzero(cache.ok)
+    skipped = {records[i].id: cache.errors.get(i, "unreadable") for i in np.flatnonzero(~cache.ok)}
+    if skipped:
+        _log(f"skipped {len(skipped)} unreadable images (e.g. {next(iter(skipped.items()))})")
+    return Encoded(np.asarray(cache.grids[keep]), [records[i] for i in keep], skipped)
+
+
+# ---------------------------------------------------------------------------------------------- train
+def train(recipe, out_dir, home=None, resume: bool = False, progress: bool = True, **overrides):
+    """Train a model from a recipe (name, path or Recipe) on its data; returns the trained model."""
+    from tokenspace.models.registry import build_model
+    from tokenspace.train.recipe import Recipe
+    from tokenspace.train.trainer import PairData, Trainer
+
+    if not isinstance(recipe, Recipe):
+        recipe = Recipe.load(recipe, **overrides)
+    if "train" not in recipe.data:
+        raise ValueError(f"recipe {recipe.name!r} has no data.train")
+    model = build_model(recipe.model)
+    enc = image_grids(model, load_data(recipe.data["train"], home), home, progress)
+    data = PairData.from_texts(enc.grids, [r.text for r in enc.records])
+    _log(f"training {recipe.name}: {len(data)} pairs, {recipe.total_steps} steps")
+    evaluate = None
+    if recipe.data.get("eval"):
+        eval_enc = image_grids(model, load_data(recipe.data["eval"], home), home, progress)
+        evaluate = lambda m: evaluate_retrieval(m, eval_enc)  # noqa: E731
+    return Trainer(model, recipe, data, out_dir, evaluate=evaluate, progress=progress).fit(resume=resume)
+
+
+# ---------------------------------------------------------------------------------------------- eval
+def texts_and_targets(records: Sequence[Record]) -> tuple[list[str], np.ndarray]:
+    """Every caption with the index of its image (several captions per image, COCO style)."""
+    texts, target = [], []
+    for i, r in enumerate(records):
+        for t in r.texts:
+            if t and t.strip():
+                texts.append(t)
+                target.append(i)
+    return texts, np.asarray(target, dtype=np.int64)
+
+
+def evaluate_retrieval(model, enc: Encoded) -> dict[str, float]:
+    """R@1/5/10 both directions plus sparsity on one encoded split."""
+    from tokenspace.eval import RetrievalEvaluator, SparsityEvaluator
+
+    texts, target = texts_and_targets(enc.records)
+    img = model.encode_image_grids(enc.grids)
+    txt = model.encode_texts(texts)
+    out = RetrievalEvaluator(target)(img, txt)
+    if isinstance(img, SparseBatch):
+        out.update(SparsityEvaluator()(img, txt))
+    out["n_images"], out["n_texts"] = float(len(enc.records)), float(len(texts))
+    return out
+
+
+def evaluate(model, specs: Sequence[str] | str, home=None, progress: bool = True) -> dict[str, dict]:
+    """Retrieval metrics per data spec."""
+    specs = [specs] if isinstance(specs, str) else list(specs)
+    return {s: evaluate_retrieval(model, image_grids(model, load_split(s, home), home, progress)) for s in specs}
+
+
+# ---------------------------------------------------------------------------------------------- index
+def encode_collection(model, specs: Sequence[str] | str, home=None, progress: bool = True):
+    """(SparseBatch of image vectors, ids, records) for a collection, ready for an index."""
+    enc = image_grids(model, load_data(specs, home), home, progress)
+    vectors = model.encode_image_grids(enc.grids)
+    if not isinstance(vectors, SparseBatch):
+        raise TypeError(f"{model.family} produces dense vectors; index them with tokenspace.index.dense")
+    return vectors, [r.id for r in enc.records], enc.records
+
+
+def write_collection_meta(index_dir, records: Sequence[Record], model_path=None) -> None:
+    """Beside an index: id -> image path and text, for showing and explaining hits."""
+    meta = {r.id: {"image": r.image, "text": r.text, "label": r.label, "source": r.source} for r in records}
+    doc = {"model": str(model_path) if model_path else None, "items": meta}
+    path = Path(index_dir) / "collection.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc))
+    tmp.replace(path)
+
+
+def read_collection_meta(index_dir) -> dict:
+    path = Path(index_dir) / "collection.json"
+    return json.loads(path.read_text()) if path.exists() else {"model": None, "items": {}}
