@@ -1,0 +1,173 @@
+"""Search speed of tokenspace's InvertedIndex against its peers, side by side in one run.
+
+    make bench                                           # = python benchmarks/search_speed.py (bench-1M)
+    python benchmarks/search_speed.py --corpus 100k      # bench-100K: the first 100K docs of bench-1M
+    python benchmarks/search_speed.py --quick            # fewer queries, for a smoke run
+    python benchmarks/search_speed.py --peers tokenspace,scipy
+
+The corpus is the project's standard one, made by ../shared/bench/gen_corpus.py into bench-data/
+(git-ignored) when missing. Every peer runs in its own process (benchmarks/peers/worker.py): built
+once, then per setting (a) one query at a time on 1 thread -- QPS, mean and p99 latency -- and
+(b) batches of queries on 2 threads -- QPS; recall@10 against the exact answer (scipy) for both;
+build time, RSS delta across the build, index size on disk against the raw CSR size. A peer that
+fails to install, build or run is a row with its reason, never silently dropped.
+
+Writes benchmarks/results/search_speed[-100k].json and the markdown table into docs/benchmarks.md
+(between markers per corpus, so the 100K and 1M tables live side by side).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # `python benchmarks/search_speed.py` imports benchmarks.peers
+
+from benchmarks.peers import PEERS  # noqa: E402
+from benchmarks.peers.common import load_corpus  # noqa: E402
+from benchmarks.report import markdown_table, print_table, update_docs  # noqa: E402
+
+CORPORA = {"100k": 100_000, "1m": 1_000_000}
+FILES = ["d_indptr", "d_indices", "d_data", "q_indptr", "q_indices", "q_data", "dense_docs", "dense_q"]
+K = 10
+# thread pools are sized once per process from these, before any engine is imported; the one-query
+# measurements then ask each engine for 1 thread where it has a knob (see each peer)
+THREAD_ENV = ("OMP_NUM_THREADS", "RAYON_NUM_THREADS", "NUMBA_NUM_THREADS", "MKL_NUM_THREADS",
+              "OPENBLAS_NUM_THREADS")
+
+
+def find_generator() -> Path:
+    for cand in (os.environ.get("TOKENSPACE_GEN_CORPUS"), ROOT.parent / "shared/bench/gen_corpus.py",
+                 ROOT / "shared/bench/gen_corpus.py"):
+        if cand and Path(cand).exists():
+            return Path(cand)
+    raise FileNotFoundError("gen_corpus.py not found: set TOKENSPACE_GEN_CORPUS to its path")
+
+
+def ensure_corpus(data_root: Path) -> Path:
+    """bench-data/bench-1M, generated when missing (bench-100K is read as its first 100K rows)."""
+    out = data_root / "bench-1M"
+    if all((out / f"{f}.npy").exists() for f in FILES):
+        return out
+    gen = find_generator()
+    print(f"generating the 1M corpus with {gen} into {out} (several minutes) ...", flush=True)
+    out.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, str(gen), str(out), "1000000"], check=True)
+    return out
+
+
+def ground_truth(data_dir: Path, n_docs: int, k: int) -> Path:
+    """Exact top-k doc rows per query by scipy (cached): the reference every recall is taken against."""
+    path = data_dir / f"gt_{n_docs}_top{k}.npy"
+    if path.exists():
+        return path
+    print(f"computing exact top-{k} for {n_docs} docs ...", flush=True)
+    corpus = load_corpus(data_dir, n_docs)
+    dt_ = corpus.docs_scipy().T.tocsr()
+    qs = corpus.queries_scipy()
+    gt = np.full((qs.shape[0], k), -1, np.int64)
+    for s in range(0, qs.shape[0], 16):
+        scores = (qs[s:s + 16] @ dt_).toarray()
+        for j, row in enumerate(scores):
+            top = np.argpartition(-row, k - 1)[:k]
+            top = top[np.argsort(-row[top], kind="stable")]
+            top = top[row[top] > 0]
+            gt[s + j, :len(top)] = top
+    np.save(path, gt)
+    return path
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{cpu}, {os.cpu_count()} cores visible, {mem:.0f} GiB RAM, {platform.system()} {platform.release()}, " \
+           f"Python {platform.python_version()}"
+
+
+def run_peer(name, data_dir, n_docs, gt, args) -> dict:
+    out = ROOT / "benchmarks/results" / f".worker-{name}.json"
+    out.unlink(missing_ok=True)
+    env = dict(os.environ, **{v: str(args.threads) for v in THREAD_ENV})
+    cmd = [sys.executable, "-m", "benchmarks.peers.worker", name, str(data_dir), str(n_docs), str(out),
+           "--gt", str(gt), "--k", str(K), "--single", str(args.single), "--batch-size", str(args.batch_size),
+           "--threads", str(args.threads), "--workdir", str(args.workdir)]
+    t0 = time.time()
+    log = ROOT / "benchmarks/results" / f".worker-{name}.log"
+    try:
+        with open(log, "w") as f:
+            proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        return {"peer": name, "error": f"timed out after {args.timeout:.0f} s"}
+    if out.exists():
+        res = json.loads(out.read_text())
+        out.unlink()
+    else:
+        tail = log.read_text(errors="replace").strip().splitlines()[-3:]
+        res = {"peer": name, "error": f"worker died (exit {proc.returncode}): {' | '.join(tail)}"[:400]}
+    res["wall_s"] = time.time() - t0
+    return res
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--corpus", choices=sorted(CORPORA), default="1m")
+    ap.add_argument("--quick", action="store_true", help="100 one-at-a-time queries, 200 batched")
+    ap.add_argument("--peers", default=",".join(PEERS), help="comma-separated subset of: " + ",".join(PEERS))
+    ap.add_argument("--data", type=Path, default=ROOT / "bench-data")
+    ap.add_argument("--single", type=int, default=None, help="queries timed one at a time (default 1000)")
+    ap.add_argument("--batch-size", type=int, default=250)
+    ap.add_argument("--threads", type=int, default=2, help="threads for the batched runs")
+    ap.add_argument("--timeout", type=float, default=5400, help="seconds per peer before it is reported as timed out")
+    ap.add_argument("--workdir", type=Path, default=None, help="where indexes are built (default: bench-data/work)")
+    ap.add_argument("--no-docs", action="store_true", help="do not update docs/benchmarks.md")
+    args = ap.parse_args(argv)
+    args.single = args.single or (100 if args.quick else 1000)
+    args.workdir = args.workdir or args.data / "work"
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    peers = [p.strip() for p in args.peers.split(",") if p.strip()]
+    unknown = [p for p in peers if p not in PEERS]
+    if unknown:
+        ap.error(f"unknown peers {unknown}; choose from {list(PEERS)}")
+
+    data_dir = ensure_corpus(args.data)
+    n_docs = CORPORA[args.corpus]
+    gt = ground_truth(data_dir, n_docs, K)
+    command = "python benchmarks/search_speed.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    report = {"corpus": f"bench-{args.corpus.upper()}", "n_docs": n_docs, "k": K, "command": command.strip(),
+              "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine(),
+              "threads_batch": args.threads, "single_queries": args.single, "batch_size": args.batch_size,
+              "results": []}
+    for name in peers:
+        print(f"--- {name}", flush=True)
+        res = run_peer(name, data_dir, n_docs, gt, args)
+        print(json.dumps(res)[:600], flush=True)
+        report["results"].append(res)
+    suffix = "" if args.corpus == "1m" else f"-{args.corpus}"
+    suffix += "-quick" if args.quick else ""
+    out = ROOT / "benchmarks/results" / f"search_speed{suffix}.json"
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print_table(report)
+    if not args.no_docs:
+        update_docs(ROOT / "docs/benchmarks.md", report, markdown_table(report))
+    print(f"wrote {out}" + ("" if args.no_docs else " and docs/benchmarks.md"))
+
+
+if __name__ == "__main__":
+    main()
+
