@@ -4,6 +4,7 @@
     python benchmarks/search_speed.py --corpus 100k      # bench-100K: the first 100K docs of bench-1M
     python benchmarks/search_speed.py --quick            # fewer queries, for a smoke run
     python benchmarks/search_speed.py --peers tokenspace,scipy
+    python benchmarks/search_speed.py --corpus-dir bench-data/stair-1M   # from benchmarks/fitted_corpus.py
 
 The corpus is the project's standard one, made by ../shared/bench/gen_corpus.py into bench-data/
 (git-ignored) when missing. Every peer runs in its own process (benchmarks/peers/worker.py): built
@@ -130,12 +131,18 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="100 one-at-a-time queries, 200 batched")
     ap.add_argument("--peers", default=",".join(PEERS), help="comma-separated subset of: " + ",".join(PEERS))
     ap.add_argument("--data", type=Path, default=ROOT / "bench-data")
+    ap.add_argument("--corpus-dir", type=Path, default=None,
+                    help="a corpus directory in gen_corpus.py's layout instead of bench-1M, e.g. one written by "
+                         "benchmarks/fitted_corpus.py (all its docs are used; --corpus is ignored)")
     ap.add_argument("--single", type=int, default=None, help="queries timed one at a time (default 1000)")
     ap.add_argument("--batch-size", type=int, default=250)
     ap.add_argument("--threads", type=int, default=2, help="threads for the batched runs")
     ap.add_argument("--timeout", type=float, default=5400, help="seconds per peer before it is reported as timed out")
     ap.add_argument("--workdir", type=Path, default=None, help="where indexes are built (default: bench-data/work)")
     ap.add_argument("--no-docs", action="store_true", help="do not update docs/benchmarks.md")
+    ap.add_argument("--merge", action="store_true",
+                    help="keep the other peers' rows of the existing results JSON (their command/date are kept "
+                         "per row): for re-measuring one peer without rebuilding the slow ones")
     args = ap.parse_args(argv)
     args.single = args.single or (100 if args.quick else 1000)
     args.workdir = args.workdir or args.data / "work"
@@ -145,22 +152,36 @@ def main(argv=None):
     if unknown:
         ap.error(f"unknown peers {unknown}; choose from {list(PEERS)}")
 
-    data_dir = ensure_corpus(args.data)
-    n_docs = CORPORA[args.corpus]
+    if args.corpus_dir:
+        data_dir = args.corpus_dir
+        n_docs = len(np.load(data_dir / "d_indptr.npy", mmap_mode="r")) - 1
+        args.corpus = data_dir.name
+    else:
+        data_dir = ensure_corpus(args.data)
+        n_docs = CORPORA[args.corpus]
     gt = ground_truth(data_dir, n_docs, K)
     command = "python benchmarks/search_speed.py " + " ".join(argv if argv is not None else sys.argv[1:])
     report = {"corpus": f"bench-{args.corpus.upper()}", "n_docs": n_docs, "k": K, "command": command.strip(),
               "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine(),
               "threads_batch": args.threads, "single_queries": args.single, "batch_size": args.batch_size,
               "results": []}
+    suffix = "" if args.corpus == "1m" else f"-{args.corpus.lower()}"
+    suffix += "-quick" if args.quick else ""
+    out = ROOT / "benchmarks/results" / f"search_speed{suffix}.json"
     for name in peers:
         print(f"--- {name}", flush=True)
         res = run_peer(name, data_dir, n_docs, gt, args)
+        res["run"] = {"command": report["command"], "date": report["date"]}
         print(json.dumps(res)[:600], flush=True)
         report["results"].append(res)
-    suffix = "" if args.corpus == "1m" else f"-{args.corpus}"
-    suffix += "-quick" if args.quick else ""
-    out = ROOT / "benchmarks/results" / f"search_speed{suffix}.json"
+    if args.merge and out.exists():
+        old = json.loads(out.read_text())
+        kept = [r for r in old["results"] if r["peer"] not in peers]
+        for r in kept:
+            r.setdefault("run", {"command": old["command"], "date": old["date"]})
+        order = list(PEERS)
+        report["results"] = sorted(kept + report["results"], key=lambda r: order.index(r["peer"]))
+        report["command"] = "; ".join(dict.fromkeys(r["run"]["command"] for r in report["results"]))
     out.write_text(json.dumps(report, indent=2) + "\n")
     print_table(report)
     if not args.no_docs:
