@@ -1,0 +1,113 @@
+"""The HTTP API and web page (``tokenspace serve --model M --index I``): a thin layer over SearchService.
+
+Each route parses its request, calls one SearchService method and turns the service's errors into
+status codes (400 bad tokens or boolean query, 404 unknown id, 413 too large, 415 not an image; 422
+for requests outside the schema's limits). OpenAPI docs are at /docs.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi import FastAPI, File, Query, Request, UploadFile
+from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+
+from tokenspace.serve import schemas
+from tokenspace.serve.service import SearchService, ServiceError
+from tokenspace.serve.uploads import MAX_UPLOAD_BYTES, UploadError, decode_image
+
+STATIC = Path(__file__).parent / "static"
+# collection images are served from our own origin; an SVG opened directly could run script, so
+# image responses may load nothing and run nothing
+IMAGE_HEADERS = {"Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; sandbox",
+                 "X-Content-Type-Options": "nosniff", "Cache-Control": "public, max-age=3600"}
+ERRORS = {code: {"model": schemas.Error} for code in (400, 404)}
+
+
+def create_app(model, index_dir=None, *, index=None, items=None) -> FastAPI:
+    """The app over a model (object or path) and an index folder written by `tokenspace index build`
+    (``index``/``items`` inject an already-open index and metadata instead, e.g. in tests)."""
+    if isinstance(model, (str, Path)):
+        from tokenspace.models.registry import load
+
+        model = load(model)
+    if index is None:
+        service = SearchService.from_dir(model, index_dir)
+    else:
+        if items is None and index_dir is not None:
+            from tokenspace.pipeline import read_collection_meta
+
+            items = read_collection_meta(index_dir).get("items", {})
+        service = SearchService(model, index, items, base_dir=index_dir)
+    return build_app(service)
+
+
+def build_app(service: SearchService, max_upload_bytes: int = MAX_UPLOAD_BYTES) -> FastAPI:
+    """The FastAPI app over a service; uploads larger than ``max_upload_bytes`` are refused (413)."""
+    app = FastAPI(title="tokenspace", version="1",
+                  description="Search images by text in a sparse token space; every hit explained token by token.")
+    app.state.service = service
+
+    @app.exception_handler(ServiceError)
+    async def _service_error(request: Request, exc: ServiceError):
+        return JSONResponse({"detail": str(exc)}, status_code=exc.status)
+
+    @app.exception_handler(UploadError)
+    async def _upload_error(request: Request, exc: UploadError):
+        return JSONResponse({"detail": str(exc)}, status_code=exc.status)
+
+    @app.get("/", include_in_schema=False)
+    def page():
+        return FileResponse(STATIC / "index.html")
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+
+    @app.get("/healthz", response_model=schemas.Health)
+    def healthz():
+        return {"status": "ok"}
+
+    @app.get("/stats", response_model=schemas.StatsResponse)
+    def stats():
+        return service.stats()
+
+    @app.post("/search", response_model=schemas.SearchResponse, responses=ERRORS)
+    def search(req: schemas.SearchRequest):
+        """Images for a text; ``must``/``must_not``/``where`` filter, ``steer`` reweights the query."""
+        return service.search_text(req.text, req.k, req.must, req.must_not, req.where, req.steer)
+
+    @app.post("/search/image", response_model=schemas.SearchResponse,
+              responses={413: {"model": schemas.Error}, 415: {"model": schemas.Error}})
+    def search_image(file: UploadFile = File(description="a PNG, JPEG, WebP or GIF image"),
+                     k: int = Query(10, ge=1, le=schemas.MAX_K)):
+        """Images similar to an uploaded one."""
+        data = file.file.read(max_upload_bytes + 1)  # one byte past the cap is enough to refuse it
+        return service.search_image(decode_image(data, max_bytes=max_upload_bytes), k)
+
+    @app.get("/explain/{id:path}", response_model=schemas.ExplainResponse, responses=ERRORS)
+    def explain(id: str, top_k: int = Query(20, ge=1, le=200)):
+        """The top tokens of an indexed image."""
+        return service.explain(id, top_k)
+
+    @app.post("/heatmap", response_class=Response, responses={
+        **ERRORS, 200: {"content": {"image/png": {}}, "description": "the image with the heatmap overlaid"}})
+    def heatmap(req: schemas.HeatmapRequest):
+        """Where the text's tokens fire on an indexed image (STAIR), as a PNG."""
+        return Response(service.heatmap(req.id, req.text), media_type="image/png")
+
+    @app.get("/image/{id:path}", response_class=FileResponse, responses={
+        404: {"model": schemas.Error}, 200: {"content": {"image/*": {}}, "description": "the image file"}})
+    def image(id: str):
+        """The collection's image file for an indexed id (only ids, never paths, are accepted)."""
+        return FileResponse(service.image_path(id), headers=IMAGE_HEADERS)
+
+    return app
+
+
+def run(model, index, host: str = "127.0.0.1", port: int = 8000) -> None:
+    """Serve the API and page with uvicorn (what `tokenspace serve` calls)."""
+    import uvicorn
+
+    app = create_app(model, index)
+    print(f"[tokenspace] serving {app.state.service.stats()['size']} images on http://{host}:{port}  "
+          f"(API docs at /docs)", flush=True)
+    uvicorn.run(app, host=host, port=port, log_level="warning")

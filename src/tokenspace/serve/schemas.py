@@ -1,0 +1,113 @@
+"""Request and response models of the HTTP API (they are also its OpenAPI schema).
+
+Limits live here so that out-of-range input is refused with a 422 naming the field before any work
+is done; token-level checks (unknown tokens, malformed boolean queries) need the vocabulary and are
+made by the service (400).
+"""
+from __future__ import annotations
+
+import math
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+MAX_TEXT = 500  # characters of a query text: the text tower truncates to a few dozen tokens anyway
+MAX_K = 100
+MAX_TOKENS = 32  # entries of must / must_not / steer
+MAX_STEER = 100.0
+
+
+def _not_blank(v: str) -> str:
+    if not v.strip():
+        raise ValueError("must not be empty or blank")
+    return v
+
+
+class SearchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"text": "a red heart", "k": 10, "must": [], "must_not": ["cat"], "where": "heart OR star",
+         "steer": {"red": 2.0}}]})
+
+    text: str = Field(min_length=1, max_length=MAX_TEXT, description="the query text")
+    k: int = Field(10, ge=1, le=MAX_K, description="number of hits")
+    must: list[str] = Field(default_factory=list, max_length=MAX_TOKENS,
+                            description="tokens every hit must contain")
+    must_not: list[str] = Field(default_factory=list, max_length=MAX_TOKENS,
+                                description="tokens no hit may contain")
+    where: str | None = Field(None, max_length=MAX_TEXT,
+                              description="boolean filter over tokens, e.g. `dog AND (beach OR sand) NOT cat`")
+    steer: dict[str, float] = Field(default_factory=dict, max_length=MAX_TOKENS,
+                                    description="token -> factor: 0 removes, <1 suppresses, >1 boosts; "
+                                                "absent tokens are added at factor x the top query weight")
+
+    _text = field_validator("text")(_not_blank)
+
+    @field_validator("steer")
+    @classmethod
+    def _factors(cls, v: dict[str, float]) -> dict[str, float]:
+        bad = {t: w for t, w in v.items() if not math.isfinite(w) or not 0 <= w <= MAX_STEER}
+        if bad:
+            raise ValueError(f"steering factors must be between 0 and {MAX_STEER:g}, got {bad}")
+        return v
+
+
+class HeatmapRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(min_length=1, max_length=1000, description="an indexed image id")
+    text: str = Field(min_length=1, max_length=MAX_TEXT, description="the query whose tokens to localise")
+
+    _text = field_validator("text")(_not_blank)
+
+
+class TokenWeight(BaseModel):
+    token: str
+    weight: float
+
+
+class TokenContribution(BaseModel):
+    token: str
+    query_weight: float
+    doc_weight: float
+    contribution: float = Field(description="query_weight x doc_weight; a hit's contributions sum to its score")
+
+
+class SearchHit(BaseModel):
+    id: str
+    score: float
+    image_url: str | None
+    text: str | None
+    label: str | None
+    tokens: list[TokenContribution]
+
+
+class SearchResponse(BaseModel):
+    query: list[TokenWeight] = Field(description="the (steered) query vector the index searched with")
+    hits: list[SearchHit]
+    took_ms: float
+
+
+class ExplainResponse(BaseModel):
+    id: str
+    text: str | None
+    label: str | None
+    nnz: int
+    tokens: list[TokenWeight]
+
+
+class StatsResponse(BaseModel):
+    model: str
+    family: str
+    vocab: str
+    dim: int
+    size: int = Field(description="indexed images")
+    nnz: int = Field(description="stored (image, token) weights")
+    collection: int = Field(description="ids with metadata (image file, text)")
+    index: dict = Field(description="the engine's own statistics")
+
+
+class Health(BaseModel):
+    status: str
+
+
+class Error(BaseModel):
+    detail: str

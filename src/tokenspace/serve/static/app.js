@@ -1,0 +1,130 @@
+// The search page: a small dependency-free client of the JSON API (POST /search, POST /heatmap).
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+
+// "a, b c" -> ["a", "b", "c"]: filters are typed as token lists
+function tokenList(s) {
+  return s.split(/[\s,]+/).map((t) => t.trim()).filter(Boolean);
+}
+
+// "dog=2, cat=0" -> {dog: 2, cat: 0}; a malformed entry is reported, not silently dropped
+function steerMap(s) {
+  const out = {};
+  for (const part of s.split(",").map((p) => p.trim()).filter(Boolean)) {
+    const m = part.match(/^(\S+?)\s*[=:]\s*([0-9.eE+-]+)$/);
+    if (!m) throw new Error(`steer: "${part}" is not token=factor`);
+    out[m[1]] = Number(m[2]);
+  }
+  return out;
+}
+
+// FastAPI errors: {detail: "message"} from the service, {detail: [{loc, msg}]} from validation
+function errorText(body, status) {
+  if (body && typeof body.detail === "string") return body.detail;
+  if (body && Array.isArray(body.detail)) {
+    return body.detail.map((e) => `${(e.loc || []).slice(1).join(".") || "request"}: ${e.msg}`).join("\n");
+  }
+  return `request failed (HTTP ${status})`;
+}
+
+function showError(msg) {
+  const el = $("error");
+  el.textContent = msg || "";
+  el.hidden = !msg;
+}
+
+function chip(text, title, strength) {
+  const c = document.createElement("span");
+  c.className = "chip";
+  c.textContent = text;
+  if (title) c.title = title;
+  if (strength !== undefined) c.style.setProperty("--w", (0.1 + 0.6 * strength).toFixed(2));
+  return c;
+}
+
+function renderQuery(tokens) {
+  const box = $("query-tokens");
+  box.replaceChildren(...tokens.slice(0, 24).map((t) => chip(`${t.token} ${t.weight.toFixed(2)}`, "query token weight")));
+}
+
+async function toggleHeatmap(thumb, hit, text) {
+  const old = thumb.querySelector("img.heatmap");
+  if (old) { old.remove(); return; }
+  const res = await fetch("/heatmap", {
+    method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify({id: hit.id, text}),
+  });
+  if (!res.ok) { showError(errorText(await res.json().catch(() => null), res.status)); return; }
+  const img = document.createElement("img");
+  img.className = "heatmap";
+  img.alt = `heatmap of "${text}" on ${hit.id}`;
+  img.src = URL.createObjectURL(await res.blob());
+  thumb.appendChild(img);
+}
+
+function card(hit, text) {
+  const el = document.createElement("article");
+  el.className = "card";
+  el.dataset.id = hit.id;
+  const thumb = document.createElement("div");
+  thumb.className = "thumb";
+  if (hit.image_url) {
+    const img = document.createElement("img");
+    img.src = hit.image_url;
+    img.alt = hit.text || hit.id;
+    img.loading = "lazy";
+    thumb.appendChild(img);
+  }
+  thumb.addEventListener("click", () => toggleHeatmap(thumb, hit, text));
+  const meta = document.createElement("div");
+  meta.className = "meta";
+  const id = document.createElement("span");
+  id.className = "id";
+  id.textContent = hit.id;
+  const score = document.createElement("strong");
+  score.className = "score";
+  score.textContent = hit.score.toFixed(3);
+  meta.append(id, score);
+  const caption = document.createElement("div");
+  caption.className = "caption";
+  caption.textContent = hit.text || "";
+  const chips = document.createElement("div");
+  chips.className = "chips";
+  const top = hit.tokens.length ? hit.tokens[0].contribution : 1;
+  for (const t of hit.tokens.slice(0, 8)) {
+    chips.appendChild(chip(`${t.token} +${t.contribution.toFixed(3)}`,
+      `query ${t.query_weight.toFixed(3)} x image ${t.doc_weight.toFixed(3)}`, top > 0 ? t.contribution / top : 0));
+  }
+  el.append(thumb, meta, caption, chips);
+  return el;
+}
+
+async function search(ev) {
+  ev.preventDefault();
+  showError("");
+  const text = $("q").value;
+  let body;
+  try {
+    body = {
+      text, k: Number($("k").value) || 12, must: tokenList($("must").value), must_not: tokenList($("must-not").value),
+      where: $("where").value.trim() || null, steer: steerMap($("steer").value),
+    };
+  } catch (e) { showError(e.message); return; }
+  const res = await fetch("/search", {method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify(body)});
+  const data = await res.json().catch(() => null);
+  if (!res.ok) { showError(errorText(data, res.status)); return; }
+  renderQuery(data.query);
+  const results = $("results");
+  results.replaceChildren(...data.hits.map((h) => card(h, text)));
+  if (!data.hits.length) results.textContent = "No image matches.";
+}
+
+async function loadStats() {
+  const res = await fetch("/stats");
+  if (!res.ok) return;
+  const s = await res.json();
+  $("stats").textContent = `${s.size} images · ${s.nnz} weights · model ${s.model}`;
+}
+
+$("search-form").addEventListener("submit", search);
+loadStats();
