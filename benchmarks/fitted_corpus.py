@@ -28,7 +28,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from tokenspace.sparse import SparseBatch  # noqa: E402
+from tokenspace.sparse import SparseBatch
 
 
 class FittedSampler:

@@ -93,7 +93,7 @@ def update_docs(path: Path, report, table: str) -> None:
                f"{report['batch_size']} on {report['threads_batch']} threads.\n\n{table}\n{end}")
     text = path.read_text(encoding="utf-8") if path.exists() else HEADER
     if begin in text:
-        text = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: section, text, flags=re.S)
+        text = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: section, text, flags=re.DOTALL)
     else:
         text = text.rstrip("\n") + "\n\n" + section + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)

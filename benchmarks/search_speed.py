@@ -33,9 +33,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # `python benchmarks/search_speed.py` imports benchmarks.peers
 
-from benchmarks.peers import PEERS  # noqa: E402
-from benchmarks.peers.common import load_corpus  # noqa: E402
-from benchmarks.report import markdown_table, print_table, update_docs  # noqa: E402
+from benchmarks.peers import PEERS
+from benchmarks.peers.common import load_corpus
+from benchmarks.report import markdown_table, print_table, update_docs
 
 CORPORA = {"100k": 100_000, "1m": 1_000_000}
 FILES = ["d_indptr", "d_indices", "d_data", "q_indptr", "q_indices", "q_data", "dense_docs", "dense_q"]
@@ -112,7 +112,8 @@ def run_peer(name, data_dir, n_docs, gt, args) -> dict:
     log = ROOT / "benchmarks/results" / f".worker-{name}.log"
     try:
         with open(log, "w") as f:
-            proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, timeout=args.timeout)
+            proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, timeout=args.timeout,
+                                  check=False)
     except subprocess.TimeoutExpired:
         return {"peer": name, "error": f"timed out after {args.timeout:.0f} s"}
     if out.exists():
@@ -161,7 +162,8 @@ def main(argv=None):
         n_docs = CORPORA[args.corpus]
     gt = ground_truth(data_dir, n_docs, K)
     command = "python benchmarks/search_speed.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    report = {"corpus": f"bench-{args.corpus.upper()}", "n_docs": n_docs, "k": K, "command": command.strip(),
+    name = args.corpus_dir.name if args.corpus_dir else f"bench-{args.corpus.upper()}"
+    report = {"corpus": name, "n_docs": n_docs, "k": K, "command": command.strip(),
               "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine(),
               "threads_batch": args.threads, "single_queries": args.single, "batch_size": args.batch_size,
               "results": []}

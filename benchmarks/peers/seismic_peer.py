@@ -13,7 +13,7 @@ from benchmarks.peers.common import Peer
 
 # Build: the library's defaults except n_postings, which scales with the collection (Seismic's papers
 # use ~4,000 per token at 8.8M MS MARCO passages; our Zipf corpus has much longer head lists).
-BUILD = dict(centroid_fraction=0.1, min_cluster_size=2, summary_energy=0.4, max_fraction=1.5, doc_cut=15)
+BUILD = {"centroid_fraction": 0.1, "min_cluster_size": 2, "summary_energy": 0.4, "max_fraction": 1.5, "doc_cut": 15}
 
 
 class SeismicPeer(Peer):

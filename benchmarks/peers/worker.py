@@ -55,7 +55,7 @@ def measure(peer, corpus, workdir, gt, k, n_single, batch_size, threads) -> dict
            "index_bytes": peer.index_bytes(workdir), "raw_csr_bytes": corpus.raw_csr_bytes(),
            "settings": []}
     for label, setting in peer.settings():
-        def one(r):
+        def one(r, setting=setting):
             idx, val = corpus.query(int(r))
             return peer.search_one(idx, val, k, qrow=int(r), **setting)
 
@@ -109,7 +109,7 @@ def main(argv=None):
         gt = np.load(a.gt)
         result = measure(peer, corpus, workdir, gt, a.k, a.single, a.batch_size, a.threads)
         peer.close()
-    except Exception as e:  # the harness reports every failure in the table with its reason
+    except Exception as e:  # noqa: BLE001 - the harness reports every failure in the table with its reason
         traceback.print_exc()
         kind = "not installed" if isinstance(e, ImportError) else type(e).__name__
         result = {"peer": a.peer, "error": f"{kind}: {e}"[:400]}

@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("faiss", reason="faiss-cpu is not installed (the 'dense' extra)")
 
-from tokenspace.index.dense import DenseIndex  # noqa: E402
+from tokenspace.index.dense import DenseIndex
 
 
 def _reference(docs, ids, queries, k):

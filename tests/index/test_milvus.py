@@ -11,8 +11,8 @@ import pytest
 pytest.importorskip("pymilvus", reason="pymilvus is not installed (the 'milvus' extra)")
 pytest.importorskip("milvus_lite", reason="milvus-lite is not installed (the 'milvus' extra)")
 
-from tokenspace.index.milvus import MilvusIndex  # noqa: E402
-from tokenspace.sparse import SparseBatch  # noqa: E402
+from tokenspace.index.milvus import MilvusIndex
+from tokenspace.sparse import SparseBatch
 
 TOL = 1e-4  # Milvus sums in float32, in its own order
 

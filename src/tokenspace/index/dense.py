@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -62,7 +62,7 @@ class DenseIndex:
 
     # ----------------------------------------------------------------- protocol
     @classmethod
-    def build(cls, vectors: np.ndarray, ids: Sequence[str]) -> "DenseIndex":
+    def build(cls, vectors: np.ndarray, ids: Sequence[str]) -> DenseIndex:
         vectors = _rows(vectors)
         index = cls(vectors.shape[1])
         index.add(vectors, ids)
@@ -140,7 +140,7 @@ class DenseIndex:
         os.replace(path / "ids.json.tmp", path / "ids.json")
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "DenseIndex":
+    def load(cls, path: str | os.PathLike) -> DenseIndex:
         faiss = _faiss()
         path = Path(path)
         try:

@@ -20,8 +20,8 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -94,8 +94,7 @@ def _write_jsonl(batch, ids, path, scale) -> Path:
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8", newline="\n") as f:
-        for doc_id, row in zip(ids, _row_fragments(batch, scale)):
-            f.write(f'{{"id": {_dump(doc_id)}, "vector": {row}}}\n')
+        f.writelines(f'{{"id": {_dump(doc_id)}, "vector": {row}}}\n' for doc_id, row in zip(ids, _row_fragments(batch, scale)))
     os.replace(tmp, path)  # a crash never leaves a half-written export under the final name
     return path
 
@@ -140,7 +139,7 @@ def write_rank_features(
                 if f is not None:
                     f.close()
                 written.append(out / f"bulk-{n // docs_per_file:05d}.ndjson")
-                f = open(written[-1], "w", encoding="utf-8", newline="\n")
+                f = open(written[-1], "w", encoding="utf-8", newline="\n")  # noqa: SIM115 - closed below
             f.write(_dump({"index": {"_index": index, "_id": doc_id}}) + "\n")
             f.write(f"{{{_dump(field)}: {row}}}\n")
     finally:
@@ -166,8 +165,8 @@ def read_jsonl(path: str | os.PathLike, vocab=None, dim: int | None = None) -> t
 
 __all__ = [
     "DEFAULT_SCALE",
-    "read_jsonl",
     "rank_features_mapping",
+    "read_jsonl",
     "token_names",
     "write_jsonl",
     "write_jsonl_quantized",

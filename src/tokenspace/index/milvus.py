@@ -28,8 +28,8 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -95,7 +95,7 @@ class MilvusIndex:
         overwrite: bool = False,
         drop_ratio_build: float = 0.0,
         max_id_length: int = 512,
-    ) -> "MilvusIndex":
+    ) -> MilvusIndex:
         """Create the collection and insert ``batch``.
 
         ``uri=None`` makes a Milvus Lite file in a new temp directory. An existing collection of the
@@ -127,11 +127,11 @@ class MilvusIndex:
         # Strong consistency: a search right after add/delete sees them, as with the embedded engine
         client.create_collection(collection, schema=schema, index_params=params, consistency_level="Strong")
         index = cls(client, uri, collection, batch.dim, batch.vocab)
-        index._insert(batch, ids)
+        index._insert(batch, ids, check_existing=False)  # a fresh collection holds no ids yet
         return index
 
     @classmethod
-    def load(cls, path: str | os.PathLike, token: str | None = None, vocab=None) -> "MilvusIndex":
+    def load(cls, path: str | os.PathLike, token: str | None = None, vocab=None) -> MilvusIndex:
         """Reconnect to the collection a save() file names (token: argument, else ``MILVUS_TOKEN``)."""
         try:
             meta = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -148,13 +148,17 @@ class MilvusIndex:
         return cls(client, meta["uri"], meta["collection"], meta["dim"], vocab)
 
     # ----------------------------------------------------------------- protocol
-    def add(self, batch: SparseBatch, ids: Sequence[str]) -> None:
-        """Insert new documents; ids already present are an error (Milvus would keep both rows)."""
+    def add(self, batch: SparseBatch, ids: Sequence[str], check_existing: bool = True) -> None:
+        """Insert new documents; ids already present are an error (Milvus would keep both rows).
+
+        ``check_existing=False`` skips that lookup (one query per 2,000 rows) for bulk loads whose ids
+        are known to be new; a duplicate then becomes a second row under the same id.
+        """
         if batch.dim != self.dim:
             raise ValueError(f"batch dim {batch.dim} != index dim {self.dim}")
-        self._insert(batch, ids)
+        self._insert(batch, ids, check_existing)
 
-    def _insert(self, batch: SparseBatch, ids: Sequence[str]) -> None:
+    def _insert(self, batch: SparseBatch, ids: Sequence[str], check_existing: bool) -> None:
         ids = [str(i) for i in ids]
         if len(ids) != len(batch):
             raise ValueError(f"got {len(ids)} ids for a batch of {len(batch)} rows")
@@ -162,7 +166,7 @@ class MilvusIndex:
             raise ValueError("ids must be unique")
         for s in range(0, len(ids), INSERT_ROWS):
             chunk = ids[s:s + INSERT_ROWS]
-            clash = self._existing(chunk)
+            clash = self._existing(chunk) if check_existing else set()
             if clash:
                 raise ValueError(f"ids already in the index: {sorted(clash)[:5]}")
             rows = _row_dicts(batch[s:s + INSERT_ROWS])
@@ -271,7 +275,7 @@ class MilvusIndex:
     def close(self) -> None:
         self._client.close()
 
-    def __enter__(self) -> "MilvusIndex":
+    def __enter__(self) -> MilvusIndex:  # noqa: PYI034 - typing.Self needs Python 3.11
         return self
 
     def __exit__(self, *exc) -> None:
