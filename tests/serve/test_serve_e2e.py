@@ -1,0 +1,82 @@
+"""End to end in headless Chromium: the app on a free loopback port, the page driven by playwright-core
+(tests/serve/e2e/search.mjs): type a query, see result cards with token chips, click for the heatmap,
+save a screenshot (docs/screenshot-search.png, or $TOKENSPACE_SCREENSHOT).
+
+Needs Debian's chromium (apt-get install -y chromium) and Node.js; playwright-core is installed into
+tests/serve/e2e/node_modules from its package-lock on first use. Skips, saying which, when one is missing.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+E2E = Path(__file__).parent / "e2e"
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = os.environ.get("TOKENSPACE_CHROMIUM", "/usr/bin/chromium")
+
+
+def _playwright_ready() -> str | None:
+    """None when node, chromium and playwright-core are all there; else why not."""
+    if shutil.which("node") is None:
+        return "node is not installed (needs Node.js for playwright-core)"
+    if not Path(CHROMIUM).exists():
+        return f"chromium is not installed at {CHROMIUM} (apt-get install -y chromium)"
+    if not (E2E / "node_modules" / "playwright-core").exists():
+        npm = shutil.which("npm")
+        if npm is None:
+            return "npm is not installed (needed once to install playwright-core)"
+        r = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=E2E, capture_output=True, text=True, timeout=300)
+        if r.returncode != 0:
+            return f"npm ci in {E2E} failed: {r.stderr.strip()[-300:]}"
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def live_server(served):
+    """The app under uvicorn in a thread, on 127.0.0.1:<free port>."""
+    import uvicorn
+
+    from tokenspace.serve.app import build_app
+
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(build_app(served[0]), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.time() + 30
+    while not server.started:
+        if time.time() > deadline or not thread.is_alive():
+            pytest.fail("the test server did not start")
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(10)
+
+
+@pytest.mark.slow
+def test_search_page_in_chromium(live_server):
+    reason = _playwright_ready()
+    if reason:
+        pytest.skip(reason)
+    out = Path(os.environ.get("TOKENSPACE_SCREENSHOT", ROOT / "docs" / "screenshot-search.png"))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    r = subprocess.run(["node", str(E2E / "search.mjs"), "--url", live_server, "--query", "a red dog",
+                        "--out", str(out), "--chromium", CHROMIUM],
+                       cwd=E2E, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, f"browser run failed:\n{r.stdout}\n{r.stderr}"
+    seen = json.loads(r.stdout.strip().splitlines()[-1])
+    assert seen["cards"] == 12 and seen["chips"] >= 12 * 2 and seen["heatmaps"] == 1
+    assert out.stat().st_size > 10_000 and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
