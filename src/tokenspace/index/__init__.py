@@ -1,0 +1,14 @@
+"""Search over SparseBatch: the SparseIndex protocol, the embedded inverted index, the exact oracle.
+
+Never imports torch (tests check it): the index side of the project runs on numpy, scipy and numba.
+"""
+from tokenspace.index.base import Hit, SparseIndex
+from tokenspace.index.inverted import APPROX_DEFAULTS, InvertedIndex
+from tokenspace.index.oracle import ExactIndex
+from tokenspace.index.query import And, Not, Or, Term, parse_query
+from tokenspace.index.storage import IndexCorruptError
+
+__all__ = [
+    "Hit", "SparseIndex", "InvertedIndex", "ExactIndex", "IndexCorruptError", "parse_query",
+    "Term", "And", "Or", "Not", "APPROX_DEFAULTS",
+]

@@ -1,0 +1,495 @@
+"""InvertedIndex: the embedded engine (numba), exact top-k with block-max pruning and an approximate mode.
+
+    index = InvertedIndex.build(docs, ids)                 # docs: SparseBatch, ids: list[str]
+    hits = index.search(queries, k=10)                     # list (one per query) of list[Hit]
+    hits = index.search(queries, k=10, where="dog AND (beach OR sand) NOT cat")
+    index.save("idx/"); index = InvertedIndex.load("idx/")  # memory-mapped, checksummed
+
+An index is a list of immutable segments (segment.py; ``add`` appends one) plus per-segment tombstones
+(``delete``). Documents get internal numbers in insertion order; equal scores are broken by the smaller
+internal number, so results are reproducible. Only documents with a positive score (sharing at least
+one dim with the query) are returned, hence a hit list may be shorter than k.
+"""
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from tokenspace.index import kernels, storage
+from tokenspace.index.base import Hit
+from tokenspace.index.query import Node, all_of, none_of, parse_query
+from tokenspace.index.segment import ARRAYS, Segment
+from tokenspace.index.storage import IndexCorruptError
+from tokenspace.sparse import SparseBatch
+from tokenspace.vocab import Vocabulary
+
+MODES = ("exact", "approx")
+# approximate-mode defaults: measured on bench-1M to keep recall@10 >= 0.99 (benchmarks/engine_quick.py)
+APPROX_DEFAULTS = {"query_mass": 1.0, "alpha": 0.9, "rerank": None}
+
+
+class InvertedIndex:
+    """Embedded sparse inverted index over a fixed dim; implements the SparseIndex protocol."""
+
+    def __init__(self, dim: int, vocab: Vocabulary | None = None, *, dense_fraction: float = 0.125,
+                 top_n: int | None = None):
+        if vocab is not None and len(vocab) != dim:
+            raise ValueError(f"vocabulary has {len(vocab)} entries but dim is {dim}")
+        if not (isinstance(dense_fraction, (int, float)) and dense_fraction > 0):
+            raise ValueError(f"dense_fraction must be > 0 (> 1 disables dense columns), got {dense_fraction!r}")
+        if top_n is not None and (not isinstance(top_n, (int, np.integer)) or top_n < 1):
+            raise ValueError(f"top_n must be a positive int or None, got {top_n!r}")
+        self.dim = int(dim)
+        self.vocab = vocab
+        self.dense_fraction = float(dense_fraction)
+        self.top_n = int(top_n) if top_n else 0
+        self._segments: list[Segment] = []
+        self._deleted: list[np.ndarray | None] = []  # uint8[n] per segment, 1 = deleted
+        self._live: list[np.ndarray | None] = []  # cached 1 - deleted, the kernels' mask
+        self._id_map: dict[str, int] | None = None  # id -> global doc number, built lazily
+        self._path: Path | None = None  # folder this index was loaded from / saved to
+        self._seg_names: list[str | None] = []  # committed folder name of each segment at _path
+        self._del_files: list[dict | None] = []  # committed tombstone entry of each segment
+        self._next_seg = 1
+        self._generation = 0
+
+    # ----------------------------------------------------------------- build / add / delete
+    @classmethod
+    def build(cls, batch: SparseBatch, ids: Sequence[str], *, dense_fraction: float = 0.125,
+              top_n: int | None = None, vocab: Vocabulary | None = None) -> "InvertedIndex":
+        """Index ``batch`` (non-negative weights, sorted unique dims per row) under string ``ids``.
+
+        dense_fraction: terms in at least this fraction of a segment's docs are stored as dense uint8
+            columns (faster to scan, n bytes each); > 1 disables them.
+        top_n: VisualSparta-style index-time pruning for the approximate mode: approx search reads
+            only each document's top_n heaviest terms; exact search also reads the rest (kept in
+            separate lists), so exact results are unchanged. None keeps every term in the main lists.
+        vocab: names of the dims (defaults to batch.vocab); stored with the index, used by ``where=``.
+        """
+        index = cls(batch.dim, vocab if vocab is not None else batch.vocab,
+                    dense_fraction=dense_fraction, top_n=top_n)
+        index.add(batch, ids)
+        return index
+
+    def add(self, batch: SparseBatch, ids: Sequence[str]) -> None:
+        """Append documents as a new segment (persisted by the next ``save``)."""
+        if not isinstance(batch, SparseBatch):
+            raise TypeError(f"add takes a SparseBatch, got {type(batch).__name__}")
+        if batch.dim != self.dim:
+            raise ValueError(f"documents have dim {batch.dim}, the index has dim {self.dim}")
+        ids = _check_ids(ids, len(batch))
+        id_map = self._ids()
+        clash = [i for i in ids if i in id_map]
+        if clash:
+            raise ValueError(f"{len(clash)} id(s) already in the index, e.g. {clash[0]!r} (ids must be unique)")
+        if len(batch) == 0:
+            return
+        seg = Segment.build(batch, ids, dense_fraction=self.dense_fraction, top_n=self.top_n)
+        base = self._total()
+        self._segments.append(seg)
+        self._deleted.append(None)
+        self._live.append(None)
+        self._seg_names.append(None)
+        self._del_files.append(None)
+        id_map.update((s, base + j) for j, s in enumerate(ids))
+
+    def delete(self, ids: Sequence[str]) -> int:
+        """Tombstone documents by id; unknown ids are ignored. Returns how many were deleted."""
+        id_map = self._ids()
+        count = 0
+        for s in _check_ids(ids, None):
+            g = id_map.pop(s, None)
+            if g is None:
+                continue
+            si, local = self._locate(g)
+            if self._deleted[si] is None:
+                self._deleted[si] = np.zeros(self._segments[si].n, np.uint8)
+            elif not self._deleted[si].flags.writeable:
+                self._deleted[si] = self._deleted[si].copy()
+            self._deleted[si][local] = 1
+            self._live[si] = None
+            self._del_files[si] = None
+            count += 1
+        return count
+
+    def compact(self) -> None:
+        """Merge all segments into one without the deleted documents (internal order is kept)."""
+        ids = self.ids()
+        batch = self.get(ids) if ids else None
+        fresh = InvertedIndex(self.dim, self.vocab, dense_fraction=self.dense_fraction, top_n=self.top_n or None)
+        if batch is not None:
+            fresh.add(batch, ids)
+        path, nxt, gen = self._path, self._next_seg, self._generation
+        self.__dict__.update(fresh.__dict__)
+        self._path, self._next_seg, self._generation = path, nxt, gen
+
+    # ----------------------------------------------------------------- search
+    def search(self, queries: SparseBatch, k: int = 10, *, mode: str = "exact",
+               must: Sequence | None = None, must_not: Sequence | None = None,
+               where: "str | Node | None" = None, subset: Sequence[str] | None = None,
+               query_mass: float | None = None, alpha: float | None = None, rerank: int | None = None,
+               threads: int = 1) -> list[list[Hit]]:
+        """Top-k documents by dot product for each query row, best first (ties: earlier insertion).
+
+        mode: "exact" returns the exact top-k (candidates from uint8-quantised scores within a proven
+            error window, rescored with the stored float32 vectors). "approx" trades recall for speed
+            with the knobs below (defaults in APPROX_DEFAULTS; they are rejected in exact mode).
+        query_mass (approx, in (0, 1], default 1): query-time term cut; keep each query's heaviest terms
+            that together carry this fraction of its L1 mass. Reported scores still use the full query.
+        alpha (approx, in (0, 1], default 0.9): block skipping; a 64-doc block is skipped when its
+            upper bound is below threshold / alpha (1 = no approximation).
+        rerank (approx, int >= k, default k): how many best quantised scores per segment are kept
+            and rescored exactly (more = higher recall when top_n/query_mass/alpha drop postings).
+        Also in approx mode the index-time ``top_n`` lists are used alone (see build).
+        must / must_not: dims (ints, or tokens when the index has a vocabulary) that a document must
+            all have / must have none of (weight > 0).
+        where: boolean query tree (query.Node) or string parsed with parse_query over the index vocab.
+        subset: only these document ids are searched (unknown ids are an error).
+        threads: queries are split over this many threads (numba kernels release the GIL).
+        Returns one list of Hit per query row; documents with score 0 are never returned.
+        """
+        if not isinstance(queries, SparseBatch):
+            raise TypeError(f"search takes a SparseBatch of queries, got {type(queries).__name__}")
+        if queries.dim != self.dim:
+            raise ValueError(f"queries have dim {queries.dim}, the index has dim {self.dim}")
+        if not isinstance(k, (int, np.integer)) or k < 1:
+            raise ValueError(f"k must be a positive int, got {k!r}")
+        if not isinstance(threads, (int, np.integer)) or threads < 1:
+            raise ValueError(f"threads must be a positive int, got {threads!r}")
+        bad = kernels.check_rows(queries.indptr, queries.indices, queries.values)
+        if bad >= 0:
+            raise ValueError(f"query row {bad} must have strictly increasing dims and finite weights >= 0")
+        qm, al, cap = self._knobs(mode, k, query_mass, alpha, rerank)
+        cut = queries
+        if qm < 1.0:
+            cut = queries._mask(kernels.cut_queries(queries.indptr, queries.indices, queries.values, qm))
+        masks = self._masks(must, must_not, where, subset)
+        nq = len(queries)
+        per_seg = []
+        base = 0
+        for si, seg in enumerate(self._segments):
+            kk, cc = min(int(k), seg.n), min(cap, seg.n)
+            out_docs = np.zeros((nq, kk), np.int64)
+            out_scores = np.zeros((nq, kk), np.float32)
+            out_count = np.zeros(nq, np.int64)
+            mask = masks[si]
+            if mask is None or mask.any():
+                self._run(seg, cut, queries, kk, cc, al, mode == "exact", mask, out_docs, out_scores,
+                          out_count, threads)
+            per_seg.append((base, seg, out_docs, out_scores, out_count))
+            base += seg.n
+        return [self._merge(per_seg, r, int(k)) for r in range(nq)]
+
+    def _knobs(self, mode, k, query_mass, alpha, rerank):
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        given = {"query_mass": query_mass, "alpha": alpha, "rerank": rerank}
+        if mode == "exact":
+            extra = [n for n, v in given.items() if v is not None]
+            if extra:
+                raise ValueError(f"{', '.join(extra)} only apply to mode='approx'")
+            return 1.0, 1.0, int(k)
+        knobs = {n: (APPROX_DEFAULTS[n] if v is None else v) for n, v in given.items()}
+        qm, al, rr = knobs["query_mass"], knobs["alpha"], knobs["rerank"]
+        if not (isinstance(qm, (int, float)) and 0 < qm <= 1):
+            raise ValueError(f"query_mass must be in (0, 1], got {qm!r}")
+        if not (isinstance(al, (int, float)) and 0 < al <= 1):
+            raise ValueError(f"alpha must be in (0, 1], got {al!r}")
+        rr = int(k) if rr is None else rr
+        if not isinstance(rr, (int, np.integer)) or rr < k:
+            raise ValueError(f"rerank must be an int >= k ({k}), got {rr!r}")
+        return float(qm), float(al), int(rr)
+
+    @staticmethod
+    def _run(seg, cut, full, k, cap, alpha, use_res, mask, out_docs, out_scores, out_count, threads):
+        rows = np.arange(len(full), dtype=np.int64)
+        if threads == 1 or len(rows) < 2:
+            seg.search(cut, full, rows, k, cap, alpha, use_res, mask, out_docs, out_scores, out_count)
+            return
+        parts = [p for p in np.array_split(rows, min(threads, len(rows))) if len(p)]
+        with ThreadPoolExecutor(max_workers=len(parts)) as pool:
+            list(pool.map(lambda p: seg.search(cut, full, p, k, cap, alpha, use_res, mask, out_docs,
+                                               out_scores, out_count), parts))
+
+    @staticmethod
+    def _merge(per_seg, r, k) -> list[Hit]:
+        docs, scores, segs = [], [], []
+        for base, seg, od, os_, oc in per_seg:
+            m = int(oc[r])
+            docs.append(od[r, :m] + base)
+            scores.append(os_[r, :m])
+            segs.append((base, seg, m))
+        if len(per_seg) == 1:
+            base, seg, m = segs[0]
+            return [Hit(float(s), seg.id_of(int(d))) for d, s in zip(docs[0], scores[0])]
+        d = np.concatenate(docs) if docs else np.zeros(0, np.int64)
+        s = np.concatenate(scores) if scores else np.zeros(0, np.float32)
+        order = np.lexsort((d, -s))[:k]
+        out = []
+        for j in order:
+            g = int(d[j])
+            for base, seg, _ in segs:
+                if base <= g < base + seg.n:
+                    out.append(Hit(float(s[j]), seg.id_of(g - base)))
+                    break
+        return out
+
+    # ----------------------------------------------------------------- filters
+    def _dims(self, items, what: str) -> list[int]:
+        out = []
+        for x in items:
+            if isinstance(x, str):
+                if self.vocab is None:
+                    raise ValueError(f"{what}: token {x!r} needs an index with a vocabulary")
+                if x not in self.vocab:
+                    raise ValueError(f"{what}: unknown token {x!r}")
+                out.append(self.vocab.id(x))
+            elif isinstance(x, (int, np.integer)) and 0 <= x < self.dim:
+                out.append(int(x))
+            else:
+                raise ValueError(f"{what}: {x!r} is not a dim in [0, {self.dim}) or a token")
+        return out
+
+    def _masks(self, must, must_not, where, subset) -> list[np.ndarray | None]:
+        """Per segment uint8 mask of searchable docs (None = all): live AND subset AND filters."""
+        trees = []
+        if must is not None:
+            trees.append(all_of(self._dims(must, "must")))
+        if must_not is not None:
+            trees.append(none_of(self._dims(must_not, "must_not")))
+        if where is not None:
+            if isinstance(where, str):
+                if self.vocab is None:
+                    raise ValueError("where= as a string needs an index with a vocabulary (or pass parse_query(...))")
+                where = parse_query(where, self.vocab)
+            for d in where.dims():
+                if not 0 <= d < self.dim:
+                    raise ValueError(f"where: dim {d} out of range [0, {self.dim})")
+            trees.append(where)
+        trees = [t for t in trees if t is not None]
+        allowed = None
+        if subset is not None:
+            id_map = self._ids()
+            sub = _check_ids(subset, None)
+            missing = [s for s in sub if s not in id_map]
+            if missing:
+                raise ValueError(f"subset: {len(missing)} unknown id(s), e.g. {missing[0]!r}")
+            allowed = np.fromiter((id_map[s] for s in sub), np.int64, len(sub))
+        masks, base = [], 0
+        for si, seg in enumerate(self._segments):
+            m = None
+            if self._deleted[si] is not None:
+                if self._live[si] is None:
+                    self._live[si] = (1 - self._deleted[si]).astype(np.uint8)
+                m = self._live[si].astype(bool)
+            if allowed is not None:
+                part = np.zeros(seg.n, bool)
+                local = allowed[(allowed >= base) & (allowed < base + seg.n)] - base
+                part[local] = True
+                m = part if m is None else m & part
+            for tree in trees:
+                cache: dict[int, np.ndarray] = {}
+                leaf = lambda d, seg=seg, cache=cache: cache.setdefault(d, seg.has_dim(d))  # noqa: E731
+                t = tree.evaluate(leaf)
+                m = t if m is None else m & t
+            masks.append(None if m is None else m.view(np.uint8) if m.dtype == bool else m)
+            base += seg.n
+        return masks
+
+    # ----------------------------------------------------------------- access
+    def get(self, ids: Sequence[str]) -> SparseBatch:
+        """The stored (exact, float32) vectors of these documents, in the given order."""
+        id_map = self._ids()
+        ids = _check_ids(ids, None)
+        rows = []
+        for s in ids:
+            if s not in id_map:
+                raise KeyError(f"unknown id {s!r}")
+            rows.append(self._locate(id_map[s]))
+        parts = [self._segments[si].rows(np.array([loc])) for si, loc in rows]
+        if not parts:
+            return SparseBatch.empty(0, self.dim, self.vocab)
+        return SparseBatch.concat(parts).with_vocab(self.vocab)
+
+    def ids(self) -> list[str]:
+        """Ids of the live documents, in internal (insertion) order."""
+        return [s for s, _ in sorted(self._ids().items(), key=lambda kv: kv[1])]
+
+    def __len__(self) -> int:
+        return sum(seg.n - (0 if d is None else int(d.sum())) for seg, d in zip(self._segments, self._deleted))
+
+    def stats(self) -> dict:
+        """Sizes and layout: docs, deleted, segments, nnz, index bytes vs the raw CSR, dense terms, ..."""
+        nnz = sum(int(seg.fwd_indptr[-1]) for seg in self._segments)
+        n = self._total()
+        raw = nnz * 8 + (n + 1) * 8  # int32 dims + float32 weights + int64 row pointers
+        size = sum(seg.nbytes() for seg in self._segments)
+        return {
+            "docs": len(self), "deleted": n - len(self), "segments": len(self._segments), "dim": self.dim,
+            "nnz": nnz, "index_bytes": size, "raw_csr_bytes": raw, "size_vs_raw_csr": size / raw if raw else 0.0,
+            "dense_terms": [int(seg.dense.shape[0]) for seg in self._segments],
+            "dense_fraction": self.dense_fraction, "top_n": self.top_n or None,
+            "path": str(self._path) if self._path else None,
+        }
+
+    def _total(self) -> int:
+        return sum(seg.n for seg in self._segments)
+
+    def _ids(self) -> dict[str, int]:
+        if self._id_map is None:
+            id_map, base = {}, 0
+            for seg, dele in zip(self._segments, self._deleted):
+                for j, s in enumerate(seg.ids):
+                    if dele is None or not dele[j]:
+                        id_map[s] = base + j
+                base += seg.n
+            self._id_map = id_map
+        return self._id_map
+
+    def _locate(self, g: int) -> tuple[int, int]:
+        base = 0
+        for si, seg in enumerate(self._segments):
+            if g < base + seg.n:
+                return si, g - base
+            base += seg.n
+        raise IndexError(g)
+
+    # ----------------------------------------------------------------- persistence
+    def save(self, path: str | os.PathLike) -> None:
+        """Commit the index to a folder (see storage.py); saving again to the same folder only
+        writes new segments and tombstones, then atomically swaps the manifest."""
+        root = Path(path)
+        root.mkdir(parents=True, exist_ok=True)
+        same = self._path is not None and root.resolve() == self._path.resolve()
+        if not same:
+            if (root / storage.MANIFEST).exists():
+                old = storage.read_manifest(root)
+                self._next_seg = max(self._next_seg, old.get("next_segment", 1))
+                self._generation = max(self._generation, old.get("generation", 0))
+            names = [None] * len(self._segments)
+            del_files = [None] * len(self._segments)
+        else:
+            names, del_files = list(self._seg_names), list(self._del_files)
+        gen = self._generation + 1
+        segments = []
+        for si, seg in enumerate(self._segments):
+            if names[si] is None:
+                names[si] = f"seg-{self._next_seg:06d}"
+                self._next_seg += 1
+                files = storage.write_segment(root, names[si], {a: seg.arrays[a] for a in ARRAYS})
+                seg.files = {f"{names[si]}/{a}.npy": meta for a, meta in files.items()}
+            if self._deleted[si] is not None and del_files[si] is None:
+                rel = f"{names[si]}.del-{gen:06d}.npy"
+                del_files[si] = dict(storage.write_array(root / rel, self._deleted[si]), file=rel)
+            segments.append({"name": names[si], "n": seg.n, "top_n": seg.top_n, "files": seg.files,
+                             "tombstones": del_files[si]})
+        vocab = None
+        if self.vocab is not None:
+            vocab = dict(storage.write_text(root / "vocab.txt", "\n".join(self.vocab.tokens) + "\n"),
+                         file="vocab.txt", name=self.vocab.name)
+        storage.write_manifest(root, {
+            "dim": self.dim, "dense_fraction": self.dense_fraction, "top_n": self.top_n,
+            "generation": gen, "next_segment": self._next_seg, "segments": segments, "vocab": vocab,
+            "block": kernels.BLOCK,
+        })
+        keep = {s["name"] for s in segments} | {s["tombstones"]["file"] for s in segments if s["tombstones"]}
+        storage.remove_unreferenced(root, keep)
+        self._path, self._seg_names, self._del_files, self._generation = root, names, del_files, gen
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, mmap: bool = True, verify: bool = True) -> "InvertedIndex":
+        """Open a saved index; arrays are memory-mapped when ``mmap``.
+
+        verify=True checks the crc32 of every file (reads the whole index once); verify=False only
+        checks sizes, dtypes and shapes (fast, but a bit flip inside a file goes unnoticed).
+        Raises IndexCorruptError for a damaged index, FileNotFoundError when there is none.
+        """
+        root = Path(path)
+        man = storage.read_manifest(root)
+        entries = {}
+        for s in man["segments"]:
+            entries.update(s["files"])
+            if s["tombstones"]:
+                entries[s["tombstones"]["file"]] = s["tombstones"]
+        if man.get("vocab"):
+            entries[man["vocab"]["file"]] = man["vocab"]
+        storage.check_files(root, entries, verify)
+        if man.get("block") != kernels.BLOCK:
+            raise IndexCorruptError(f"{root}: block size {man.get('block')} != {kernels.BLOCK}")
+        vocab = None
+        if man.get("vocab"):
+            tokens = (root / man["vocab"]["file"]).read_text(encoding="utf-8").split("\n")[:-1]
+            vocab = Vocabulary(tokens, name=man["vocab"]["name"])
+        index = cls(man["dim"], vocab, dense_fraction=man["dense_fraction"], top_n=man["top_n"] or None)
+        for s in man["segments"]:
+            arrays = {a: storage.load_array(root / f"{s['name']}/{a}.npy", mmap) for a in ARRAYS}
+            seg = Segment(int(s["n"]), index.dim, int(s["top_n"]), arrays)
+            _check_segment(seg, root / s["name"])
+            seg.files = s["files"]
+            index._segments.append(seg)
+            dele = None
+            if s["tombstones"]:
+                dele = storage.load_array(root / s["tombstones"]["file"], mmap=False)
+                if dele.shape != (seg.n,) or dele.dtype != np.uint8:
+                    raise IndexCorruptError(f"{root / s['tombstones']['file']}: bad tombstone array")
+            index._deleted.append(dele)
+            index._live.append(None)
+            index._seg_names.append(s["name"])
+            index._del_files.append(s["tombstones"])
+        index._path, index._next_seg, index._generation = root, man["next_segment"], man["generation"]
+        return index
+
+    def __repr__(self) -> str:
+        return f"InvertedIndex(docs={len(self)}, dim={self.dim}, segments={len(self._segments)})"
+
+
+def _check_ids(ids, n: int | None) -> list[str]:
+    if isinstance(ids, str):
+        raise TypeError("ids must be a sequence of strings, not one string")
+    ids = list(ids)
+    for s in ids:
+        if not isinstance(s, str):
+            raise TypeError(f"ids must be strings, got {type(s).__name__} ({s!r})")
+    if n is not None:
+        if len(ids) != n:
+            raise ValueError(f"got {len(ids)} ids for {n} documents")
+        if len(set(ids)) != len(ids):
+            seen, dup = set(), None
+            for s in ids:
+                if s in seen:
+                    dup = s
+                    break
+                seen.add(s)
+            raise ValueError(f"duplicate id {dup!r} (ids must be unique)")
+    return ids
+
+
+_DTYPES = {
+    "fwd_indptr": np.int64, "fwd_indices": np.int32, "fwd_values": np.float32, "df": np.int32,
+    "wmax": np.float32, "scale": np.float32, "dense_slot": np.int32, "dense": np.uint8, "bmax": np.uint8,
+    "main_ptr": np.int64, "main_docs": np.int32, "main_codes": np.uint8, "res_ptr": np.int64,
+    "res_docs": np.int32, "res_codes": np.uint8, "ids_ptr": np.int64, "ids_blob": np.uint8,
+}
+
+
+def _check_segment(seg: Segment, where: Path) -> None:
+    """Cheap structural checks, so even verify=False never hands the kernels inconsistent arrays."""
+    a, n, dim = seg.arrays, seg.n, seg.dim
+    nd = a["dense"].shape[0] if a["dense"].ndim == 2 else -1
+    expect = {
+        "fwd_indptr": (n + 1,), "df": (dim,), "wmax": (dim,), "scale": (dim,), "dense_slot": (dim,),
+        "dense": (nd, n), "bmax": (nd, (n + kernels.BLOCK - 1) // kernels.BLOCK), "main_ptr": (dim + 1,),
+        "res_ptr": (dim + 1,), "ids_ptr": (n + 1,),
+        "fwd_indices": (int(a["fwd_indptr"][-1]) if len(a["fwd_indptr"]) else -1,),
+        "fwd_values": a["fwd_indices"].shape, "main_docs": (int(a["main_ptr"][-1]),),
+        "main_codes": a["main_docs"].shape, "res_docs": (int(a["res_ptr"][-1]),),
+        "res_codes": a["res_docs"].shape, "ids_blob": (int(a["ids_ptr"][-1]),),
+    }
+    for name, dt in _DTYPES.items():
+        if a[name].dtype != dt or a[name].shape != expect[name]:
+            raise IndexCorruptError(f"{where}/{name}.npy: dtype {a[name].dtype} shape {a[name].shape}, "
+                                    f"expected {np.dtype(dt)} {expect[name]}")

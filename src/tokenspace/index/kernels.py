@@ -1,0 +1,433 @@
+"""numba kernels of the inverted index: segment build and blocked top-k search.
+
+Layout of one segment (n docs, vocabulary size V), see segment.py for the arrays:
+
+* every posting carries a uint8 *code* (weight quantised per term, ``code * scale[t] ~ w``, present
+  weights never round to 0), so scoring streams 1 byte per posting instead of 4;
+* terms in at least ``dense_min_df`` docs are stored as a dense code column over all n docs (no doc
+  ids; SIMD friendly), the others as (doc id, code) posting lists sorted by doc id;
+* the exact float32 doc vectors stay in a forward CSR store.
+
+Search walks the docs in chunks of CHUNK (accumulator stays in L1/L2), scatters the sparse lists,
+adds the dense columns per BLOCK-doc block, skips blocks whose upper bound (block max of the scattered
+part + block-max codes of the dense columns) cannot reach the running threshold, and keeps every doc
+whose quantised score is within ``2 * err`` of the k-th best quantised score, where ``err`` bounds the
+quantisation error of one doc's score. Those candidates are rescored exactly from the forward store,
+so exact mode returns the exact top-k (proof in search_one's comment), not an approximation of it.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+CHUNK = 16384  # docs per accumulator chunk: 64 KiB of float32, L2 resident
+BLOCK = 64  # docs per block-max block (one cache line of codes per dense column)
+SUB = 512  # docs per selection sub-chunk
+NO_THRESHOLD = -np.inf
+
+
+# ----------------------------------------------------------------------------- build
+@njit(cache=True, nogil=True)
+def check_rows(indptr, indices, values):
+    """-1 if every row has strictly increasing dims and finite weights >= 0, else the bad row."""
+    for i in range(len(indptr) - 1):
+        for p in range(indptr[i], indptr[i + 1]):
+            v = values[p]
+            if not (v >= 0.0 and v < np.inf):
+                return i
+            if p > indptr[i] and indices[p] <= indices[p - 1]:
+                return i
+    return -1
+
+
+@njit(cache=True, nogil=True)
+def term_stats(indptr, indices, values, dim, top_n):
+    """Per-term doc frequency and max weight; with top_n > 0 also the df of each doc's top-n part.
+
+    Returns (df, wmax, df_main, is_main) where is_main marks the postings that go to the main lists
+    (all of them when top_n <= 0; otherwise each doc's top_n heaviest, ties to the smaller dim).
+    """
+    n = len(indptr) - 1
+    df = np.zeros(dim, np.int64)
+    df_main = np.zeros(dim, np.int64)
+    wmax = np.zeros(dim, np.float32)
+    is_main = np.ones(len(indices), np.bool_)
+    for i in range(n):
+        a, b = indptr[i], indptr[i + 1]
+        if top_n > 0 and b - a > top_n:
+            order = np.argsort(-values[a:b], kind="mergesort")
+            for r in range(top_n, b - a):
+                is_main[a + order[r]] = False
+        for p in range(a, b):
+            v = values[p]
+            if v <= 0.0:
+                is_main[p] = False
+                continue
+            t = indices[p]
+            df[t] += 1
+            if is_main[p]:
+                df_main[t] += 1
+            if v > wmax[t]:
+                wmax[t] = v
+    return df, wmax, df_main, is_main
+
+
+@njit(cache=True, nogil=True)
+def encode(v, scale):
+    """uint8 code of weight v > 0 for a term with this scale: round to nearest, never 0."""
+    c = np.int64(v / scale + 0.5)
+    if c < 1:
+        c = 1
+    if c > 255:
+        c = 255
+    return np.uint8(c)
+
+
+@njit(cache=True, nogil=True)
+def fill_postings(indptr, indices, values, scale, is_main, dense_slot, n_dense,
+                  main_ptr, res_ptr):
+    """Scatter the forward CSR into posting lists (doc-sorted), dense columns and block maxima."""
+    n = len(indptr) - 1
+    main_docs = np.empty(main_ptr[-1], np.int32)
+    main_codes = np.empty(main_ptr[-1], np.uint8)
+    res_docs = np.empty(res_ptr[-1], np.int32)
+    res_codes = np.empty(res_ptr[-1], np.uint8)
+    dense = np.zeros((n_dense, n), np.uint8)
+    nblocks = (n + BLOCK - 1) // BLOCK
+    bmax = np.zeros((n_dense, nblocks), np.uint8)
+    mpos = main_ptr[:-1].copy()
+    rpos = res_ptr[:-1].copy()
+    for i in range(n):
+        blk = i // BLOCK
+        for p in range(indptr[i], indptr[i + 1]):
+            v = values[p]
+            if v <= 0.0:
+                continue
+            t = indices[p]
+            c = encode(v, scale[t])
+            if is_main[p]:
+                s = dense_slot[t]
+                if s >= 0:
+                    dense[s, i] = c
+                    if c > bmax[s, blk]:
+                        bmax[s, blk] = c
+                else:
+                    main_docs[mpos[t]] = i
+                    main_codes[mpos[t]] = c
+                    mpos[t] += 1
+            else:
+                res_docs[rpos[t]] = i
+                res_codes[rpos[t]] = c
+                rpos[t] += 1
+    return main_docs, main_codes, res_docs, res_codes, dense, bmax
+
+
+# ----------------------------------------------------------------------------- search
+@njit(cache=True, nogil=True)
+def _heap_push(heap, size, cap, s):
+    """Min-heap of the best `cap` quantised scores; returns the new size."""
+    if size < cap:
+        j = size
+        heap[j] = s
+        size += 1
+        while j > 0:
+            parent = (j - 1) // 2
+            if heap[parent] <= heap[j]:
+                break
+            heap[parent], heap[j] = heap[j], heap[parent]
+            j = parent
+        return size
+    if s <= heap[0]:
+        return size
+    heap[0] = s
+    j = 0
+    while True:
+        l = 2 * j + 1
+        if l >= size:
+            break
+        m = l
+        if l + 1 < size and heap[l + 1] < heap[l]:
+            m = l + 1
+        if heap[j] <= heap[m]:
+            break
+        heap[j], heap[m] = heap[m], heap[j]
+        j = m
+    return size
+
+
+@njit(cache=True, nogil=True)
+def search_one(q_idx, q_val, f_idx, f_val, k, cap, alpha, use_res, mask, has_mask,
+               df, scale, dense_slot, dense, bmax, main_ptr, main_docs, main_codes,
+               res_ptr, res_docs, res_codes, fwd_indptr, fwd_indices, fwd_values,
+               qdense, acc, out_docs, out_scores):
+    """Top-k of one query over one segment; writes out_docs/out_scores[:m] and returns m.
+
+    q_idx/q_val: the terms that generate candidates (maybe cut); f_idx/f_val: the full query used
+    for exact rescoring. cap >= k is the size of the quantised-score heap (more candidates rescored).
+    alpha in (0, 1]: a block is skipped when its bound is below threshold / alpha (1 = safe).
+
+    Why exact: let t be the cap-th best quantised score at the end and err the largest
+    |quantised - exact| of any doc (sum over query terms of q * scale). The cap >= k docs in the heap
+    have exact scores >= t - err, so the true k-th exact score is >= t - err, and any doc of the
+    true top-k has a quantised score >= t - 2 err = the final threshold. The running threshold only
+    grows towards it, so such a doc was kept as a candidate and survives. Skipped blocks are bounded
+    below the running threshold. Candidates are then ranked by their exact score (ties: doc id).
+    """
+    n = len(fwd_indptr) - 1
+    nq = len(q_idx)
+    # split the query terms into sparse lists and dense columns; drop terms absent here
+    sp_t = np.empty(2 * nq, np.int64)
+    sp_w = np.empty(2 * nq, np.float32)
+    sp_pos = np.empty(2 * nq, np.int64)
+    sp_end = np.empty(2 * nq, np.int64)
+    sp_res = np.zeros(2 * nq, np.bool_)
+    dn_slot = np.empty(nq, np.int64)
+    dn_w = np.empty(nq, np.float32)
+    n_sp = 0
+    n_dn = 0
+    err = 0.0
+    bound = 0.0
+    for j in range(nq):
+        t = q_idx[j]
+        w = q_val[j]
+        if w <= 0.0 or df[t] == 0:
+            continue
+        qs = w * scale[t]
+        err += qs
+        bound += qs * 255.0
+        if dense_slot[t] >= 0:
+            dn_slot[n_dn] = dense_slot[t]
+            dn_w[n_dn] = qs
+            n_dn += 1
+        elif main_ptr[t + 1] > main_ptr[t]:
+            sp_t[n_sp] = t
+            sp_w[n_sp] = qs
+            sp_pos[n_sp] = main_ptr[t]
+            sp_end[n_sp] = main_ptr[t + 1]
+            n_sp += 1
+        if use_res and res_ptr[t + 1] > res_ptr[t]:
+            sp_t[n_sp] = t
+            sp_w[n_sp] = qs
+            sp_pos[n_sp] = res_ptr[t]
+            sp_end[n_sp] = res_ptr[t + 1]
+            sp_res[n_sp] = True
+            n_sp += 1
+    if n_sp == 0 and n_dn == 0:
+        return 0
+    # float32 accumulation slack on top of the quantisation bound
+    err = err * 1.0001 + bound * 1e-5
+    heap = np.empty(cap, np.float32)
+    hsize = 0
+    thr = np.float32(NO_THRESHOLD)
+    cand_cap = max(1024, 4 * cap)
+    c_doc = np.empty(cand_cap, np.int64)
+    c_s = np.empty(cand_cap, np.float32)
+    nc = 0
+    chunk_start = np.empty(2 * nq, np.int64)
+    inv_alpha = 1.0 / alpha
+    nblk_chunk = (CHUNK + BLOCK - 1) // BLOCK
+    skip = np.zeros(nblk_chunk, np.bool_)
+    ub = np.zeros(nblk_chunk, np.float32)
+    # Loops below index through slices starting at 0: numba cannot vectorise acc[c0 + j] because of
+    # negative-index wraparound, and a scalar loop over 1M docs costs more than the whole query.
+    for c0 in range(0, n, CHUNK):
+        c1 = min(n, c0 + CHUNK)
+        width = c1 - c0
+        a = acc[:width]
+        # 1) scatter the sparse lists of this chunk
+        cnt = 0
+        for i in range(n_sp):
+            p = sp_pos[i]
+            e = sp_end[i]
+            chunk_start[i] = p
+            w = sp_w[i]
+            docs = res_docs if sp_res[i] else main_docs
+            codes = res_codes if sp_res[i] else main_codes
+            while p < e and docs[p] < c1:
+                a[np.uintp(docs[p] - c0)] += w * np.float32(codes[p])
+                p += 1
+            cnt += p - sp_pos[i]
+            sp_pos[i] = p
+        if n_dn == 0:
+            if cnt == 0:
+                continue
+            if cnt * 8 < width:
+                # few postings: select over the touched docs only (a reset marks a doc as done)
+                for i in range(n_sp):
+                    docs = res_docs if sp_res[i] else main_docs
+                    for p in range(chunk_start[i], sp_pos[i]):
+                        d = docs[p]
+                        s = a[np.uintp(d - c0)]
+                        if s == 0.0:
+                            continue
+                        a[np.uintp(d - c0)] = 0.0
+                        if s < thr or (has_mask and mask[d] == 0):
+                            continue
+                        if nc == cand_cap:
+                            nc, c_doc, c_s, cand_cap = _compact(c_doc, c_s, nc, thr)
+                        c_doc[nc] = d
+                        c_s[nc] = s
+                        nc += 1
+                        hsize = _heap_push(heap, hsize, cap, s)
+                        if hsize == cap:
+                            thr = np.float32(heap[0] - 2.0 * err)
+                continue
+        # 2) block bounds (block-max codes of the dense columns + the chunk max of the scattered
+        # part): skip blocks that cannot reach threshold / alpha
+        nb = (width + BLOCK - 1) // BLOCK
+        skip[:nb] = False
+        n_skip = 0
+        if thr > NO_THRESHOLD and n_dn > 0:
+            lim = np.float32(thr * inv_alpha) - a.max()
+            u = ub[:nb]
+            u[:] = 0.0
+            b0 = c0 // BLOCK
+            for h in range(n_dn):
+                bm = bmax[dn_slot[h], b0:b0 + nb]
+                w = dn_w[h]
+                for b in range(nb):
+                    u[b] += w * np.float32(bm[b])
+            for b in range(nb):
+                if u[b] < lim:
+                    skip[b] = True
+                    n_skip += 1
+            if n_skip == nb:
+                a[:] = 0.0
+                continue
+        # 3) dense columns, over runs of unskipped blocks
+        for h in range(n_dn):
+            col = dense[dn_slot[h], c0:c1]
+            w = dn_w[h]
+            b = 0
+            while b < nb:
+                if skip[b]:
+                    b += 1
+                    continue
+                e = b
+                while e < nb and not skip[e]:
+                    e += 1
+                j0 = b * BLOCK
+                j1 = min(width, e * BLOCK)
+                aa = a[j0:j1]
+                cc = col[j0:j1]
+                for j in range(j1 - j0):
+                    aa[j] += w * np.float32(cc[j])
+                b = e
+        if n_skip > 0:
+            for b in range(nb):
+                if skip[b]:
+                    a[b * BLOCK:min(width, (b + 1) * BLOCK)] = 0.0
+        # 4) select: a vectorised count finds the sub-chunks holding a doc above the threshold
+        for s0 in range(0, width, SUB):
+            aa = a[s0:min(width, s0 + SUB)]
+            hits = 0
+            for j in range(len(aa)):
+                hits += aa[j] >= thr
+            if hits == 0:
+                continue
+            for j in range(len(aa)):
+                s = aa[j]
+                if s < thr or s == 0.0:
+                    continue
+                d = c0 + s0 + j
+                if has_mask and mask[d] == 0:
+                    continue
+                if nc == cand_cap:
+                    nc, c_doc, c_s, cand_cap = _compact(c_doc, c_s, nc, thr)
+                c_doc[nc] = d
+                c_s[nc] = s
+                nc += 1
+                hsize = _heap_push(heap, hsize, cap, s)
+                if hsize == cap:
+                    thr = np.float32(heap[0] - 2.0 * err)
+        a[:] = 0.0
+    # 5) exact rescoring of the surviving candidates with the full query
+    for j in range(len(f_idx)):
+        qdense[f_idx[j]] = f_val[j]
+    m = 0
+    ex = np.empty(nc, np.float32)
+    keep = np.empty(nc, np.int64)
+    for c in range(nc):
+        if c_s[c] < thr:
+            continue
+        d = c_doc[c]
+        s = np.float32(0.0)
+        for p in range(fwd_indptr[d], fwd_indptr[d + 1]):
+            s += qdense[fwd_indices[p]] * fwd_values[p]
+        if s > 0.0:
+            ex[m] = s
+            keep[m] = d
+            m += 1
+    for j in range(len(f_idx)):
+        qdense[f_idx[j]] = 0.0
+    # sort by doc id, then stably by -score: ties go to the smaller doc id (candidates from the
+    # posting-list path are not in doc order)
+    by_doc = np.argsort(keep[:m])
+    keep_s = keep[:m][by_doc]
+    ex_s = ex[:m][by_doc]
+    order = np.argsort(-ex_s, kind="mergesort")
+    r = min(k, m)
+    for i in range(r):
+        out_docs[i] = keep_s[order[i]]
+        out_scores[i] = ex_s[order[i]]
+    return r
+
+
+@njit(cache=True, nogil=True)
+def _compact(c_doc, c_s, nc, thr):
+    """Drop candidates below the threshold; grow the buffer when that frees too little."""
+    m = 0
+    for c in range(nc):
+        if c_s[c] >= thr:
+            c_doc[m] = c_doc[c]
+            c_s[m] = c_s[c]
+            m += 1
+    cap = len(c_doc)
+    if m * 2 > cap:
+        cap *= 2
+        nd = np.empty(cap, np.int64)
+        ns = np.empty(cap, np.float32)
+        nd[:m] = c_doc[:m]
+        ns[:m] = c_s[:m]
+        return m, nd, ns, cap
+    return m, c_doc, c_s, cap
+
+
+@njit(cache=True, nogil=True)
+def search_batch(q_indptr, q_indices, q_values, f_indptr, f_indices, f_values, rows, k, cap, alpha,
+                 use_res, mask, has_mask, df, scale, dense_slot, dense, bmax, main_ptr, main_docs,
+                 main_codes, res_ptr, res_docs, res_codes, fwd_indptr, fwd_indices, fwd_values,
+                 dim, out_docs, out_scores, out_count):
+    """search_one over the query rows `rows`; results land in row r of the out_* arrays."""
+    qdense = np.zeros(dim, np.float32)
+    acc = np.zeros(CHUNK, np.float32)
+    for r in rows:
+        a, b = q_indptr[r], q_indptr[r + 1]
+        fa, fb = f_indptr[r], f_indptr[r + 1]
+        out_count[r] = search_one(
+            q_indices[a:b], q_values[a:b], f_indices[fa:fb], f_values[fa:fb], k, cap, alpha, use_res,
+            mask, has_mask, df, scale, dense_slot, dense, bmax, main_ptr, main_docs, main_codes,
+            res_ptr, res_docs, res_codes, fwd_indptr, fwd_indices, fwd_values, qdense, acc,
+            out_docs[r], out_scores[r])
+
+
+@njit(cache=True, nogil=True)
+def cut_queries(indptr, indices, values, mass):
+    """Keep per row the heaviest terms covering `mass` of the row's L1 weight (query term cut)."""
+    n = len(indptr) - 1
+    keep = np.zeros(len(indices), np.bool_)
+    for i in range(n):
+        a, b = indptr[i], indptr[i + 1]
+        if b == a:
+            continue
+        total = 0.0
+        for p in range(a, b):
+            total += values[p]
+        order = np.argsort(-values[a:b], kind="mergesort")
+        got = 0.0
+        for r in range(b - a):
+            keep[a + order[r]] = True
+            got += values[a + order[r]]
+            if got >= mass * total:
+                break
+    return keep

@@ -1,0 +1,129 @@
+"""One immutable segment of the inverted index: its arrays, how to build them, how to search them.
+
+A segment never changes once built (deletes are tombstones kept by the index), so it can be
+memory-mapped from disk and shared between threads without locks.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tokenspace.index import kernels
+from tokenspace.sparse import SparseBatch
+
+# every array of a segment, in the order they are written; all are needed to search
+ARRAYS = (
+    "fwd_indptr", "fwd_indices", "fwd_values",  # exact doc vectors (CSR): get() and rescoring
+    "df", "wmax", "scale", "dense_slot",  # per term: doc frequency, max weight, code step, column
+    "dense", "bmax",  # dense code columns [n_dense, n] and their block maxima [n_dense, n_blocks]
+    "main_ptr", "main_docs", "main_codes",  # sparse posting lists (doc-sorted)
+    "res_ptr", "res_docs", "res_codes",  # postings outside each doc's top_n (exact mode only)
+    "ids_ptr", "ids_blob",  # external ids, UTF-8, concatenated
+)
+
+
+@dataclass
+class Segment:
+    n: int
+    dim: int
+    top_n: int  # 0 = every posting in the main lists
+    arrays: dict[str, np.ndarray]
+    _ids: list[str] | None = field(default=None, repr=False)
+    files: dict | None = field(default=None, repr=False)  # manifest entries once committed
+
+    def __getattr__(self, name):  # arrays read as attributes: seg.main_docs
+        arrays = self.__dict__.get("arrays")
+        if arrays is not None and name in arrays:
+            return arrays[name]
+        raise AttributeError(name)
+
+    # ----------------------------------------------------------------- build
+    @classmethod
+    def build(cls, batch: SparseBatch, ids: list[str], *, dense_fraction: float, top_n: int) -> "Segment":
+        indptr, indices, values = batch.indptr, batch.indices, batch.values
+        bad = kernels.check_rows(indptr, indices, values)
+        if bad >= 0:
+            raise ValueError(
+                f"document row {bad} ({ids[bad]!r}) must have strictly increasing dims and finite "
+                "weights >= 0 (build SparseBatch with from_scipy/from_dicts to sort and merge)")
+        n, dim = len(batch), batch.dim
+        df, wmax, df_main, is_main = kernels.term_stats(indptr, indices, values, dim, top_n)
+        scale = (wmax / np.float32(255.0)).astype(np.float32)
+        # dense columns for frequent terms: 1 byte per doc beats 5 bytes per posting above ~n/5,
+        # and a streamed column is several times faster to add than a scattered list
+        dense_min_df = max(1, int(np.ceil(dense_fraction * n))) if dense_fraction <= 1 else n + 1
+        is_dense = df_main >= dense_min_df
+        dense_slot = np.full(dim, -1, np.int32)
+        dense_slot[is_dense] = np.arange(int(is_dense.sum()), dtype=np.int32)
+        main_ptr = np.zeros(dim + 1, np.int64)
+        np.cumsum(np.where(is_dense, 0, df_main), out=main_ptr[1:])
+        res_ptr = np.zeros(dim + 1, np.int64)
+        np.cumsum(df - df_main, out=res_ptr[1:])
+        main_docs, main_codes, res_docs, res_codes, dense, bmax = kernels.fill_postings(
+            indptr, indices, values, scale, is_main, dense_slot, int(is_dense.sum()), main_ptr, res_ptr)
+        blobs = [s.encode("utf-8") for s in ids]
+        ids_ptr = np.zeros(n + 1, np.int64)
+        np.cumsum([len(b) for b in blobs], out=ids_ptr[1:])
+        arrays = dict(
+            fwd_indptr=indptr.copy(), fwd_indices=indices.copy(), fwd_values=values.copy(),
+            df=df.astype(np.int32), wmax=wmax, scale=scale, dense_slot=dense_slot, dense=dense, bmax=bmax,
+            main_ptr=main_ptr, main_docs=main_docs, main_codes=main_codes,
+            res_ptr=res_ptr, res_docs=res_docs, res_codes=res_codes,
+            ids_ptr=ids_ptr, ids_blob=np.frombuffer(b"".join(blobs), np.uint8),
+        )
+        return cls(n, dim, top_n, arrays, list(ids))
+
+    # ----------------------------------------------------------------- ids
+    @property
+    def ids(self) -> list[str]:
+        """External ids of the docs, decoded once on first use (loading stays cheap)."""
+        if self._ids is None:
+            blob = self.ids_blob.tobytes().decode("utf-8")
+            ptr = self.ids_ptr
+            if len(blob) == len(self.ids_blob):  # pure ASCII: byte offsets are char offsets
+                self._ids = [blob[ptr[i]:ptr[i + 1]] for i in range(self.n)]
+            else:
+                raw = self.ids_blob.tobytes()
+                self._ids = [raw[ptr[i]:ptr[i + 1]].decode("utf-8") for i in range(self.n)]
+        return self._ids
+
+    def id_of(self, local: int) -> str:
+        if self._ids is not None:
+            return self._ids[local]
+        a, b = self.ids_ptr[local], self.ids_ptr[local + 1]
+        return self.ids_blob[a:b].tobytes().decode("utf-8")
+
+    # ----------------------------------------------------------------- access
+    def rows(self, local: np.ndarray) -> SparseBatch:
+        return SparseBatch(self.fwd_indptr, self.fwd_indices, self.fwd_values, self.dim)[local]
+
+    def has_dim(self, d: int) -> np.ndarray:
+        """bool[n]: docs whose weight for dim d is > 0 (from the posting lists)."""
+        out = np.zeros(self.n, bool)
+        if d < 0 or d >= self.dim or self.df[d] == 0:
+            return out
+        s = self.dense_slot[d]
+        if s >= 0:
+            out |= self.dense[s] > 0
+        else:
+            out[self.main_docs[self.main_ptr[d]:self.main_ptr[d + 1]]] = True
+        out[self.res_docs[self.res_ptr[d]:self.res_ptr[d + 1]]] = True
+        return out
+
+    def nbytes(self) -> int:
+        return int(sum(a.nbytes for a in self.arrays.values()))
+
+    def search(self, q: SparseBatch, full: SparseBatch, rows: np.ndarray, k: int, cap: int, alpha: float,
+               use_res: bool, mask: np.ndarray | None, out_docs, out_scores, out_count) -> None:
+        """Fill out_* rows (local doc numbers, exact scores, counts) for the query rows `rows`."""
+        has_mask = mask is not None
+        kernels.search_batch(
+            q.indptr, q.indices, q.values, full.indptr, full.indices, full.values, rows, k, cap, alpha,
+            use_res, mask if has_mask else _NO_MASK, has_mask, self.df, self.scale, self.dense_slot,
+            self.dense, self.bmax, self.main_ptr, self.main_docs, self.main_codes, self.res_ptr,
+            self.res_docs, self.res_codes, self.fwd_indptr, self.fwd_indices, self.fwd_values, self.dim,
+            out_docs, out_scores, out_count)
+
+
+_NO_MASK = np.zeros(0, np.uint8)
