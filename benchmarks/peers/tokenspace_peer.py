@@ -9,10 +9,15 @@ from benchmarks.peers.common import Peer
 
 class TokenspacePeer(Peer):
     name = "tokenspace"
-    notes = "InvertedIndex (numba); exact = MaxScore/block-max pruning, same answers as scipy"
+    notes = ("InvertedIndex (numba): uint8-quantised blocked scoring + exact float32 rescoring; "
+             "approx knobs alpha (block skipping) and query_mass (query term cut)")
 
     def settings(self):
-        return [("exact", {})]
+        # approx: APPROX_DEFAULTS (alpha 0.9 block skipping), then more aggressive block skipping + term cut
+        return [("exact", {"mode": "exact"}),
+                ("approx (defaults)", {"mode": "approx"}),
+                ("approx alpha=0.7", {"mode": "approx", "alpha": 0.7}),
+                ("approx alpha=0.5 mass=0.9", {"mode": "approx", "alpha": 0.5, "query_mass": 0.9})]
 
     def build(self, corpus, workdir):
         from tokenspace.index import InvertedIndex
@@ -30,10 +35,10 @@ class TokenspacePeer(Peer):
         from tokenspace.sparse import SparseBatch
 
         q = SparseBatch(np.array([0, len(q_idx)]), q_idx, q_val, self.dim)
-        return self._ids(self.index.search(q, k, **setting)[0])
+        return self._ids(self.index.search(q, k, threads=1, **setting)[0])
 
     def search_batch(self, corpus, rows, k, threads, **setting):
         from tokenspace.sparse import SparseBatch
 
         qs = SparseBatch.from_scipy(corpus.queries_scipy()[rows])
-        return [self._ids(h) for h in self.index.search(qs, k, **setting)]
+        return [self._ids(h) for h in self.index.search(qs, k, threads=threads, **setting)]

@@ -11,6 +11,7 @@ import pytest
 pytest.importorskip("pymilvus", reason="pymilvus is not installed (the 'milvus' extra)")
 pytest.importorskip("milvus_lite", reason="milvus-lite is not installed (the 'milvus' extra)")
 
+from tokenspace.index import ExactIndex, InvertedIndex
 from tokenspace.index.milvus import MilvusIndex
 from tokenspace.sparse import SparseBatch
 
@@ -24,18 +25,9 @@ def _random_batch(rng, n, dim, density):
     return SparseBatch.from_dense(dense)
 
 
-def _exact(docs: SparseBatch, ids, queries: SparseBatch, k):
-    """ExactIndex (the project's reference) when present, else the same scipy product it is built on."""
-    try:
-        from tokenspace.index.oracle import ExactIndex
-    except ImportError:  # pragma: no cover - only while the oracle is being written
-        scores = (queries.to_scipy() @ docs.to_scipy().T).toarray()
-        out = []
-        for row in scores:
-            order = [j for j in np.argsort(-row, kind="stable")[:k] if row[j] > 0]
-            out.append([(ids[j], float(row[j])) for j in order])
-        return out
-    return [[(h.id, h.score) for h in hits] for hits in ExactIndex.build(docs, ids).search(queries, k=k)]
+def _exact(docs: SparseBatch, ids, queries: SparseBatch, k, engine=ExactIndex):
+    """Top-k of the project's exact reference (or the embedded engine) as (id, score) lists."""
+    return [[(h.id, h.score) for h in hits] for hits in engine.build(docs, ids).search(queries, k=k)]
 
 
 def _assert_same_topk(hits, ref, true_scores, k):
@@ -73,9 +65,11 @@ def collection(tmp_path_factory):
 def test_same_topk_as_exact(collection):
     index, docs, ids, queries, _ = collection
     assert len(index) == len(docs)
+    true = _true_scores(docs, ids, queries)
     for k in (1, 10):
         hits = index.search(queries, k=k)
-        _assert_same_topk(hits, _exact(docs, ids, queries, k), _true_scores(docs, ids, queries), k)
+        _assert_same_topk(hits, _exact(docs, ids, queries, k), true, k)
+        _assert_same_topk(hits, _exact(docs, ids, queries, k, engine=InvertedIndex), true, k)
 
 
 def test_get_restrict_and_empty_query(collection):
