@@ -1,0 +1,73 @@
+"""Approximate mode: every knob honoured, recall measured against exact search."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from _inverted_data import ids_for, random_batch
+
+from tokenspace.index import ExactIndex, InvertedIndex
+
+
+@pytest.fixture(scope="module")
+def setup():
+    docs = random_batch(3000, 400, 0.06, seed=41, zipf=True)
+    qs = random_batch(60, 400, 0.03, seed=42, zipf=True)
+    ids = ids_for(3000)
+    return docs, qs, ids, ExactIndex.build(docs, ids).search(qs, k=10)
+
+
+def recall(got, want):
+    return np.mean([len({h.id for h in g} & {h.id for h in w}) / max(1, len(w)) for g, w in zip(got, want)])
+
+
+def exact_scores_ok(got, docs, qs, ids):
+    pos = {s: i for i, s in enumerate(ids)}
+    full = (qs.to_scipy().astype(np.float64) @ docs.to_scipy().astype(np.float64).T).toarray()
+    return all(abs(h.score - full[r, pos[h.id]]) < 1e-4 for r, hs in enumerate(got) for h in hs)
+
+
+def test_approx_alpha_one_is_exact(setup):
+    docs, qs, ids, want = setup
+    got = InvertedIndex.build(docs, ids).search(qs, k=10, mode="approx", alpha=1.0)
+    assert recall(got, want) == 1.0
+
+
+@pytest.mark.parametrize("opts,bound", [
+    ({}, 0.97),  # the defaults
+    ({"alpha": 0.8}, 0.9),
+    ({"query_mass": 0.9, "rerank": 50}, 0.85),
+    ({"alpha": 0.9, "query_mass": 0.95, "rerank": 30}, 0.9),
+])
+def test_approx_recall(setup, opts, bound):
+    docs, qs, ids, want = setup
+    index = InvertedIndex.build(docs, ids)
+    got = index.search(qs, k=10, mode="approx", **opts)
+    r = recall(got, want)
+    assert r >= bound, (opts, r)
+    assert exact_scores_ok(got, docs, qs, ids)  # reported scores are true dot products
+
+
+def test_top_n_index(setup):
+    docs, qs, ids, want = setup
+    index = InvertedIndex.build(docs, ids, top_n=12)
+    assert recall(index.search(qs, k=10), want) == 1.0  # exact mode also reads the pruned postings
+    got = index.search(qs, k=10, mode="approx", alpha=1.0, rerank=100)
+    r = recall(got, want)
+    assert 0.8 <= r <= 1.0, r
+    assert exact_scores_ok(got, docs, qs, ids)
+    # the cut really removes postings: fewer approx candidates than exact on heavy pruning
+    tiny = InvertedIndex.build(docs, ids, top_n=1).search(qs, k=10, mode="approx", alpha=1.0)
+    assert recall(tiny, want) < 1.0
+
+
+def test_alpha_skips_blocks():
+    # several accumulator chunks are needed before the running threshold lets blocks be skipped
+    docs = random_batch(40000, 200, 0.04, seed=43, zipf=True)
+    qs = random_batch(30, 200, 0.05, seed=44, zipf=True)
+    ids = ids_for(40000)
+    index = InvertedIndex.build(docs, ids)
+    want = index.search(qs, k=10)
+    assert recall(index.search(qs, k=10, mode="approx", alpha=1.0), want) == 1.0
+    low = recall(index.search(qs, k=10, mode="approx", alpha=0.3), want)
+    assert low < 1.0  # the knob is honoured: aggressive skipping loses some hits
+    assert recall(index.search(qs, k=10, mode="approx", alpha=0.9), want) >= max(low, 0.9)
