@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -160,7 +161,7 @@ def test_heatmap_png(client, served):
 def test_image_serves_only_indexed_ids(client, served, tmp_path):
     rid = served[2][0].id
     r = client.get(f"/image/{rid}")
-    assert r.status_code == 200 and r.content == open(served[2][0].image, "rb").read()
+    assert r.status_code == 200 and r.content == Path(served[2][0].image).read_bytes()
     assert "sandbox" in r.headers["content-security-policy"]
     secret = tmp_path / "secret.txt"
     secret.write_text("top secret")

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 schemathesis = pytest.importorskip("schemathesis", reason="schemathesis is not installed (pip install schemathesis)")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from schemathesis.checks import positive_data_acceptance  # noqa: E402
+from hypothesis import HealthCheck, given, settings
+from schemathesis.checks import positive_data_acceptance
 
 EXAMPLES = 40  # per operation
 

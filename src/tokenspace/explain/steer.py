@@ -16,7 +16,7 @@ are the ones that produced the score.
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from collections.abc import Mapping
 
 from tokenspace.sparse import SparseBatch
 

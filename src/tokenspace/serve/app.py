@@ -7,6 +7,7 @@ for requests outside the schema's limits). OpenAPI docs are at /docs.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 from fastapi import FastAPI, File, Query, Request, UploadFile
 from fastapi.responses import FileResponse, JSONResponse, Response
@@ -77,14 +78,14 @@ def build_app(service: SearchService, max_upload_bytes: int = MAX_UPLOAD_BYTES) 
 
     @app.post("/search/image", response_model=schemas.SearchResponse,
               responses={413: {"model": schemas.Error}, 415: {"model": schemas.Error}})
-    def search_image(file: UploadFile = File(description="a PNG, JPEG, WebP or GIF image"),
-                     k: int = Query(10, ge=1, le=schemas.MAX_K)):
+    def search_image(file: Annotated[UploadFile, File(description="a PNG, JPEG, WebP or GIF image")],
+                     k: Annotated[int, Query(ge=1, le=schemas.MAX_K)] = 10):
         """Images similar to an uploaded one."""
         data = file.file.read(max_upload_bytes + 1)  # one byte past the cap is enough to refuse it
         return service.search_image(decode_image(data, max_bytes=max_upload_bytes), k)
 
     @app.get("/explain/{id:path}", response_model=schemas.ExplainResponse, responses=ERRORS)
-    def explain(id: str, top_k: int = Query(20, ge=1, le=200)):
+    def explain(id: str, top_k: Annotated[int, Query(ge=1, le=200)] = 20):
         """The top tokens of an indexed image."""
         return service.explain(id, top_k)
 

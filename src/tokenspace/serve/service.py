@@ -9,8 +9,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 from urllib.parse import quote
 
 import numpy as np
@@ -36,13 +36,10 @@ class NotFound(ServiceError):
 
 
 def open_index(index_dir):
-    """The embedded InvertedIndex saved in ``index_dir`` (the exact oracle where the inverted index is
-    not available in this build)."""
-    try:
-        from tokenspace.index import InvertedIndex as engine
-    except ImportError:
-        from tokenspace.index.oracle import ExactIndex as engine
-    return engine.load(index_dir)
+    """The embedded InvertedIndex saved in ``index_dir`` (by `tokenspace index build` or the demo)."""
+    from tokenspace.index import InvertedIndex
+
+    return InvertedIndex.load(index_dir)
 
 
 def _jsonable(value):
@@ -79,7 +76,7 @@ class SearchService:
         self._nnz: int | None = None
 
     @classmethod
-    def from_dir(cls, model, index_dir) -> "SearchService":
+    def from_dir(cls, model, index_dir) -> SearchService:
         """Load the index and the collection metadata (``collection.json``) from an index folder."""
         from tokenspace.pipeline import read_collection_meta
 
@@ -200,7 +197,7 @@ class SearchService:
         except (KeyError, IndexError, ValueError):
             raise NotFound(f"id {doc_id!r} is not in the index") from None
         idx, _ = row.row(0)
-        return {"id": doc_id, "text": item.get("text"), "label": item.get("label"), "nnz": int(len(idx)),
+        return {"id": doc_id, "text": item.get("text"), "label": item.get("label"), "nnz": len(idx),
                 "tokens": [{"token": t, "weight": w} for t, w in self.vocab.decode(row, top_k=top_k)[0]]}
 
     def heatmap(self, doc_id: str, text: str, steer: Mapping[str, float] | None = None, size: int = 256) -> bytes:
