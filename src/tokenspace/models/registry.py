@@ -8,12 +8,14 @@ from tokenspace.models.dense import DenseModel
 from tokenspace.models.dual import DualEncoder
 from tokenspace.models.sparse_clip import SparseClipModel
 from tokenspace.models.stair import StairModel
+from tokenspace.models.visualsparta import VisualSpartaModel
 from tokenspace.vocab import Vocabulary
 
 FAMILIES: dict[str, type[DualEncoder]] = {
     "stair": StairModel,
     "dense": DenseModel,
     "sparse-clip": SparseClipModel,
+    "visualsparta": VisualSpartaModel,
 }
 
 

@@ -44,7 +44,10 @@ class SparseContrastiveLoss(nn.Module):
     def forward(self, image_emb, text_emb, model, step: int) -> dict[str, torch.Tensor]:
         scale = model.logit_scale
         logits = scale * model.score(image_emb, text_emb)  # [B, B]
-        parts = {"contrastive": contrastive_loss(logits)}
+        # a family may define its own objective over the logit matrix (VisualSparta's eq. 13 is
+        # text -> image only); every other model gets the symmetric CLIP loss
+        objective = getattr(model, "contrastive_objective", contrastive_loss)
+        parts = {"contrastive": objective(logits)}
         w = quadratic_warmup(step, self.warmup_steps)
         if self.lambda_image:
             parts["flops_image"] = w * self.lambda_image * flops_loss(image_emb)

@@ -1,0 +1,137 @@
+"""VisualSparta (Lu et al. 2021): non-contextual query tokens against contextualised image fragments.
+
+    y_i    = max_j (w_i . H_j)              (eq. 10; w_i = E_tok(query token i), H_j = fragment j)
+    phi    = ReLU(y_i + b)                  (eq. 11; one trainable scalar b)
+    f(q,v) = sum_i log(phi(y_i) + 1)        (eq. 12; i over the query's tokens, repeats included)
+
+Query side: no network at all. The query is its bag of tokens, and because eq. 12 sums over token
+*positions*, a token that occurs twice counts twice: ``text_embed`` returns token **counts** [B, V]
+(special tokens and padding excluded). The word embeddings E_tok (the text tower's, trainable) only
+enter through the image side, which scores every vocabulary term v:
+
+    image_embed(v) = log(1 + ReLU(max_j (e_v . H_j) + b))      [B, V]   (eq. 14 cache, log of eq. 15)
+
+so f(q, v) = text_embed(q) . image_embed(v) exactly, and an index of (top-n pruned) image rows
+answers queries by lookup and sum (eq. 15). Image fragments are the backbone's grid cells plus
+learned position embeddings, projected to the word-embedding width (eq. 8) and contextualised by a
+small transformer encoder (eq. 9). The paper's detector label tokens are not used: our backbones
+produce no object labels.
+
+Config ``extra``: layers (2), heads (2), ffn (4 x width), dropout (0.1), max_cells (64),
+bias_init (0.0), top_n (None: index rows keep every positive term; n: keep the n heaviest).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from tokenspace.models.dual import DualEncoder
+from tokenspace.models.maxproj import max_projection
+from tokenspace.models.pooling import grid_to_cells
+from tokenspace.sparse import SparseBatch
+
+
+class VisualSpartaModel(DualEncoder):
+    family = "visualsparta"
+    similarity = "dot"  # eq. 15 is a plain sum of looked-up term scores: no normalisation
+    compute_dtype = torch.float32  # the trainer switches to bf16 for bf16 recipes
+
+    def __init__(self, config, vocab, tokenizer_vocab=None):
+        super().__init__(config, vocab, tokenizer_vocab)
+        t = self.text_tower
+        if t.vocab_size != len(vocab):
+            raise ValueError(f"text tower has {t.vocab_size} word embeddings but the vocabulary {len(vocab)}")
+        ex = config.extra
+        width = t.hidden_size  # fragments live in the word-embedding space (eq. 10 is a dot product)
+        self.max_cells = int(ex.get("max_cells", 64))
+        self.top_n = ex.get("top_n")  # index-time pruning (paper Table 3); None keeps all terms
+        self.fragment_proj = nn.Linear(self.image_tower.out_channels, width)  # eq. 8: E_image W + b
+        self.position = nn.Parameter(torch.randn(self.max_cells, width) * 0.02)
+        self.fragment_norm = nn.LayerNorm(width)  # BERT-style embedding norm before the encoder
+        layer = nn.TransformerEncoderLayer(
+            width, int(ex.get("heads", 2)), dim_feedforward=int(ex.get("ffn", 4 * width)),
+            dropout=float(ex.get("dropout", 0.1)), activation="gelu", batch_first=True,
+        )
+        # enable_nested_tensor=False: the fast path would change numerics between train and eval
+        self.fragment_encoder = nn.TransformerEncoder(layer, int(ex.get("layers", 2)), enable_nested_tensor=False)
+        self.term_bias = nn.Parameter(torch.tensor(float(ex.get("bias_init", 0.0))))  # eq. 11's b
+
+    # ------------------------------------------------------------------ training-time pieces
+    @property
+    def logit_scale(self) -> torch.Tensor:
+        # eq. 13 puts f(q, v) into the softmax as is: no temperature (the inherited parameter is unused)
+        return torch.ones((), device=self.term_bias.device)
+
+    @staticmethod
+    def contrastive_objective(logits: torch.Tensor) -> torch.Tensor:
+        """Eq. 13 with in-batch negatives: text -> image cross entropy only (see SparseContrastiveLoss)."""
+        from tokenspace.train.losses_visualsparta import text_to_image_loss
+
+        return text_to_image_loss(logits)
+
+    def image_fragments(self, grid: torch.Tensor) -> torch.Tensor:
+        """[B, C, h, w] -> contextualised fragments H_image [B, h*w, width] (eqs. 8-9)."""
+        cells = grid_to_cells(grid)  # [B, L, C]
+        n = cells.shape[1]
+        if n > self.max_cells:
+            raise ValueError(f"grid has {n} cells but the model has {self.max_cells} position embeddings "
+                             f"(config extra.max_cells)")
+        a = self.fragment_norm(self.fragment_proj(cells) + self.position[:n])  # [B, L, width]
+        return self.fragment_encoder(a)  # [B, L, width]
+
+    def image_scores(self, grid: torch.Tensor) -> torch.Tensor:
+        """Per-fragment term scores e_v . H_j + b: [B, h*w, V] (localisation heatmaps)."""
+        return self.image_fragments(grid) @ self.text_tower.word_embeddings.T + self.term_bias
+
+    def image_embed(self, grid: torch.Tensor) -> torch.Tensor:
+        """[B, C, h, w] -> [B, V] term cache log(1 + ReLU(max_j e_v . H_j + b)) (eqs. 10, 11, 14)."""
+        h = self.image_fragments(grid)  # [B, L, width]
+        e = self.text_tower.word_embeddings  # [V, width]
+        # the scalar b broadcast to every term; max_projection adds it after the max (same thing)
+        best = max_projection(h, e, self.term_bias.expand(e.shape[0]), None, self.compute_dtype)  # [B, V]
+        return torch.log1p(torch.relu(best))
+
+    def _special(self, input_ids: torch.Tensor) -> torch.Tensor:
+        special = torch.as_tensor(self.tokenizer.vocab.special_ids, device=input_ids.device)
+        return torch.isin(input_ids, special)
+
+    def query_mask(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """[B, L] float: 1 at the query's real tokens (no [CLS]/[SEP]/[UNK]/padding)."""
+        return (attention_mask.bool() & ~self._special(input_ids)).float()
+
+    def text_embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **_) -> torch.Tensor:
+        """[B, L] ids -> [B, V] token counts (eq. 12 sums over positions, so repeats count). ``**_``
+        swallows the trainer's ``restrict_to_input``: the query side has no model to restrict."""
+        valid = self.query_mask(input_ids, attention_mask)
+        out = torch.zeros(input_ids.shape[0], self.text_tower.vocab_size, device=input_ids.device)
+        return out.scatter_add(1, input_ids, valid)
+
+    def direct_score(self, grid: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """f(q, v) computed as eqs. 10-12 read, token by token, without the vocabulary cache:
+        [Bi] grids x [Bt] queries -> [Bi, Bt]. The reference the indexed path must equal."""
+        h = self.image_fragments(grid)  # [Bi, J, width]
+        w = self.text_tower.word_embeddings[input_ids]  # [Bt, m, width]  (eq. 1)
+        y = torch.einsum("bjd,tid->btij", h, w).amax(-1)  # [Bi, Bt, m]  (eq. 10)
+        f = torch.log1p(torch.relu(y + self.term_bias))  # eqs. 11-12
+        return (f * self.query_mask(input_ids, attention_mask)).sum(-1)  # [Bi, Bt]
+
+    # ------------------------------------------------------------------ indexing (eq. 14)
+    def _prune(self, rows):
+        return rows.prune_topk(int(self.top_n)) if self.top_n and isinstance(rows, SparseBatch) else rows
+
+    def encode_images(self, images, batch_size: int = 64, progress: bool = False):
+        """Index rows: each image's term cache, pruned to its ``top_n`` heaviest terms when set."""
+        return self._prune(super().encode_images(images, batch_size, progress))
+
+    def encode_image_grids(self, grids, batch_size: int = 256):
+        return self._prune(super().encode_image_grids(grids, batch_size))
+
+    def image_parameters(self):
+        """What a frozen-image stage freezes: everything that builds the term cache, including e."""
+        yield from self.image_tower.parameters()
+        yield from self.fragment_proj.parameters()
+        yield self.position
+        yield from self.fragment_norm.parameters()
+        yield from self.fragment_encoder.parameters()
+        yield self.term_bias
+        yield self.text_tower.word_embeddings
