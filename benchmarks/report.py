@@ -1,6 +1,8 @@
 """Turn a search_speed report (dict) into a console table and a markdown section of docs/benchmarks.md."""
 from __future__ import annotations
 
+import argparse
+import json
 import re
 from pathlib import Path
 
@@ -98,3 +100,40 @@ def update_docs(path: Path, report, table: str) -> None:
         text = text.rstrip("\n") + "\n\n" + section + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
+
+
+def merge(paths: list[Path]) -> dict:
+    """Rows of several results JSONs of the same corpus (later files win per peer), in PEERS order."""
+    from benchmarks.peers import PEERS
+
+    reports = [json.loads(Path(p).read_text()) for p in paths]
+    if len({r["corpus"] for r in reports}) != 1:
+        raise ValueError("can only merge results of one corpus")
+    rows: dict[str, dict] = {}
+    for r in reports:
+        for res in r["results"]:
+            res.setdefault("run", {"command": r["command"], "date": r["date"]})
+            rows[res["peer"]] = res
+    out = dict(reports[-1])
+    out["results"] = sorted(rows.values(), key=lambda res: list(PEERS).index(res["peer"]))
+    out["command"] = "; ".join(dict.fromkeys(res["run"]["command"] for res in out["results"]))
+    out["date"] = ", ".join(sorted({res["run"]["date"] for res in out["results"]}))
+    return out
+
+
+def main(argv=None):
+    """python -m benchmarks.report A.json B.json --out merged.json [--docs docs/benchmarks.md]"""
+    ap = argparse.ArgumentParser(description="merge search_speed results and rewrite the docs table")
+    ap.add_argument("inputs", type=Path, nargs="+")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--docs", type=Path, default=None)
+    a = ap.parse_args(argv)
+    report = merge(a.inputs)
+    a.out.write_text(json.dumps(report, indent=2) + "\n")
+    print_table(report)
+    if a.docs:
+        update_docs(a.docs, report, markdown_table(report))
+
+
+if __name__ == "__main__":
+    main()

@@ -109,6 +109,7 @@ def run_peer(name, data_dir, n_docs, gt, args) -> dict:
            "--gt", str(gt), "--k", str(K), "--single", str(args.single), "--batch-size", str(args.batch_size),
            "--threads", str(args.threads), "--workdir", str(args.workdir)]
     t0 = time.time()
+    load0 = os.getloadavg()[0]  # the machine is shared: say how busy it was while this peer ran
     log = ROOT / "benchmarks/results" / f".worker-{name}.log"
     try:
         with open(log, "w") as f:
@@ -123,6 +124,7 @@ def run_peer(name, data_dir, n_docs, gt, args) -> dict:
         tail = log.read_text(errors="replace").strip().splitlines()[-3:]
         res = {"peer": name, "error": f"worker died (exit {proc.returncode}): {' | '.join(tail)}"[:400]}
     res["wall_s"] = time.time() - t0
+    res["load_avg_1min"] = [round(load0, 2), round(os.getloadavg()[0], 2)]
     return res
 
 
@@ -141,6 +143,7 @@ def main(argv=None):
     ap.add_argument("--timeout", type=float, default=5400, help="seconds per peer before it is reported as timed out")
     ap.add_argument("--workdir", type=Path, default=None, help="where indexes are built (default: bench-data/work)")
     ap.add_argument("--no-docs", action="store_true", help="do not update docs/benchmarks.md")
+    ap.add_argument("--out", type=Path, default=None, help="results JSON (default benchmarks/results/search_speed*.json)")
     ap.add_argument("--merge", action="store_true",
                     help="keep the other peers' rows of the existing results JSON (their command/date are kept "
                          "per row): for re-measuring one peer without rebuilding the slow ones")
@@ -169,7 +172,7 @@ def main(argv=None):
               "results": []}
     suffix = "" if args.corpus == "1m" else f"-{args.corpus.lower()}"
     suffix += "-quick" if args.quick else ""
-    out = ROOT / "benchmarks/results" / f"search_speed{suffix}.json"
+    out = args.out or ROOT / "benchmarks/results" / f"search_speed{suffix}.json"
     for name in peers:
         print(f"--- {name}", flush=True)
         res = run_peer(name, data_dir, n_docs, gt, args)
