@@ -155,3 +155,7 @@ class BertMLMTower(TextTower):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         return self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+
+# towers living in their own files register themselves on import (last: they import the names above)
+from tokenspace.models import hf_towers, openclip_towers, text_transformer  # noqa: E402,F401
