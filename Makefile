@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 EXTRAS  ?= serve,dev,milvus,dense
 
-.PHONY: install demo test bench assets reproduce serve lint clean
+.PHONY: install e2e-deps demo test bench assets reproduce serve lint clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -19,17 +19,31 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 install: $(STAMP)
 
+# Browser for the end-to-end test of the web page: Debian's chromium + playwright-core from npm.
+# Best effort: without root/apt/npm the e2e test skips and says why.
+E2E_STAMP := tests/serve/e2e/node_modules/.installed
+$(E2E_STAMP): tests/serve/e2e/package-lock.json
+	@command -v chromium >/dev/null || (command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
+		(apt-get install -y -q chromium >/dev/null 2>&1 || (apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null))) || \
+		echo "chromium not installed: the browser test will skip"
+	@command -v npm >/dev/null && (cd tests/serve/e2e && npm ci --silent --no-audit --no-fund) && touch $(E2E_STAMP) || \
+		echo "npm unavailable: the browser test will skip"
+
+e2e-deps: $(E2E_STAMP)
+
 assets: install
 	$(BIN)/tokenspace assets install
 
 demo: assets
 	$(BIN)/tokenspace demo
 
-test: install
+test: install e2e-deps
 	$(BIN)/python -m pytest tests
 
 bench: install
+	$(BIN)/pip install -q -e ".[$(EXTRAS),bench]"
 	$(BIN)/python benchmarks/search_speed.py
+	$(BIN)/python benchmarks/serve_load.py --connections 32 --duration 30 --write docs/benchmarks.md
 
 reproduce: assets
 	$(BIN)/python benchmarks/reproduce.py
