@@ -45,6 +45,9 @@ class Recipe:
     lambda_text: float = 0.0
     flops_warmup: int = 0
     seed: int = 0
+    # lr multiplier for the pretrained text tower: SPLADE's calibrated token weights survive small
+    # steps, while the new heads learn at full rate (1.0 = one rate for all, as in the paper)
+    text_lr_scale: float = 1.0
     checkpoint_every: int = 0  # steps; 0 = at stage ends only
     eval_every: int = 0
     # bf16 autocast: matmuls into the 30,522-token space run ~2.7x faster on CPUs with AVX512-BF16

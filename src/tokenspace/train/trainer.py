@@ -118,12 +118,15 @@ class Trainer:
         return params
 
     def _optimizer(self, params) -> torch.optim.Optimizer:
-        decay = [p for p in params if p.ndim >= 2]
-        no_decay = [p for p in params if p.ndim < 2]  # biases, norms and the logit scale
-        return torch.optim.AdamW(
-            [{"params": decay, "weight_decay": self.recipe.weight_decay},
-             {"params": no_decay, "weight_decay": 0.0}], lr=1e-3,
-        )
+        text = {id(p) for p in self.model.text_tower.parameters()}
+        groups = []
+        for scale, members in ((self.recipe.text_lr_scale, [p for p in params if id(p) in text]),
+                               (1.0, [p for p in params if id(p) not in text])):
+            decay = [p for p in members if p.ndim >= 2]
+            no_decay = [p for p in members if p.ndim < 2]  # biases, norms and the logit scale
+            groups += [{"params": decay, "weight_decay": self.recipe.weight_decay, "lr_scale": scale},
+                       {"params": no_decay, "weight_decay": 0.0, "lr_scale": scale}]
+        return torch.optim.AdamW([g for g in groups if g["params"]], lr=1e-3)
 
     def step(self, idx: np.ndarray, stage: Stage, global_step: int, opt) -> dict[str, float]:
         m = self.model
@@ -170,7 +173,7 @@ class Trainer:
                 t0 = time.time()
                 for s in range(first, stage.steps):
                     for g in opt.param_groups:
-                        g["lr"] = lr_at(stage, s)
+                        g["lr"] = lr_at(stage, s) * g["lr_scale"]
                     rec = self.step(sampler.next(), stage, global_step, opt)
                     global_step += 1
                     rec.update(step=global_step, stage=stage.name, lr=lr_at(stage, s), time=time.time() - t0)
