@@ -102,7 +102,8 @@ def machine() -> str:
 
 
 def run_peer(name, data_dir, n_docs, gt, args) -> dict:
-    out = ROOT / "benchmarks/results" / f".worker-{name}.json"
+    # per corpus size: two runs (100K and 1M) may be measuring the same peer at once
+    out = ROOT / "benchmarks/results" / f".worker-{name}-{n_docs}.json"
     out.unlink(missing_ok=True)
     env = dict(os.environ, **{v: str(args.threads) for v in THREAD_ENV})
     cmd = [sys.executable, "-m", "benchmarks.peers.worker", name, str(data_dir), str(n_docs), str(out),
@@ -110,7 +111,7 @@ def run_peer(name, data_dir, n_docs, gt, args) -> dict:
            "--threads", str(args.threads), "--workdir", str(args.workdir)]
     t0 = time.time()
     load0 = os.getloadavg()[0]  # the machine is shared: say how busy it was while this peer ran
-    log = ROOT / "benchmarks/results" / f".worker-{name}.log"
+    log = out.with_suffix(".log")
     try:
         with open(log, "w") as f:
             proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, timeout=args.timeout,
