@@ -6,6 +6,10 @@ Run folder layout:
                     atomically, so a crash leaves the previous one intact
     model/          the final model (save_pretrained)
 Resume: ``Trainer(...).fit(resume=True)`` continues from checkpoint/ at the exact step.
+
+Under torchrun every rank runs the same loop on its shard of each global batch (train/distributed.py);
+rank 0 alone writes the log, checkpoints and the final model. ``data.grids`` holds cached backbone
+grids, or pixels when the recipe trains the image tower end to end (``train_image_tower``).
 """
 from __future__ import annotations
 
@@ -22,7 +26,9 @@ import torch
 from tqdm.auto import tqdm
 
 from tokenspace.models.dual import DualEncoder
+from tokenspace.train import distributed
 from tokenspace.train.losses import SparseContrastiveLoss
+from tokenspace.train.optim import build_optimizer
 from tokenspace.train.recipe import Recipe, Stage
 
 
@@ -93,13 +99,43 @@ def batch_sparsity(image_emb: torch.Tensor, text_emb: torch.Tensor) -> dict[str,
         }
 
 
+class _Embed(torch.nn.Module):
+    """One module call for both towers (what DDP wraps): (inputs, ids, mask) -> embeddings + scale.
+    The logit scale is returned, not read from the model by the loss, so DDP sees it used."""
+
+    def __init__(self, model: DualEncoder, from_pixels: bool):
+        super().__init__()
+        self.model, self.from_pixels = model, from_pixels
+
+    def forward(self, x, ids, mask, restrict_text: bool):
+        m = self.model
+        grid = m.image_grid(x) if self.from_pixels else x  # pixels [b, 3, S, S] or grids [b, C, h, w]
+        return m.image_embed(grid), m.text_embed(ids, mask, restrict_to_input=restrict_text), m.logit_scale
+
+
+class _ScaleFrom:
+    """The model as the loss sees it, with the logit scale computed inside the DDP forward."""
+
+    def __init__(self, model, scale):
+        self._model, self.logit_scale = model, scale
+
+    def __getattr__(self, name):
+        return getattr(self._model, name)
+
+
 class Trainer:
     def __init__(self, model: DualEncoder, recipe: Recipe, data: PairData, out_dir: str | os.PathLike,
                  evaluate: Callable[[DualEncoder], dict] | None = None, progress: bool = True):
         self.model, self.recipe, self.data = model, recipe, data
         self.out = Path(out_dir)
         self.evaluate = evaluate
-        self.progress = progress
+        self.dist = distributed.context()
+        self.device = self.dist.device if self.dist.enabled else torch.device("cpu")
+        self.progress = progress and self.dist.is_main
+        # fp16 needs loss scaling (its range underflows small gradients); bf16 and fp32 do not
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=recipe.precision == "fp16")
+        self._embed = _Embed(model, recipe.train_image_tower)
+        self._forward = self._embed
         self.loss_fn = SparseContrastiveLoss(recipe.lambda_image, recipe.lambda_text, recipe.flops_warmup)
         if any(s.restrict_text for s in recipe.stages) and not hasattr(model, "token_mask"):
             raise ValueError(f"restrict_text needs a token-space model; {model.family!r} has none")
@@ -107,7 +143,7 @@ class Trainer:
     # ------------------------------------------------------------------ optimisation
     def _trainable(self, stage: Stage) -> list[torch.nn.Parameter]:
         # the backbone is frozen whenever we train on cached grids; stage 2 also freezes the image head
-        frozen = {id(p) for p in self.model.image_tower.parameters()}
+        frozen = set() if self.recipe.train_image_tower else {id(p) for p in self.model.image_tower.parameters()}
         if stage.freeze_image:
             frozen |= {id(p) for p in self.model.image_parameters()}
         params = []
@@ -126,40 +162,69 @@ class Trainer:
             no_decay = [p for p in members if p.ndim < 2]  # biases, norms and the logit scale
             groups += [{"params": decay, "weight_decay": self.recipe.weight_decay, "lr_scale": scale},
                        {"params": no_decay, "weight_decay": 0.0, "lr_scale": scale}]
-        return torch.optim.AdamW([g for g in groups if g["params"]], lr=1e-3)
+        r = self.recipe
+        return build_optimizer(r.optimizer, [g for g in groups if g["params"]], lr=1e-3, betas=r.betas, eps=r.eps)
+
+    def _inputs(self, idx: np.ndarray):
+        """This rank's shard of a global batch: (grids or pixels, ids, mask) on the device."""
+        shard = self.dist.shard(idx)
+        x = torch.from_numpy(np.asarray(self.data.grids[shard], dtype=np.float32)).to(self.device)
+        if self.recipe.channels_last and x.ndim == 4:
+            x = x.contiguous(memory_format=torch.channels_last)
+        ids, mask = self.model.tokenize([self.data.texts[i] for i in shard])
+        return x, ids.to(self.device), mask.to(self.device)
+
+    def forward_loss(self, idx: np.ndarray, stage: Stage, global_step: int):
+        """Loss parts of one global batch (this rank's shard, gathered) and the global embeddings."""
+        x, ids, mask = self._inputs(idx)
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.recipe.precision)
+        with torch.autocast(self.device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+            image_emb, text_emb, scale = self._forward(x, ids, mask, stage.restrict_text)
+        # the loss in fp32: the FLOPs sums and the softmax are where low precision would hurt.
+        # Gathered: the contrastive logits and the FLOPs means cover the global batch on every rank
+        image_emb = distributed.gather_with_grad(image_emb.float())  # [B, D]
+        text_emb = distributed.gather_with_grad(text_emb.float())  # [B, D]
+        parts = self.loss_fn(image_emb, text_emb, _ScaleFrom(self.model, scale.float()), global_step)
+        return parts, image_emb, text_emb
 
     def step(self, idx: np.ndarray, stage: Stage, global_step: int, opt) -> dict[str, float]:
-        m = self.model
-        grids = torch.from_numpy(np.asarray(self.data.grids[idx], dtype=np.float32))
-        ids, mask = m.tokenize([self.data.texts[i] for i in idx])
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.recipe.precision == "bf16"):
-            image_emb = m.image_embed(grids)
-            text_emb = m.text_embed(ids, mask, restrict_to_input=stage.restrict_text)
-        # the loss in fp32: the FLOPs sums and the softmax are where low precision would hurt
-        image_emb, text_emb = image_emb.float(), text_emb.float()
-        parts = self.loss_fn(image_emb, text_emb, m, global_step)
+        parts, image_emb, text_emb = self.forward_loss(idx, stage, global_step)
         opt.zero_grad(set_to_none=True)
-        parts["loss"].backward()
-        opt.step()
+        self.scaler.scale(parts["loss"]).backward()
+        self.scaler.step(opt)
+        self.scaler.update()
         rec = {k: float(v.detach()) for k, v in parts.items()}
         rec.update(batch_sparsity(image_emb, text_emb))
         return rec
+
+    def _setup_model(self) -> None:
+        """Device, memory format and checkpointing flags: once per fit."""
+        r = self.recipe
+        self.model.to(self.device)
+        if r.channels_last:
+            self.model.image_tower.to(memory_format=torch.channels_last)
+        if r.gradient_checkpointing:
+            set_grad_checkpointing(self.model, True)
 
     # ------------------------------------------------------------------ the loop
     def fit(self, resume: bool = False) -> DualEncoder:
         self.out.mkdir(parents=True, exist_ok=True)
         r = self.recipe
-        torch.manual_seed(r.seed)  # a resume below restores the checkpoint's RNG state instead
+        # per-rank dropout streams (rank 0 keeps the single-process one); a resume restores them instead
+        torch.manual_seed(r.seed + self.dist.rank)
+        self._setup_model()
         if hasattr(self.model, "compute_dtype"):
             self.model.compute_dtype = torch.bfloat16 if r.precision == "bf16" else torch.float32
         rng = np.random.default_rng(r.seed)
         sampler = BatchSampler(self.data.groups, r.batch_size, rng)
-        start_stage, start_step, opt_state = 0, 0, None
+        start_stage, start_step, opt_state, scaler_state = 0, 0, None, None
         if resume and any((self.out / d / "trainer.json").exists() for d in ("checkpoint", "checkpoint.old")):
-            start_stage, start_step, opt_state, rng_state = self._load_checkpoint()
+            start_stage, start_step, opt_state, rng_state, scaler_state = self._load_checkpoint()
             sampler.rng.bit_generator.state = rng_state
-        (self.out / "recipe.json").write_text(json.dumps(r.to_dict(), indent=2))
-        log = open(self.out / "log.jsonl", "a")
+        main = self.dist.is_main
+        if main:
+            (self.out / "recipe.json").write_text(json.dumps(r.to_dict(), indent=2))
+        log = open(self.out / "log.jsonl", "a") if main else open(os.devnull, "w")
         global_step = sum(s.steps for s in r.stages[:start_stage]) + start_step
         bar = tqdm(total=r.total_steps, initial=global_step, disable=not self.progress, desc=r.name)
         try:
@@ -167,9 +232,13 @@ class Trainer:
                 stage = r.stages[si]
                 self.model.train()
                 opt = self._optimizer(self._trainable(stage))
+                # DDP over this stage's trainable parameters (a no-op in a single process)
+                self._forward = distributed.wrap_ddp(self._embed, self.dist)
                 first = start_step if si == start_stage else 0
                 if opt_state is not None and si == start_stage:
                     opt.load_state_dict(opt_state)
+                    if scaler_state:
+                        self.scaler.load_state_dict(scaler_state)
                 t0 = time.time()
                 for s in range(first, stage.steps):
                     for g in opt.param_groups:
@@ -191,16 +260,21 @@ class Trainer:
         finally:
             bar.close()
             log.close()
+        self._forward = self._embed  # drop the DDP wrapper (and its hooks)
         for p in self.model.parameters():
             p.requires_grad_(True)
         if hasattr(self.model, "compute_dtype"):
             self.model.compute_dtype = torch.float32  # inference is exact
+        if self.recipe.gradient_checkpointing:
+            set_grad_checkpointing(self.model, False)
         self.model.eval()
-        self.model.save_pretrained(self.out / "model")
+        if main:
+            self.model.save_pretrained(self.out / "model")
+        self.dist.barrier()
         return self.model
 
     def _eval(self, log, step: int, stage: str) -> None:
-        if self.evaluate is None:
+        if self.evaluate is None or not self.dist.is_main:
             return
         self.model.eval()
         metrics = self.evaluate(self.model)
@@ -210,22 +284,35 @@ class Trainer:
 
     # ------------------------------------------------------------------ checkpoints
     def _save_checkpoint(self, stage_idx: int, step_in_stage: int, opt, sampler: BatchSampler) -> None:
+        """Rank 0 writes the model and optimizer (identical on every rank); each rank adds its own RNG
+        state, so dropout after a resume matches the uninterrupted run on every rank."""
         final = self.out / "checkpoint"
         tmp = self.out / "checkpoint.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        self.model.save_pretrained(tmp / "model")
-        # torch's RNG too: dropout masks after a resume must be the ones the uninterrupted run draws
-        torch.save({"optimizer": opt.state_dict() if opt is not None else None,
-                    "torch_rng": torch.get_rng_state()}, tmp / "optimizer.pt")
-        state = {"stage": stage_idx, "step": step_in_stage, "rng": sampler.rng.bit_generator.state}
-        (tmp / "trainer.json").write_text(json.dumps(state))
-        old = self.out / "checkpoint.old"
-        shutil.rmtree(old, ignore_errors=True)
-        if final.exists():
-            final.rename(old)
-        tmp.rename(final)
-        shutil.rmtree(old, ignore_errors=True)
+        main = self.dist.is_main
+        if main:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir()
+            self.model.save_pretrained(tmp / "model")
+            # torch's RNG too: dropout masks after a resume must be the ones the uninterrupted run draws
+            torch.save({"optimizer": opt.state_dict() if opt is not None else None,
+                        "torch_rng": torch.get_rng_state(),
+                        "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None},
+                       tmp / "optimizer.pt")
+            state = {"stage": stage_idx, "step": step_in_stage, "rng": sampler.rng.bit_generator.state,
+                     "world": self.dist.world}
+            (tmp / "trainer.json").write_text(json.dumps(state))
+        self.dist.barrier()
+        if self.dist.enabled:
+            torch.save({"torch_rng": torch.get_rng_state()}, tmp / f"rng-rank{self.dist.rank}.pt")
+            self.dist.barrier()
+        if main:
+            old = self.out / "checkpoint.old"
+            shutil.rmtree(old, ignore_errors=True)
+            if final.exists():
+                final.rename(old)
+            tmp.rename(final)
+            shutil.rmtree(old, ignore_errors=True)
+        self.dist.barrier()
 
     def _load_checkpoint(self):
         from safetensors.torch import load_model
@@ -234,7 +321,27 @@ class Trainer:
         if not ck.exists() and (self.out / "checkpoint.old").exists():
             ck = self.out / "checkpoint.old"  # crashed between the two renames
         state = json.loads((ck / "trainer.json").read_text())
-        load_model(self.model, str(ck / "model" / "model.safetensors"))
-        saved = torch.load(ck / "optimizer.pt", weights_only=False)
-        torch.set_rng_state(saved["torch_rng"])
-        return state["stage"], state["step"], saved["optimizer"], state["rng"]
+        load_model(self.model, str(ck / "model" / "model.safetensors"), device=str(self.device))
+        saved = torch.load(ck / "optimizer.pt", weights_only=False, map_location=self.device)
+        rank_rng = ck / f"rng-rank{self.dist.rank}.pt"
+        if self.dist.enabled and rank_rng.exists():
+            saved["torch_rng"] = torch.load(rank_rng, weights_only=False)["torch_rng"]
+        torch.set_rng_state(saved["torch_rng"].cpu())
+        return state["stage"], state["step"], saved["optimizer"], state["rng"], saved.get("scaler")
+
+
+def set_grad_checkpointing(model: torch.nn.Module, enable: bool) -> None:
+    """Activation checkpointing in every tower that supports it: towers with ``set_grad_checkpointing``
+    and any Hugging Face model inside one (e.g. the bert-mlm tower's BERT)."""
+    from transformers import PreTrainedModel
+
+    for tower in (model.image_tower, model.text_tower):
+        if hasattr(tower, "set_grad_checkpointing"):
+            tower.set_grad_checkpointing(enable)
+            continue
+        for sub in tower.modules():
+            if isinstance(sub, PreTrainedModel) and sub.supports_gradient_checkpointing:
+                if enable:
+                    sub.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+                else:
+                    sub.gradient_checkpointing_disable()
