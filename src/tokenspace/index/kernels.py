@@ -73,9 +73,9 @@ def term_stats(indptr, indices, values, dim, top_n):
 
 
 @njit(cache=True, nogil=True)
-def encode(v, scale):
-    """uint8 code of weight v > 0 for a term with this scale: round to nearest, never 0."""
-    c = np.int64(v / scale + 0.5)
+def encode(v, inv_scale):
+    """uint8 code of weight v > 0 for a term with scale 1 / inv_scale: round to nearest, never 0."""
+    c = np.int64(v * inv_scale + 0.5)
     if c < 1:
         c = 1
     if c > 255:
@@ -97,6 +97,10 @@ def fill_postings(indptr, indices, values, scale, is_main, dense_slot, n_dense,
     bmax = np.zeros((n_dense, nblocks), np.uint8)
     mpos = main_ptr[:-1].copy()
     rpos = res_ptr[:-1].copy()
+    inv = np.zeros(len(scale), np.float32)
+    for t in range(len(scale)):
+        if scale[t] > 0:
+            inv[t] = np.float32(1.0) / scale[t]
     for i in range(n):
         blk = i // BLOCK
         for p in range(indptr[i], indptr[i + 1]):
@@ -104,7 +108,7 @@ def fill_postings(indptr, indices, values, scale, is_main, dense_slot, n_dense,
             if v <= 0.0:
                 continue
             t = indices[p]
-            c = encode(v, scale[t])
+            c = encode(v, inv[t])
             if is_main[p]:
                 s = dense_slot[t]
                 if s >= 0:
@@ -236,6 +240,7 @@ def search_one(q_idx, q_val, f_idx, f_val, k, cap, alpha, use_res, mask, has_mas
         a = acc[:width]
         # 1) scatter the sparse lists of this chunk
         cnt = 0
+        sp_max = np.float32(0.0)  # max of the scattered part (numba's array.max() is a slow scalar loop)
         for i in range(n_sp):
             p = sp_pos[i]
             e = sp_end[i]
@@ -244,7 +249,11 @@ def search_one(q_idx, q_val, f_idx, f_val, k, cap, alpha, use_res, mask, has_mas
             docs = res_docs if sp_res[i] else main_docs
             codes = res_codes if sp_res[i] else main_codes
             while p < e and docs[p] < c1:
-                a[np.uintp(docs[p] - c0)] += w * np.float32(codes[p])
+                x = np.uintp(docs[p] - c0)
+                v = a[x] + w * np.float32(codes[p])
+                a[x] = v
+                if v > sp_max:
+                    sp_max = v
                 p += 1
             cnt += p - sp_pos[i]
             sp_pos[i] = p
@@ -278,7 +287,7 @@ def search_one(q_idx, q_val, f_idx, f_val, k, cap, alpha, use_res, mask, has_mas
         skip[:nb] = False
         n_skip = 0
         if thr > NO_THRESHOLD and n_dn > 0:
-            lim = np.float32(thr * inv_alpha) - a.max()
+            lim = np.float32(thr * inv_alpha) - sp_max
             u = ub[:nb]
             u[:] = 0.0
             b0 = c0 // BLOCK

@@ -1,0 +1,134 @@
+"""Quick self-check of the embedded engine against scipy on the bench corpus, in one run (ratios).
+
+    python benchmarks/engine_quick.py bench-data/bench-1M --n 100000 --queries 200
+    python benchmarks/engine_quick.py bench-data/bench-1M --n 1000000 --queries 300 --save /tmp/idx
+
+The corpus folder is what ../shared/bench/gen_corpus.py writes (d_* and q_* arrays); --n takes the
+first n docs. Measures: build time, index size vs raw CSR, and one query at a time on one thread for
+scipy exact (CSC columns of the query terms times the query weights + argpartition) and for this
+engine exact and approximate settings (QPS, mean and p99 latency, recall@10 against exact), plus
+batched search with --threads. Prints a table and optionally writes JSON. The full comparison with
+the other engines is benchmarks/search_speed.py; this one is for tuning.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from tokenspace.index import InvertedIndex  # noqa: E402
+from tokenspace.sparse import SparseBatch  # noqa: E402
+
+SETTINGS = [  # (name, search options)
+    ("exact", {}),
+    ("approx default", {"mode": "approx"}),
+    ("approx a=0.8", {"mode": "approx", "alpha": 0.8}),
+    ("approx qm=0.9", {"mode": "approx", "query_mass": 0.9, "rerank": 20}),
+    ("approx a=0.8 qm=0.9", {"mode": "approx", "alpha": 0.8, "query_mass": 0.9, "rerank": 20}),
+]
+
+
+def load_corpus(folder: Path, n: int):
+    ip = np.load(folder / "d_indptr.npy", mmap_mode="r")[: n + 1]
+    ix = np.load(folder / "d_indices.npy", mmap_mode="r")[: ip[-1]]
+    dt = np.load(folder / "d_data.npy", mmap_mode="r")[: ip[-1]]
+    docs = SparseBatch(np.array(ip), np.array(ix), np.array(dt), 30522)
+    qs = SparseBatch(np.load(folder / "q_indptr.npy"), np.load(folder / "q_indices.npy"),
+                     np.load(folder / "q_data.npy"), 30522)
+    return docs, qs
+
+
+def timed(fn, queries):
+    """Per-query latencies (seconds) and results, one query at a time."""
+    lat, out = [], []
+    for i in range(len(queries)):
+        q = queries[i]
+        t = time.perf_counter()
+        out.append(fn(q))
+        lat.append(time.perf_counter() - t)
+    return np.array(lat), out
+
+
+def row(name, lat, recall=None, extra=""):
+    return {"setting": name, "qps": 1 / lat.mean(), "mean_ms": lat.mean() * 1e3,
+            "p99_ms": np.quantile(lat, 0.99) * 1e3, "recall@10": recall, "note": extra}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("corpus", type=Path)
+    ap.add_argument("--n", type=int, default=100_000)
+    ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--k", type=int, default=10)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--save", type=Path, help="also save + load (mmap, verified) the index here")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args(argv)
+
+    docs, qs = load_corpus(args.corpus, args.n)
+    qs = qs[: args.queries]
+    ids = [str(i) for i in range(len(docs))]
+    print(f"corpus {args.corpus} n={len(docs)} nnz={docs.nnz} queries={len(qs)}", flush=True)
+
+    t = time.perf_counter()
+    index = InvertedIndex.build(docs, ids)
+    build_s = time.perf_counter() - t
+    st = index.stats()
+    print(f"build {build_s:.1f} s; index {st['index_bytes'] / 1e9:.2f} GB = {st['size_vs_raw_csr']:.2f}x raw CSR "
+          f"({st['raw_csr_bytes'] / 1e9:.2f} GB); dense terms {st['dense_terms']}", flush=True)
+    result = {"n": len(docs), "nnz": docs.nnz, "build_s": build_s, "stats": st, "rows": []}
+    if args.save:
+        t = time.perf_counter()
+        index.save(args.save)
+        save_s = time.perf_counter() - t
+        t = time.perf_counter()
+        index = InvertedIndex.load(args.save)
+        load_s = time.perf_counter() - t
+        print(f"save {save_s:.1f} s; load (mmap, crc32 verified) {load_s:.1f} s", flush=True)
+        result.update(save_s=save_s, load_s=load_s)
+
+    # scipy exact: only the columns of the query terms (a CSC slice), like an inverted index would
+    csc = docs.to_scipy().tocsc()
+
+    def scipy_one(q):
+        idx, val = q.row(0)
+        s = csc[:, idx] @ val
+        top = np.argpartition(-s, args.k)[: args.k]
+        return top[np.lexsort((top, -s[top]))]
+
+    index.search(qs[:2], k=args.k)  # compile / warm
+    lat, _ = timed(scipy_one, qs)
+    rows = [row("scipy exact (CSC columns)", lat)]
+    lat, exact = timed(lambda q: index.search(q, k=args.k)[0], qs)
+    truth = [{h.id for h in hits} for hits in exact]
+    rows.append(row("tokenspace exact", lat, 1.0))
+    for name, opts in SETTINGS[1:]:
+        lat, got = timed(lambda q: index.search(q, k=args.k, **opts)[0], qs)
+        rec = float(np.mean([len({h.id for h in g} & t) / max(1, len(t)) for g, t in zip(got, truth)]))
+        rows.append(row(f"tokenspace {name}", lat, rec, json.dumps(opts)))
+    for name, opts in SETTINGS[:2]:
+        t = time.perf_counter()
+        index.search(qs, k=args.k, threads=args.threads, **opts)
+        dt = time.perf_counter() - t
+        rows.append({"setting": f"tokenspace {name} batch threads={args.threads}", "qps": len(qs) / dt,
+                     "mean_ms": None, "p99_ms": None, "recall@10": None, "note": "batch"})
+    base = rows[0]["qps"]
+    print(f"\n{'setting':44s} {'QPS':>8s} {'x scipy':>8s} {'mean ms':>8s} {'p99 ms':>8s} {'recall':>7s}")
+    for r in rows:
+        f = lambda v, fmt: (fmt % v) if v is not None else "-"  # noqa: E731
+        print(f"{r['setting']:44s} {r['qps']:8.1f} {r['qps'] / base:8.2f} {f(r['mean_ms'], '%8.2f'):>8s} "
+              f"{f(r['p99_ms'], '%8.2f'):>8s} {f(r['recall@10'], '%7.3f'):>7s}")
+    result["rows"] = rows
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
