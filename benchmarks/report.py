@@ -22,6 +22,11 @@ def _mb(b):
     return "-" if b is None else f"{b / 2**20:,.0f}"
 
 
+def _load(res):
+    load = res.get("load_avg_1min")
+    return "-" if not load else f"{load[0]:.1f}→{load[1]:.1f}"
+
+
 def _baseline(report):
     for res, s in _rows(report):
         if s is not None and res["peer"] == BASELINE and s["setting"].startswith("exact"):
@@ -33,11 +38,11 @@ def markdown_table(report) -> str:
     base = _baseline(report)
     head = ("| engine | setting | 1-thread QPS | mean ms | p99 ms | recall@10 | batched QPS (2 thr) | "
             "batch recall@10 | build s | index MB | index / raw CSR | RSS delta MB | tokenspace-exact speed-up "
-            "(1 thr / batched) |")
+            "(1 thr / batched) | load avg (start→end) |")
     lines = [head, "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"]
     for res, s in _rows(report):
         if s is None:
-            lines.append(f"| {res['peer']} | **failed** | {res['error'].replace('|', '/')} |" + " |" * 10)
+            lines.append(f"| {res['peer']} | **failed** | {res['error'].replace('|', '/')} |" + " |" * 11)
             continue
         raw = res.get("raw_csr_bytes")
         ratio = "-" if not res.get("index_bytes") or not raw else f"{res['index_bytes'] / raw:.2f}"
@@ -48,7 +53,7 @@ def markdown_table(report) -> str:
             f"| {res['peer']} | {s['setting']} | {s['single_qps']:,.1f} | {s['single_mean_ms']:.2f} | "
             f"{s['single_p99_ms']:.2f} | {s['single_recall']:.3f} | {s['batch_qps']:,.1f} | {s['batch_recall']:.3f} | "
             f"{res['build_s']:.1f} | {_mb(res.get('index_bytes'))} | {ratio} | {_mb(res.get('rss_delta_bytes'))} | "
-            f"{speed} |")
+            f"{speed} | {_load(res)} |")
     notes = [f"- **{res['peer']}**: {res['notes']}" for res in report["results"] if res.get("notes")]
     return "\n".join(lines) + ("\n\nNotes per engine:\n" + "\n".join(notes) if notes else "")
 
@@ -82,6 +87,9 @@ by that script; the text around them is not. How to read them:
   (int32) + values (float32) of the documents. **RSS delta**: resident memory after the build minus
   before it, with the input already in RAM (process plus child processes).
 - **speed-up**: tokenspace's exact setting's QPS over that row's QPS, in the same run and mode.
+- **load avg**: the machine's 1-minute load average when the peer started and ended. The machine is
+  shared (2 cores, other engineers' jobs): a load well above 2 means every figure of that row is
+  slowed by contention, and rows measured under different loads compare only roughly.
 """
 
 
