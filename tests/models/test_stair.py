@@ -127,4 +127,15 @@ def test_image_embed_equals_pooled_cell_scores(make_model):
     m = make_model().eval()
     grid = torch.randn(3, 16, 3, 3)
     with torch.no_grad():
-        torch.testing.assert_close(m.image_embed(grid), max_log1p_relu(m.image_scores(grid)))
+        torch.testing.assert_close(m.image_embed(grid), max_log1p_relu(m.image_scores(grid)) * m.output_mask)
+
+
+def test_bracketed_vocabulary_entries_are_never_emitted(make_model):
+    m = make_model().eval()
+    special = [m.vocab.id(t) for t in ("[CLS]", "[SEP]", "[PAD]", "[MASK]", "[UNK]")]
+    with torch.no_grad():
+        m.image_bias[special] = 100.0  # even a huge prior cannot make them fire
+        m.text_tower.mlm_bias[special] = 100.0
+        ids, mask = m.tokenize(["a red dog"])
+        assert (m.image_embed(torch.randn(2, 16, 2, 2))[:, special] == 0).all()
+        assert (m.text_embed(ids, mask)[:, special] == 0).all()

@@ -33,6 +33,10 @@ class StairModel(DualEncoder):
         )
         # the image side has its own bias b, initialised from the text MLM bias (a token prior)
         self.image_bias = nn.Parameter(t.mlm_bias.detach().clone())
+        # bracketed entries ([CLS], [SEP], [MASK], [unused12], ...) name no concept: never emitted.
+        # Derived from the vocabulary, so not saved with the weights.
+        keep = torch.tensor([not (tok.startswith("[") and tok.endswith("]")) for tok in vocab.tokens])
+        self.register_buffer("output_mask", keep.float(), persistent=False)
 
     # ------------------------------------------------------------------ heads
     def image_scores(self, grid: torch.Tensor) -> torch.Tensor:
@@ -43,7 +47,8 @@ class StairModel(DualEncoder):
     def image_embed(self, grid: torch.Tensor) -> torch.Tensor:
         h = self.image_transform(grid_to_cells(grid))  # [B, cells, H]
         best = max_projection(h, self.text_tower.word_embeddings, self.image_bias, None, self.compute_dtype)
-        return torch.log1p(torch.relu(best))  # [B, V]; equals max_log1p_relu(self.image_scores(grid))
+        # [B, V]; equals max_log1p_relu(self.image_scores(grid)) on the emitted entries
+        return torch.log1p(torch.relu(best)) * self.output_mask
 
     def text_embed(self, input_ids, attention_mask, restrict_to_input: bool = False) -> torch.Tensor:
         """[B, L] ids -> [B, V]. ``restrict_to_input`` is STAIR stage 1 (eq. 8): only the tokens that
@@ -54,7 +59,7 @@ class StairModel(DualEncoder):
         valid = attention_mask.bool() & ~self._special(input_ids)
         if not restrict_to_input:
             best = max_projection(h, t.word_embeddings, t.mlm_bias, attention_mask, self.compute_dtype)
-            return torch.log1p(torch.relu(best))  # [B, V]
+            return torch.log1p(torch.relu(best)) * self.output_mask  # [B, V]
         e = t.word_embeddings[input_ids]  # [B, L(tokens k), H]
         s = torch.einsum("bjh,bkh->bjk", h, e) + t.mlm_bias[input_ids][:, None, :]  # [B, L(j), L(k)]
         s = s.masked_fill(~attention_mask.bool()[:, :, None], float("-inf"))
