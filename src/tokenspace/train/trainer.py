@@ -221,6 +221,7 @@ class Trainer:
         if resume and any((self.out / d / "trainer.json").exists() for d in ("checkpoint", "checkpoint.old")):
             start_stage, start_step, opt_state, rng_state, scaler_state = self._load_checkpoint()
             sampler.rng.bit_generator.state = rng_state
+            sampler._queue = list(self._resume_queue)
         main = self.dist.is_main
         if main:
             (self.out / "recipe.json").write_text(json.dumps(r.to_dict(), indent=2))
@@ -298,8 +299,9 @@ class Trainer:
                         "torch_rng": torch.get_rng_state(),
                         "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None},
                        tmp / "optimizer.pt")
+            # the sampler's queue too: the rest of the current epoch's draw, which the RNG cannot redo
             state = {"stage": stage_idx, "step": step_in_stage, "rng": sampler.rng.bit_generator.state,
-                     "world": self.dist.world}
+                     "queue": [int(i) for i in sampler._queue], "world": self.dist.world}
             (tmp / "trainer.json").write_text(json.dumps(state))
         self.dist.barrier()
         if self.dist.enabled:
@@ -327,6 +329,7 @@ class Trainer:
         if self.dist.enabled and rank_rng.exists():
             saved["torch_rng"] = torch.load(rank_rng, weights_only=False)["torch_rng"]
         torch.set_rng_state(saved["torch_rng"].cpu())
+        self._resume_queue = state.get("queue", [])
         return state["stage"], state["step"], saved["optimizer"], state["rng"], saved.get("scaler")
 
 
