@@ -28,7 +28,7 @@ def exact_scores_ok(got, docs, qs, ids):
 
 def test_approx_alpha_one_is_exact(setup):
     docs, qs, ids, want = setup
-    got = InvertedIndex.build(docs, ids).search(qs, k=10, mode="approx", alpha=1.0)
+    got = InvertedIndex.build(docs, ids).search(qs, k=10, mode="approx", alpha=1.0, query_mass=1.0)
     assert recall(got, want) == 1.0
 
 
@@ -51,12 +51,12 @@ def test_top_n_index(setup):
     docs, qs, ids, want = setup
     index = InvertedIndex.build(docs, ids, top_n=12)
     assert recall(index.search(qs, k=10), want) == 1.0  # exact mode also reads the pruned postings
-    got = index.search(qs, k=10, mode="approx", alpha=1.0, rerank=100)
+    got = index.search(qs, k=10, mode="approx", alpha=1.0, query_mass=1.0, rerank=100)
     r = recall(got, want)
     assert 0.8 <= r <= 1.0, r
     assert exact_scores_ok(got, docs, qs, ids)
     # the cut really removes postings: fewer approx candidates than exact on heavy pruning
-    tiny = InvertedIndex.build(docs, ids, top_n=1).search(qs, k=10, mode="approx", alpha=1.0)
+    tiny = InvertedIndex.build(docs, ids, top_n=1).search(qs, k=10, mode="approx", alpha=1.0, query_mass=1.0)
     assert recall(tiny, want) < 1.0
 
 
@@ -67,7 +67,7 @@ def test_alpha_skips_blocks():
     ids = ids_for(40000)
     index = InvertedIndex.build(docs, ids)
     want = index.search(qs, k=10)
-    assert recall(index.search(qs, k=10, mode="approx", alpha=1.0), want) == 1.0
-    low = recall(index.search(qs, k=10, mode="approx", alpha=0.3), want)
+    assert recall(index.search(qs, k=10, mode="approx", alpha=1.0, query_mass=1.0), want) == 1.0
+    low = recall(index.search(qs, k=10, mode="approx", alpha=0.3, query_mass=1.0), want)
     assert low < 1.0  # the knob is honoured: aggressive skipping loses some hits
-    assert recall(index.search(qs, k=10, mode="approx", alpha=0.9), want) >= max(low, 0.9)
+    assert recall(index.search(qs, k=10, mode="approx", alpha=0.9, query_mass=1.0), want) >= max(low, 0.9)

@@ -92,7 +92,7 @@ def test_must_must_not_subset_combined(collection):
             idx = set(docs.row(ids.index(h.id))[0].tolist())
             assert V["dog"] in idx and V["beach"] in idx and V["cat"] not in idx and h.id in subset
     # filters combine with approx mode too
-    approx = index.search(qs, k=50, mode="approx", alpha=1.0, **opts)
+    approx = index.search(qs, k=50, mode="approx", alpha=1.0, query_mass=1.0, **opts)
     assert_same_hits(approx, got)
 
 

@@ -28,8 +28,8 @@ from tokenspace.sparse import SparseBatch
 from tokenspace.vocab import Vocabulary
 
 MODES = ("exact", "approx")
-# approximate-mode defaults: measured on bench-1M to keep recall@10 >= 0.99 (benchmarks/engine_quick.py)
-APPROX_DEFAULTS = {"query_mass": 1.0, "alpha": 0.9, "rerank": None}
+# approximate-mode defaults: recall@10 0.998 on bench-1M (benchmarks/engine_quick.py); rerank None = 2 * k
+APPROX_DEFAULTS = {"query_mass": 0.95, "alpha": 0.9, "rerank": None}
 
 
 class InvertedIndex:
@@ -138,11 +138,11 @@ class InvertedIndex:
         mode: "exact" returns the exact top-k (candidates from uint8-quantised scores within a proven
             error window, rescored with the stored float32 vectors). "approx" trades recall for speed
             with the knobs below (defaults in APPROX_DEFAULTS; they are rejected in exact mode).
-        query_mass (approx, in (0, 1], default 1): query-time term cut; keep each query's heaviest terms
+        query_mass (approx, in (0, 1], default 0.95): query-time term cut; keep each query's heaviest terms
             that together carry this fraction of its L1 mass. Reported scores still use the full query.
         alpha (approx, in (0, 1], default 0.9): block skipping; a 64-doc block is skipped when its
             upper bound is below threshold / alpha (1 = no approximation).
-        rerank (approx, int >= k, default k): how many best quantised scores per segment are kept
+        rerank (approx, int >= k, default 2 * k): how many best quantised scores per segment are kept
             and rescored exactly (more = higher recall when top_n/query_mass/alpha drop postings).
         Also in approx mode the index-time ``top_n`` lists are used alone (see build).
         must / must_not: dims (ints, or tokens when the index has a vocabulary) that a document must
@@ -199,7 +199,7 @@ class InvertedIndex:
             raise ValueError(f"query_mass must be in (0, 1], got {qm!r}")
         if not (isinstance(al, (int, float)) and 0 < al <= 1):
             raise ValueError(f"alpha must be in (0, 1], got {al!r}")
-        rr = int(k) if rr is None else rr
+        rr = 2 * int(k) if rr is None else rr
         if not isinstance(rr, (int, np.integer)) or rr < k:
             raise ValueError(f"rerank must be an int >= k ({k}), got {rr!r}")
         return float(qm), float(al), int(rr)
