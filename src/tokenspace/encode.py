@@ -13,8 +13,8 @@ disk and parts whose ids the index already holds, so no row is encoded into the 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 

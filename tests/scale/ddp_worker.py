@@ -56,7 +56,7 @@ def one_step_grads(family, ctx=None):
     trainer._trainable(stage)
     forward = distributed.wrap_ddp(trainer._embed, trainer.dist)
     trainer._forward = forward
-    parts, image_emb, _ = trainer.forward_loss(np.arange(8), stage, 0)
+    parts, _, _ = trainer.forward_loss(np.arange(8), stage, 0)
     parts["loss"].backward()
     grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
     return float(parts["loss"]), float(parts["flops_image"]), grads

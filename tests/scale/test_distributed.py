@@ -10,7 +10,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-import ddp_worker  # noqa: E402
+import ddp_worker
 
 
 @pytest.fixture(autouse=True)

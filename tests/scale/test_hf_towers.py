@@ -6,8 +6,8 @@ from tokenspace.models.config import ModelConfig
 from tokenspace.models.registry import build_model
 from tokenspace.models.towers import build_image_tower, build_text_tower
 
-TINY_VISION = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
-                   image_size=32, patch_size=8)
+TINY_VISION = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64,
+               "image_size": 32, "patch_size": 8}
 
 
 def _save(model, path):

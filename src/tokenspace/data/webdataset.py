@@ -17,9 +17,9 @@ import io
 import os
 import re
 import tarfile
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -61,7 +61,7 @@ class TarCollection:
     skipped: int = 0  # samples without an image or a text
 
     @classmethod
-    def open(cls, spec: str | Sequence[str]) -> "TarCollection":
+    def open(cls, spec: str | Sequence[str]) -> TarCollection:
         shards = expand_shards(spec)
         missing = [s for s in shards if not os.path.exists(s)]
         if missing:
@@ -93,7 +93,7 @@ class TarCollection:
         if si not in handles:
             if len(handles) >= 64:  # bound the open files when reading across many shards
                 handles.pop(next(iter(handles))).close()
-            handles[si] = open(self.shards[si], "rb")
+            handles[si] = open(self.shards[si], "rb")  # noqa: SIM115 - kept open across calls
         f = handles[si]
         f.seek(int(self.offset[i]))
         return f.read(int(self.size[i]))
@@ -171,7 +171,7 @@ def write_shards(samples: Iterable[tuple[str, bytes, str]], pattern: str, per_sh
                 tar.close()
             paths.append(pattern % len(paths))
             Path(paths[-1]).parent.mkdir(parents=True, exist_ok=True)
-            tar, count = tarfile.open(paths[-1], "w"), 0
+            tar, count = tarfile.open(paths[-1], "w"), 0  # noqa: SIM115 - closed at the shard end
         for ext, data in ((image_ext, image), ("txt", text.encode())):
             info = tarfile.TarInfo(f"{key}.{ext}")
             info.size = len(data)

@@ -14,7 +14,14 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from tokenspace.models.towers import IMAGE_TOWERS, TEXT_TOWERS, ImageTower, TextTower, register, resolve_weights
+from tokenspace.models.towers import (
+    IMAGE_TOWERS,
+    TEXT_TOWERS,
+    ImageTower,
+    TextTower,
+    register,
+    resolve_weights,
+)
 
 # CLIP's pixel statistics, on the 0..255 scale the project's preprocessing uses
 CLIP_MEAN = tuple(255 * x for x in (0.48145466, 0.4578275, 0.40821073))
@@ -41,7 +48,7 @@ def arch_config(hf_config) -> dict:
 def patches_to_grid(tokens: torch.Tensor, n_prefix: int) -> torch.Tensor:
     """[B, prefix + h*w, H] transformer tokens -> [B, H, h, w] grid of patch tokens (square grids)."""
     patches = tokens[:, n_prefix:]  # [B, h*w, H]
-    side = int(round(patches.shape[1] ** 0.5))
+    side = round(patches.shape[1] ** 0.5)
     if side * side != patches.shape[1]:
         raise ValueError(f"{patches.shape[1]} patch tokens do not form a square grid")
     return patches.transpose(1, 2).reshape(tokens.shape[0], tokens.shape[2], side, side)

@@ -22,8 +22,8 @@ class TransformerMLMTower(TextTower):
                  max_len: int = 77, mlp_ratio: float = 4.0, dropout: float = 0.0):
         super().__init__()
         self.hidden_size, self.vocab_size, self.max_len = width, vocab_size, max_len
-        self.spec = dict(vocab_size=vocab_size, width=width, layers=layers, heads=heads, max_len=max_len,
-                         mlp_ratio=mlp_ratio, dropout=dropout)
+        self.spec = {"vocab_size": vocab_size, "width": width, "layers": layers, "heads": heads,
+                     "max_len": max_len, "mlp_ratio": mlp_ratio, "dropout": dropout}
         self.token_embedding = nn.Embedding(vocab_size, width)
         self.position = nn.Parameter(torch.randn(max_len, width) * 0.01)
         self.layers = nn.ModuleList([

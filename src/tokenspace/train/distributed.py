@@ -78,7 +78,7 @@ def init(backend: str | None = None) -> DistContext:
 def context() -> DistContext:
     """The current process group's rank and size (rank 0 of 1 without one)."""
     if dist.is_available() and dist.is_initialized():
-        return DistContext(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)))
+        return DistContext(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
     return DistContext()
 
 

@@ -14,7 +14,7 @@ the logit scale) skip the ratio unless ``always_adapt``: a scalar's "layer norm"
 """
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 
@@ -26,8 +26,8 @@ class Lamb(torch.optim.Optimizer):
                  weight_decay: float = 0.0, always_adapt: bool = False):
         if lr < 0 or eps < 0 or weight_decay < 0 or not all(0 <= b < 1 for b in betas):
             raise ValueError(f"invalid LAMB hyper-parameters lr={lr}, betas={betas}, eps={eps}, wd={weight_decay}")
-        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
-                                      always_adapt=always_adapt))
+        super().__init__(params, {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay,
+                                  "always_adapt": always_adapt})
 
     @torch.no_grad()
     def step(self, closure=None):

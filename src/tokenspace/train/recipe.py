@@ -81,7 +81,7 @@ class Recipe:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Recipe":
+    def from_dict(cls, d: dict) -> Recipe:
         d = dict(d)
         loss = d.pop("loss", {}) or {}
         for k in ("lambda_image", "lambda_text"):
@@ -99,7 +99,7 @@ class Recipe:
         return cls(**d)
 
     @classmethod
-    def load(cls, name_or_path: str | Path, **overrides) -> "Recipe":
+    def load(cls, name_or_path: str | Path, **overrides) -> Recipe:
         p = Path(name_or_path)
         if p.suffix not in (".yaml", ".yml"):
             p = RECIPE_DIR / f"{name_or_path}.yaml"

@@ -17,9 +17,9 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
@@ -49,7 +49,7 @@ class PairData:
             raise ValueError(f"{len(empty)} empty texts (e.g. rows {empty[:5]}); filter them first")
 
     @classmethod
-    def from_texts(cls, grids, texts: list[str]) -> "PairData":
+    def from_texts(cls, grids, texts: list[str]) -> PairData:
         _, groups = np.unique(np.asarray(texts, dtype=object), return_inverse=True)
         return cls(grids, list(texts), groups.astype(np.int64))
 
@@ -225,7 +225,7 @@ class Trainer:
         main = self.dist.is_main
         if main:
             (self.out / "recipe.json").write_text(json.dumps(r.to_dict(), indent=2))
-        log = open(self.out / "log.jsonl", "a") if main else open(os.devnull, "w")
+        log = open(self.out / "log.jsonl", "a") if main else open(os.devnull, "w")  # noqa: SIM115 - closed in finally
         global_step = sum(s.steps for s in r.stages[:start_stage]) + start_step
         bar = tqdm(total=r.total_steps, initial=global_step, disable=not self.progress, desc=r.name)
         try:
