@@ -34,8 +34,13 @@ e2e-deps: $(E2E_STAMP)
 assets: install
 	$(BIN)/tokenspace assets install
 
+# In a terminal the demo ends serving its page (Ctrl-C stops); in scripts and CI it checks the page
+# over HTTP and exits.
 demo: assets
-	$(BIN)/tokenspace demo
+	$(BIN)/tokenspace demo $$([ -t 0 ] && echo --serve)
+
+serve: install
+	$(BIN)/tokenspace serve --model runs/demo/stair-emoji/model --index runs/demo/index
 
 test: install e2e-deps
 	$(BIN)/python -m pytest tests

@@ -4,6 +4,7 @@
     tokenspace data build                    manifests of the offline datasets
     tokenspace train --recipe R --out DIR    train a model (resumable with --resume)
     tokenspace eval --model DIR --data S..   retrieval metrics
+    tokenspace encode --shards S.. --index I webdataset shards into an index, in resumable parts
     tokenspace index build|stats|export      an inverted index of a collection
     tokenspace search --index DIR "query"    search, with each hit explained token by token
     tokenspace decode --model DIR ...        top tokens of an image or a text
@@ -51,8 +52,32 @@ def _train(args) -> int:
         if not sep:
             raise ValueError(f"--set takes KEY=VALUE, got {kv!r}")
         overrides[k] = yaml.safe_load(v)  # the recipe's own syntax: numbers, lists, mappings
-    model = pipeline.train(args.recipe, args.out, home=args.home, resume=args.resume, **overrides)
+    from tokenspace.train.recipe import Recipe
+
+    recipe = Recipe.load(args.recipe, **overrides)
+    specs = recipe.data.get("train") or []
+    specs = [specs] if isinstance(specs, str) else specs
+    if recipe.train_image_tower or any(str(s).startswith("wds:") for s in specs):
+        # pixels end to end (webdataset shards); under torchrun use `python -m tokenspace.train.distributed`
+        from tokenspace.train.scale import train
+    else:
+        train = pipeline.train  # cached backbone grids, per-step eval on data.eval
+    model = train(recipe, args.out, home=args.home, resume=args.resume)
     print(f"trained {model.config.name}: {Path(args.out) / 'model'}")
+    return 0
+
+
+def _encode(args) -> int:
+    from tokenspace.data.webdataset import TarCollection
+    from tokenspace.encode import encode_to_index
+    from tokenspace.models.registry import load
+
+    model = load(args.model)
+    collection = TarCollection.open(args.shards)
+    index = encode_to_index(model, collection, args.index, args.work or f"{args.index}.parts",
+                            args.part_size, args.batch_size)
+    print(f"indexed {len(index)} of {len(collection)} samples "
+          f"({collection.skipped} incomplete samples skipped); rerun the same command to resume")
     return 0
 
 
@@ -156,6 +181,11 @@ def _demo(args) -> int:
     from tokenspace.demo import run
 
     run(out=args.out, home=args.home, quick=args.quick)
+    if args.serve:
+        from tokenspace.serve.app import run as serve
+
+        out = Path(args.out)
+        serve(model=out / "stair-emoji" / "model", index=out / "index", host="127.0.0.1", port=args.port)
     return 0
 
 
@@ -200,6 +230,15 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--json", default=None, help="also write the metrics here")
     e.set_defaults(fn=_eval)
 
+    en = sub.add_parser("encode", help="encode webdataset shards into an index, in resumable parts")
+    en.add_argument("--model", required=True)
+    en.add_argument("--shards", nargs="+", required=True, help="tar paths, globs or {000..099} ranges")
+    en.add_argument("--index", required=True)
+    en.add_argument("--work", default=None, help="folder for the encoded parts (default INDEX.parts)")
+    en.add_argument("--part-size", type=int, default=8192)
+    en.add_argument("--batch-size", type=int, default=256)
+    en.set_defaults(fn=_encode)
+
     i = sub.add_parser("index", help="build, inspect or export an inverted index")
     isub = i.add_subparsers(dest="action", required=True)
     ib = isub.add_parser("build")
@@ -234,6 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
     dm = sub.add_parser("demo", help="train STAIR and the dense baseline, index, search, report")
     dm.add_argument("--out", default="runs/demo")
     dm.add_argument("--quick", action="store_true", help="a tiny run to check the plumbing")
+    dm.add_argument("--serve", action="store_true", help="then serve the page on the demo index (Ctrl-C stops)")
+    dm.add_argument("--port", type=int, default=8000)
     dm.set_defaults(fn=_demo)
 
     sv = sub.add_parser("serve", help="HTTP API and web page")

@@ -92,6 +92,11 @@ def run(out="runs/demo", home=None, quick: bool = False, results="docs/results.m
                                    "OpenClipart test: 300 held-out drawings (deterministic subsample). Recall "
                                    "in %, nnz = mean non-zero tokens per vector.\n\n" + table, command,
                                    heading="STAIR vs dense baseline (demo)")
-    print(f"\ndone in {time.time() - t0:.0f}s (training {t_train:.0f}s). Serve it with:\n"
+    from tokenspace.serve.smoke import check
+
+    served = check(stair, index_dir, QUERIES[1])
+    print(f"\nweb page checked over HTTP on {served['url']}: page {served['page_bytes']} bytes, "
+          f"POST /search {QUERIES[1]!r} -> " + ", ".join(f"{i} ({s:.2f})" for i, s, _ in served["hits"]))
+    print(f"done in {time.time() - t0:.0f}s (training {t_train:.0f}s). Serve it with:\n"
           f"  tokenspace serve --model {out / 'stair-emoji' / 'model'} --index {index_dir}")
     return rows

@@ -127,3 +127,19 @@ def test_encode_100k_images_killed_and_resumed_equals_an_uninterrupted_run(tmp_p
     for ha, hb in zip(resumed.search(q, k=5), reference.search(q, k=5)):
         assert [h.id for h in ha] == [h.id for h in hb]
     print(f"\ngenerate {t_gen:.1f}s, killed after {killed_parts} parts, total {time.time() - t0:.1f}s")
+
+
+def test_cli_encode_indexes_shards_and_resumes_as_a_noop(tmp_path, tiny_vocab, capsys):
+    """`tokenspace encode` is the library's encode_to_index: same rows, and a rerun adds nothing."""
+    from tokenspace.cli import main
+
+    model_dir = _model(tmp_path, tiny_vocab)
+    write_shards(_samples(60, _blobs(8)), str(tmp_path / "c-%03d.tar"), per_shard=25)
+    argv = ["encode", "--model", str(model_dir), "--shards", str(tmp_path / "c-{000..002}.tar"),
+            "--index", str(tmp_path / "idx"), "--part-size", "16"]
+    assert main(argv) == 0
+    assert "indexed 60 of 60" in capsys.readouterr().out
+    assert main(argv) == 0  # every part is already on disk and in the index
+    index = InvertedIndex.load(tmp_path / "idx")
+    assert len(index) == 60 and sorted(index.ids()) == [f"s{i:07d}" for i in range(60)]
+    assert len(list((tmp_path / "idx.parts").glob("part-*.npz"))) == 4

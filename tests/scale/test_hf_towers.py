@@ -75,3 +75,30 @@ def test_transformer_mlm_tower_masks_padding_and_checkpoints_gradients():
     tower.set_grad_checkpointing(True)
     g_ckpt = torch.autograd.grad(tower(ids, mask).sum(), tower.token_embedding.weight)[0]
     torch.testing.assert_close(g_plain, g_ckpt)
+
+
+def test_saved_model_with_folder_towers_reloads_without_the_folders(tmp_path, tiny_vocab):
+    """save_pretrained stores the towers' portable specs: the model folder alone rebuilds it."""
+    import shutil
+
+    from transformers import CLIPTextConfig, CLIPTextModel, ViTConfig, ViTModel
+
+    from tokenspace.models.dual import DualEncoder
+
+    torch.manual_seed(0)
+    vit_dir = _save(ViTModel(ViTConfig(**TINY_VISION), add_pooling_layer=False), tmp_path / "vit")
+    text_dir = _save(CLIPTextModel(CLIPTextConfig(vocab_size=len(tiny_vocab), hidden_size=32, num_hidden_layers=1,
+                                                  num_attention_heads=2, intermediate_size=64,
+                                                  max_position_embeddings=32)), tmp_path / "text")
+    config = ModelConfig(name="t", family="stair", image_tower={"type": "vit", "weights": vit_dir},
+                         text_tower={"type": "hf-clip-text", "weights": text_dir}, max_text_len=16)
+    model = build_model(config, vocab=tiny_vocab).eval()
+    saved = model.save_pretrained(tmp_path / "model")
+    shutil.rmtree(vit_dir)
+    shutil.rmtree(text_dir)
+    again = DualEncoder.from_pretrained(saved)
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(again.image_embed(again.image_grid(x)), model.image_embed(model.image_grid(x)))
+        torch.testing.assert_close(again.text_embed(*again.tokenize(["a red dog"])),
+                                   model.text_embed(*model.tokenize(["a red dog"])))

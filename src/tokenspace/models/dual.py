@@ -172,10 +172,16 @@ class DualEncoder(nn.Module):
         return ModelConfig.from_dict(d)
 
     def image_tower_portable(self) -> dict:
+        spec = getattr(self.image_tower, "portable_spec", None)  # ecosystem towers describe themselves
+        if spec is not None:
+            return spec()
         return {"weights": None} if "weights" in self.config.image_tower else {}
 
     def text_tower_portable(self) -> dict:
         tower = self.text_tower
+        spec = getattr(tower, "portable_spec", None)
+        if spec is not None:
+            return spec()
         if self.config.text_tower["type"] == "bert-mlm":
             cfg = tower.bert.config.to_dict()
             keep = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",

@@ -23,6 +23,9 @@ class SparseClipModel(DualEncoder):
             raise ValueError(f"latent vocabulary has {len(vocab)} names for {width} features")
         # expansion 1 with relu=False is the dense ablation arm of the paper's Fig. 2a
         self.relu = bool(config.extra.get("relu", True))
+        # without the ReLU the features are signed: encode to dense rows rather than silently dropping
+        # the negative half into a SparseBatch
+        self.sparse = self.relu
         self.image_proj = nn.Linear(self.image_tower.out_channels, width)
         self.text_proj = nn.Linear(self.text_tower.hidden_size, width)
 

@@ -83,7 +83,7 @@ class Recipe:
     @classmethod
     def from_dict(cls, d: dict) -> Recipe:
         d = dict(d)
-        loss = d.pop("loss", {}) or {}
+        loss = dict(d.pop("loss", {}) or {})  # a copy: the caller's mapping is left as given
         for k in ("lambda_image", "lambda_text"):
             if k in loss:
                 d[k] = loss.pop(k)
