@@ -16,6 +16,8 @@ from pathlib import Path
 
 import yaml
 
+from tokenspace.train.precision import CHOICES as PRECISIONS
+
 RECIPE_DIR = Path(__file__).resolve().parent.parent / "configs" / "recipes"
 
 
@@ -50,9 +52,10 @@ class Recipe:
     text_lr_scale: float = 1.0
     checkpoint_every: int = 0  # steps; 0 = at stage ends only
     eval_every: int = 0
-    # bf16 autocast: matmuls into the 30,522-token space run ~2.7x faster on CPUs with AVX512-BF16;
-    # fp16 autocast with a gradient scaler is for CUDA GPUs without bf16 (V100, T4)
-    precision: str = "fp32"  # fp32 | bf16 | fp16
+    # bf16 autocast: matmuls into the 30,522-token space run ~2.7x faster on CPUs with AVX512-BF16 (and
+    # ~10x slower on CPUs without it); fp16 autocast with a gradient scaler is for CUDA GPUs without
+    # bf16 (V100, T4); auto picks per device (tokenspace.train.precision)
+    precision: str = "fp32"  # auto | fp32 | bf16 | fp16
     optimizer: str = "adamw"  # adamw | lamb (STAIR's, for 16K batches)
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-8
@@ -65,8 +68,8 @@ class Recipe:
         self.stages = [s if isinstance(s, Stage) else Stage(**s) for s in self.stages]
         if not self.stages:
             raise ValueError("a recipe needs at least one stage")
-        if self.precision not in ("fp32", "bf16", "fp16"):
-            raise ValueError(f"precision must be fp32, bf16 or fp16, not {self.precision!r}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, not {self.precision!r}")
         if self.optimizer not in ("adamw", "lamb"):
             raise ValueError(f"optimizer must be adamw or lamb, not {self.optimizer!r}")
         self.betas = tuple(float(b) for b in self.betas)  # YAML gives a list

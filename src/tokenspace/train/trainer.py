@@ -26,7 +26,7 @@ import torch
 from tqdm.auto import tqdm
 
 from tokenspace.models.dual import DualEncoder
-from tokenspace.train import distributed
+from tokenspace.train import distributed, precision
 from tokenspace.train.losses import SparseContrastiveLoss
 from tokenspace.train.optim import build_optimizer
 from tokenspace.train.recipe import Recipe, Stage
@@ -132,8 +132,9 @@ class Trainer:
         self.dist = distributed.context()
         self.device = self.dist.device if self.dist.enabled else torch.device("cpu")
         self.progress = progress and self.dist.is_main
+        self.precision = precision.resolve(recipe.precision, self.device)
         # fp16 needs loss scaling (its range underflows small gradients); bf16 and fp32 do not
-        self.scaler = torch.amp.GradScaler(self.device.type, enabled=recipe.precision == "fp16")
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
         self._embed = _Embed(model, recipe.train_image_tower)
         self._forward = self._embed
         self.loss_fn = SparseContrastiveLoss(recipe.lambda_image, recipe.lambda_text, recipe.flops_warmup)
@@ -177,7 +178,7 @@ class Trainer:
     def forward_loss(self, idx: np.ndarray, stage: Stage, global_step: int):
         """Loss parts of one global batch (this rank's shard, gathered) and the global embeddings."""
         x, ids, mask = self._inputs(idx)
-        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.recipe.precision)
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision)
         with torch.autocast(self.device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
             image_emb, text_emb, scale = self._forward(x, ids, mask, stage.restrict_text)
         # the loss in fp32: the FLOPs sums and the softmax are where low precision would hurt.
@@ -214,7 +215,7 @@ class Trainer:
         torch.manual_seed(r.seed + self.dist.rank)
         self._setup_model()
         if hasattr(self.model, "compute_dtype"):
-            self.model.compute_dtype = torch.bfloat16 if r.precision == "bf16" else torch.float32
+            self.model.compute_dtype = torch.bfloat16 if self.precision == "bf16" else torch.float32
         rng = np.random.default_rng(r.seed)
         sampler = BatchSampler(self.data.groups, r.batch_size, rng)
         start_stage, start_step, opt_state, scaler_state = 0, 0, None, None
