@@ -52,7 +52,9 @@ VOCAB_SIZE = 30522  # gen_corpus.py's V
 
 def load_corpus(data_dir: Path, n_docs: int) -> Corpus:
     """The first ``n_docs`` rows of the corpus in ``data_dir`` (bench-100K is a prefix of bench-1M)."""
-    ld = lambda name: np.load(data_dir / f"{name}.npy", mmap_mode="r")
+    def ld(name):
+        return np.load(data_dir / f"{name}.npy", mmap_mode="r")
+
     d_indptr = np.asarray(ld("d_indptr")[: n_docs + 1])
     if len(d_indptr) != n_docs + 1:
         raise ValueError(f"{data_dir} holds {len(d_indptr) - 1} docs, fewer than {n_docs}")

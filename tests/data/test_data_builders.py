@@ -37,8 +37,8 @@ def fake_emoji(root):
             if artist == "google" or e["has_img_twitter"]:
                 _png(d / "img" / artist / "64" / e["image"])
         _png(d / "img" / artist / "64" / "skin.png")
-    base = [{"hexcode": h, "label": l, "tags": ["thing", l.split()[0], "tag"], "group": 1, "emoji": "?"}
-            for _, h, l, _ in CONCEPTS] + [{"hexcode": "1F3FB", "label": "light skin tone", "tags": []}]
+    base = [{"hexcode": h, "label": name, "tags": ["thing", name.split()[0], "tag"], "group": 1, "emoji": "?"}
+            for _, h, name, _ in CONCEPTS] + [{"hexcode": "1F3FB", "label": "light skin tone", "tags": []}]
     (root / "emojibase" / "en").mkdir(parents=True)
     (root / "emojibase" / "en" / "data.json").write_text(json.dumps(base))
     om = root / "openmoji"

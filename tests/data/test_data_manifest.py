@@ -19,7 +19,7 @@ def test_round_trip_relative_paths_and_captions(tmp_path):
         Record("b", str(tmp_path / "imgs" / "b.png"), "cat one", "test", captions=("cat one", "cat two")),
     ]
     path = write_manifest(recs, tmp_path / "m" / "man.jsonl")
-    lines = [json.loads(l) for l in path.read_text().splitlines()]
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert lines[0]["image"] == "../imgs/a.png"  # relative to the manifest's folder
     assert "captions" not in lines[0] and lines[1]["captions"] == ["cat one", "cat two"]
     back = read_manifest(path)

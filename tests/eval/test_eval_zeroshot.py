@@ -32,7 +32,9 @@ def test_ensemble_is_the_mean_of_template_vectors_and_stays_sparse():
 
 
 def test_cosine_ensemble_normalises_each_prompt_first():
-    enc = lambda texts: np.array([[2.0, 0.0] if t.startswith("a ") else [0.0, 1.0] for t in texts])
+    def enc(texts):
+        return np.array([[2.0, 0.0] if t.startswith("a ") else [0.0, 1.0] for t in texts])
+
     clf = build_classifier(["x"], ["a {c}", "the {c}"], enc, metric="cosine")
     np.testing.assert_allclose(clf, [[0.5, 0.5]])  # mean of [1,0] and [0,1], not of [2,0] and [0,1]
 

@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 from _inverted_data import assert_same_hits, ids_for, random_batch
 
-from tokenspace.index import ExactIndex, IndexCorruptError, InvertedIndex
-from tokenspace.index import storage
+from tokenspace.index import ExactIndex, IndexCorruptError, InvertedIndex, storage
 from tokenspace.vocab import Vocabulary
 
 VOCAB = Vocabulary.latent(50)
