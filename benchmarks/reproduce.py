@@ -64,8 +64,7 @@ class Run:
     overrides: dict = field(default_factory=dict)
 
     def recipe_overrides(self, quick: bool = False) -> dict:
-        """A fresh copy every time: Recipe.from_dict pops keys out of the nested ``loss`` dict it is given,
-        so sharing one dict would silently reset λ to 0 for the second user."""
+        """A fresh copy every time, so no two runs ever share (and could alter) one overrides dict."""
         return {**copy.deepcopy(self.overrides), **(quick_overrides(self.recipe) if quick else {})}
 
 

@@ -21,6 +21,9 @@ SYSTEMS = {"STAIR (3-stage)": "stair-emoji", "dense baseline": "dense-emoji"}
 COLUMNS = ["image_retrieval_recall@1", "image_retrieval_recall@5", "image_retrieval_recall@10",
            "text_retrieval_recall@1", "text_retrieval_recall@5", "text_retrieval_recall@10",
            "nnz_image", "nnz_text"]
+# clip_benchmark's names: image_retrieval = text -> image (the images are retrieved)
+HEADERS = {f"{kind}_retrieval_recall@{k}": f"{arrow} R@{k} (%)"
+           for kind, arrow in (("image", "T→I"), ("text", "I→T")) for k in (1, 5, 10)}
 
 
 def _trained(recipe: str, out: Path, home, quick: bool):
@@ -59,7 +62,7 @@ def run(out="runs/demo", home=None, quick: bool = False, results="docs/results.m
     for name, model in models.items():
         for spec, metrics in pipeline.evaluate(model, eval_specs, home=home, progress=False).items():
             rows[f"{name} — {spec}"] = metrics
-    table = markdown_table(rows, COLUMNS)
+    table = markdown_table(rows, COLUMNS, headers=HEADERS)
     print("\n" + table)
 
     stair = models["STAIR (3-stage)"]
