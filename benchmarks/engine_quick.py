@@ -25,12 +25,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from tokenspace.index import InvertedIndex  # noqa: E402
 from tokenspace.sparse import SparseBatch  # noqa: E402
 
-SETTINGS = [  # (name, search options)
+SETTINGS = [  # (name, search options); approx defaults: query_mass 0.9, alpha 0.9, rerank 5k
     ("exact", {}),
     ("approx default", {"mode": "approx"}),
+    ("approx qm=0.85", {"mode": "approx", "query_mass": 0.85}),
+    ("approx qm=0.85 rerank=100", {"mode": "approx", "query_mass": 0.85, "rerank": 100}),
+    ("approx qm=0.8 rerank=100", {"mode": "approx", "query_mass": 0.8, "rerank": 100}),
+    ("approx qm=0.95 rerank=20", {"mode": "approx", "query_mass": 0.95, "rerank": 20}),
     ("approx a=0.8", {"mode": "approx", "alpha": 0.8}),
-    ("approx qm=0.9", {"mode": "approx", "query_mass": 0.9, "rerank": 20}),
-    ("approx a=0.8 qm=0.9", {"mode": "approx", "alpha": 0.8, "query_mass": 0.9, "rerank": 20}),
 ]
 
 

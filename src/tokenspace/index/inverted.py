@@ -28,8 +28,14 @@ from tokenspace.sparse import SparseBatch
 from tokenspace.vocab import Vocabulary
 
 MODES = ("exact", "approx")
-# approximate-mode defaults: recall@10 0.998 on bench-1M (benchmarks/engine_quick.py); rerank None = 2 * k
-APPROX_DEFAULTS = {"query_mass": 0.95, "alpha": 0.9, "rerank": None}
+# approximate-mode defaults, measured on bench-1M (benchmarks/engine_quick.py, 300 queries one at a
+# time): recall@10 0.997 vs exact. rerank None = 5 * k. Why these: on that corpus (random Zipf tokens,
+# top documents are the ones sharing many query terms, not the heaviest postings of any one term) a
+# cut to 0.9 of the query mass plus 5k exact reranks keeps recall >= 0.99 (0.997), while 0.85 / 5k fell
+# to 0.986 and the old 0.95 / 2k gave 0.991 at about the same speed (docs/benchmarks.md). Block
+# skipping (alpha) barely fires there (random data: loose block bounds) but can on clustered data.
+APPROX_DEFAULTS = {"query_mass": 0.9, "alpha": 0.9, "rerank": None}
+RERANK_PER_K = 5
 
 
 class InvertedIndex:
@@ -137,13 +143,20 @@ class InvertedIndex:
 
         mode: "exact" returns the exact top-k (candidates from uint8-quantised scores within a proven
             error window, rescored with the stored float32 vectors). "approx" trades recall for speed
-            with the knobs below (defaults in APPROX_DEFAULTS; they are rejected in exact mode).
-        query_mass (approx, in (0, 1], default 0.95): query-time term cut; keep each query's heaviest terms
-            that together carry this fraction of its L1 mass. Reported scores still use the full query.
+            with the knobs below (defaults in APPROX_DEFAULTS; they are rejected in exact mode): it
+            scores the docs with a cut query, keeps the `rerank` best of those quantised scores and
+            ranks them by their exact score with the full query.
+        query_mass (approx, in (0, 1], default 0.9): query-time term cut; candidates are scored with each
+            query's heaviest terms that together carry this fraction of its L1 weight (1 = no cut).
+            Lower is faster (fewer posting lists and dense columns read) and loses docs whose score
+            comes from the dropped light terms. Reported scores still use the full query.
         alpha (approx, in (0, 1], default 0.9): block skipping; a 64-doc block is skipped when its
-            upper bound is below threshold / alpha (1 = no approximation).
-        rerank (approx, int >= k, default 2 * k): how many best quantised scores per segment are kept
-            and rescored exactly (more = higher recall when top_n/query_mass/alpha drop postings).
+            upper bound is below threshold / alpha (1 = no approximation from this knob).
+        rerank (approx, int >= k, default 5 * k): how many best quantised (cut-query) scores per
+            segment are rescored exactly; the result is the exact top-k of those. More = higher recall
+            (a true top-k doc is lost only if its cut-query score is not among the rerank best) and
+            about 1-2 us per extra doc at 1M docs. With query_mass=1, alpha=1 and rerank >= the
+            number of docs, approx equals exact.
         Also in approx mode the index-time ``top_n`` lists are used alone (see build).
         must / must_not: dims (ints, or tokens when the index has a vocabulary) that a document must
             all have / must have none of (weight > 0).
@@ -164,9 +177,6 @@ class InvertedIndex:
         if bad >= 0:
             raise ValueError(f"query row {bad} must have strictly increasing dims and finite weights >= 0")
         qm, al, cap = self._knobs(mode, k, query_mass, alpha, rerank)
-        cut = queries
-        if qm < 1.0:
-            cut = queries._mask(kernels.cut_queries(queries.indptr, queries.indices, queries.values, qm))
         masks = self._masks(must, must_not, where, subset)
         nq = len(queries)
         per_seg = []
@@ -178,7 +188,7 @@ class InvertedIndex:
             out_count = np.zeros(nq, np.int64)
             mask = masks[si]
             if mask is None or mask.any():
-                self._run(seg, cut, queries, kk, cc, al, mode == "exact", mask, out_docs, out_scores,
+                self._run(seg, queries, kk, cc, al, mode == "exact", qm, mask, out_docs, out_scores,
                           out_count, threads)
             per_seg.append((base, seg, out_docs, out_scores, out_count))
             base += seg.n
@@ -199,20 +209,23 @@ class InvertedIndex:
             raise ValueError(f"query_mass must be in (0, 1], got {qm!r}")
         if not (isinstance(al, (int, float)) and 0 < al <= 1):
             raise ValueError(f"alpha must be in (0, 1], got {al!r}")
-        rr = 2 * int(k) if rr is None else rr
+        rr = RERANK_PER_K * int(k) if rr is None else rr
         if not isinstance(rr, (int, np.integer)) or rr < k:
             raise ValueError(f"rerank must be an int >= k ({k}), got {rr!r}")
         return float(qm), float(al), int(rr)
 
     @staticmethod
-    def _run(seg, cut, full, k, cap, alpha, use_res, mask, out_docs, out_scores, out_count, threads):
-        rows = np.arange(len(full), dtype=np.int64)
+    def _run(seg, queries, k, cap, alpha, exact, qm, mask, out_docs, out_scores, out_count, threads):
+        # exact mode keeps the 2 err window of its proof and reads the lists outside top_n;
+        # approx rescores exactly the `rerank` best quantised scores
+        window = 2.0 if exact else 0.0
+        rows = np.arange(len(queries), dtype=np.int64)
         if threads == 1 or len(rows) < 2:
-            seg.search(cut, full, rows, k, cap, alpha, use_res, mask, out_docs, out_scores, out_count)
+            seg.search(queries, rows, k, cap, alpha, exact, window, qm, mask, out_docs, out_scores, out_count)
             return
         parts = [p for p in np.array_split(rows, min(threads, len(rows))) if len(p)]
         with ThreadPoolExecutor(max_workers=len(parts)) as pool:
-            list(pool.map(lambda p: seg.search(cut, full, p, k, cap, alpha, use_res, mask, out_docs,
+            list(pool.map(lambda p: seg.search(queries, p, k, cap, alpha, exact, window, qm, mask, out_docs,
                                                out_scores, out_count), parts))
 
     @staticmethod
@@ -225,7 +238,8 @@ class InvertedIndex:
             segs.append((base, seg, m))
         if len(per_seg) == 1:
             base, seg, m = segs[0]
-            return [Hit(float(s), seg.id_of(int(d))) for d, s in zip(docs[0], scores[0])]
+            # tolist: python floats/ints at once, cheaper than per-element numpy scalars
+            return [Hit(s, seg.id_of(d)) for d, s in zip(docs[0].tolist(), scores[0].tolist())]
         d = np.concatenate(docs) if docs else np.zeros(0, np.int64)
         s = np.concatenate(scores) if scores else np.zeros(0, np.float32)
         order = np.lexsort((d, -s))[:k]

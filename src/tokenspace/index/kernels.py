@@ -14,6 +14,8 @@ part + block-max codes of the dense columns) cannot reach the running threshold,
 whose quantised score is within ``2 * err`` of the k-th best quantised score, where ``err`` bounds the
 quantisation error of one doc's score. Those candidates are rescored exactly from the forward store,
 so exact mode returns the exact top-k (proof in search_one's comment), not an approximation of it.
+Approximate mode runs the same loop with a cut query (cut_row), no error window and a larger heap
+(``rerank``): exactly the rerank best quantised scores are rescored with the full query.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from numba import njit
 CHUNK = 16384  # docs per accumulator chunk: 64 KiB of float32, L2 resident
 BLOCK = 64  # docs per block-max block (one cache line of codes per dense column)
 SUB = 512  # docs per selection sub-chunk
+PIECE = 64  # docs per selection piece inside a sub-chunk
 NO_THRESHOLD = -np.inf
 
 
@@ -160,7 +163,7 @@ def _heap_push(heap, size, cap, s):
 
 
 @njit(cache=True, nogil=True)
-def search_one(q_idx, q_val, f_idx, f_val, k, cap, alpha, use_res, mask, has_mask,
+def search_one(q_idx, q_val, f_idx, f_val, k, cap, alpha, use_res, window, mask, has_mask,
                df, scale, dense_slot, dense, bmax, main_ptr, main_docs, main_codes,
                res_ptr, res_docs, res_codes, fwd_indptr, fwd_indices, fwd_values,
                qdense, acc, out_docs, out_scores):
@@ -169,6 +172,8 @@ def search_one(q_idx, q_val, f_idx, f_val, k, cap, alpha, use_res, mask, has_mas
     q_idx/q_val: the terms that generate candidates (maybe cut); f_idx/f_val: the full query used
     for exact rescoring. cap >= k is the size of the quantised-score heap (more candidates rescored).
     alpha in (0, 1]: a block is skipped when its bound is below threshold / alpha (1 = safe).
+    window: 2.0 keeps every doc within 2 err of the cap-th quantised score (exact mode, proof below);
+    0.0 keeps only the cap best quantised scores (approx mode: its rerank knob is exactly cap).
 
     Why exact: let t be the cap-th best quantised score at the end and err the largest
     |quantised - exact| of any doc (sum over query terms of q * scale). The cap >= k docs in the heap
@@ -232,6 +237,7 @@ def search_one(q_idx, q_val, f_idx, f_val, k, cap, alpha, use_res, mask, has_mas
     nblk_chunk = (CHUNK + BLOCK - 1) // BLOCK
     skip = np.zeros(nblk_chunk, np.bool_)
     ub = np.zeros(nblk_chunk, np.float32)
+    bits_scratch = np.zeros(1, np.float32)
     # Loops below index through slices starting at 0: numba cannot vectorise acc[c0 + j] because of
     # negative-index wraparound, and a scalar loop over 1M docs costs more than the whole query.
     for c0 in range(0, n, CHUNK):
@@ -279,7 +285,7 @@ def search_one(q_idx, q_val, f_idx, f_val, k, cap, alpha, use_res, mask, has_mas
                         nc += 1
                         hsize = _heap_push(heap, hsize, cap, s)
                         if hsize == cap:
-                            thr = np.float32(heap[0] - 2.0 * err)
+                            thr = np.float32(heap[0] - window * err)
                 continue
         # 2) block bounds (block-max codes of the dense columns + the chunk max of the scattered
         # part): skip blocks that cannot reach threshold / alpha
@@ -333,29 +339,36 @@ def search_one(q_idx, q_val, f_idx, f_val, k, cap, alpha, use_res, mask, has_mas
             for b in range(nb):
                 if skip[b]:
                     a[b * BLOCK:min(width, (b + 1) * BLOCK)] = 0.0
-        # 4) select: a vectorised count finds the sub-chunks holding a doc above the threshold
+        # 4) select: only 64-doc pieces whose max reaches the threshold are scanned doc by doc. The max
+        # is taken over the int32 bits of the scores (non-negative floats order like their bits), which
+        # numba vectorises; a float max or count does not vectorise as well (measured 0.06 vs 0.14 ns
+        # per doc). Two levels (512, then 64) keep the scalar scan small when the threshold is low
+        # (large rerank caps: the 512-level scan alone cost ~0.5 ms per query at 1M docs, cap 100).
+        bits = a.view(np.int32)
+        thr_bits = _float_bits(thr, bits_scratch)
         for s0 in range(0, width, SUB):
-            aa = a[s0:min(width, s0 + SUB)]
-            hits = 0
-            for j in range(len(aa)):
-                hits += aa[j] >= thr
-            if hits == 0:
+            if _max_bits(bits[s0:min(width, s0 + SUB)]) < thr_bits:
                 continue
-            for j in range(len(aa)):
-                s = aa[j]
-                if s < thr or s == 0.0:
+            for p0 in range(s0, min(width, s0 + SUB), PIECE):
+                p1 = min(width, p0 + PIECE)
+                if _max_bits(bits[p0:p1]) < thr_bits:
                     continue
-                d = c0 + s0 + j
-                if has_mask and mask[d] == 0:
-                    continue
-                if nc == cand_cap:
-                    nc, c_doc, c_s, cand_cap = _compact(c_doc, c_s, nc, thr)
-                c_doc[nc] = d
-                c_s[nc] = s
-                nc += 1
-                hsize = _heap_push(heap, hsize, cap, s)
-                if hsize == cap:
-                    thr = np.float32(heap[0] - 2.0 * err)
+                for j in range(p0, p1):
+                    s = a[j]
+                    if s < thr or s == 0.0:
+                        continue
+                    d = c0 + j
+                    if has_mask and mask[d] == 0:
+                        continue
+                    if nc == cand_cap:
+                        nc, c_doc, c_s, cand_cap = _compact(c_doc, c_s, nc, thr)
+                    c_doc[nc] = d
+                    c_s[nc] = s
+                    nc += 1
+                    hsize = _heap_push(heap, hsize, cap, s)
+                    if hsize == cap:
+                        thr = np.float32(heap[0] - window * err)
+                        thr_bits = _float_bits(thr, bits_scratch)
         a[:] = 0.0
     # 5) exact rescoring of the surviving candidates with the full query
     for j in range(len(f_idx)):
@@ -389,6 +402,25 @@ def search_one(q_idx, q_val, f_idx, f_val, k, cap, alpha, use_res, mask, has_mas
     return r
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _float_bits(x, scratch):
+    """int32 bits of float32 x (scratch: a float32[1]); for x >= 0 they order like x, and any x < 0
+    maps below every x >= 0."""
+    if x < 0.0:
+        return np.int32(-1)
+    scratch[0] = x
+    return scratch.view(np.int32)[0]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _max_bits(bits):
+    """max of an int32 slice (>= 0); a slice from 0 so that numba vectorises the loop."""
+    m = np.int32(0)
+    for j in range(len(bits)):
+        m = max(m, bits[j])
+    return m
+
+
 @njit(cache=True, nogil=True)
 def _compact(c_doc, c_s, nc, thr):
     """Drop candidates below the threshold; grow the buffer when that frees too little."""
@@ -410,40 +442,53 @@ def _compact(c_doc, c_s, nc, thr):
 
 
 @njit(cache=True, nogil=True)
-def search_batch(q_indptr, q_indices, q_values, f_indptr, f_indices, f_values, rows, k, cap, alpha,
-                 use_res, mask, has_mask, df, scale, dense_slot, dense, bmax, main_ptr, main_docs,
-                 main_codes, res_ptr, res_docs, res_codes, fwd_indptr, fwd_indices, fwd_values,
-                 dim, out_docs, out_scores, out_count):
-    """search_one over the query rows `rows`; results land in row r of the out_* arrays."""
+def search_batch(q_indptr, q_indices, q_values, query_mass, rows, k, cap, alpha, use_res, window, mask,
+                 has_mask, df, scale, dense_slot, dense, bmax, main_ptr, main_docs, main_codes, res_ptr,
+                 res_docs, res_codes, fwd_indptr, fwd_indices, fwd_values, dim, out_docs, out_scores,
+                 out_count):
+    """search_one over the query rows `rows`; results land in row r of the out_* arrays.
+
+    query_mass < 1 cuts each query (cut_row) for candidate generation; rescoring uses the full row.
+    The cut is done here, not in Python: building a cut SparseBatch cost ~50 us per query.
+    """
     qdense = np.zeros(dim, np.float32)
     acc = np.zeros(CHUNK, np.float32)
     for r in rows:
         a, b = q_indptr[r], q_indptr[r + 1]
-        fa, fb = f_indptr[r], f_indptr[r + 1]
+        f_idx, f_val = q_indices[a:b], q_values[a:b]
+        q_idx, q_val = f_idx, f_val
+        if query_mass < 1.0:
+            q_idx, q_val = cut_row(f_idx, f_val, query_mass)
         out_count[r] = search_one(
-            q_indices[a:b], q_values[a:b], f_indices[fa:fb], f_values[fa:fb], k, cap, alpha, use_res,
-            mask, has_mask, df, scale, dense_slot, dense, bmax, main_ptr, main_docs, main_codes,
-            res_ptr, res_docs, res_codes, fwd_indptr, fwd_indices, fwd_values, qdense, acc,
-            out_docs[r], out_scores[r])
+            q_idx, q_val, f_idx, f_val, k, cap, alpha, use_res, window, mask, has_mask, df, scale,
+            dense_slot, dense, bmax, main_ptr, main_docs, main_codes, res_ptr, res_docs, res_codes,
+            fwd_indptr, fwd_indices, fwd_values, qdense, acc, out_docs[r], out_scores[r])
 
 
 @njit(cache=True, nogil=True)
-def cut_queries(indptr, indices, values, mass):
-    """Keep per row the heaviest terms covering `mass` of the row's L1 weight (query term cut)."""
-    n = len(indptr) - 1
-    keep = np.zeros(len(indices), np.bool_)
-    for i in range(n):
-        a, b = indptr[i], indptr[i + 1]
-        if b == a:
-            continue
-        total = 0.0
-        for p in range(a, b):
-            total += values[p]
-        order = np.argsort(-values[a:b], kind="mergesort")
-        got = 0.0
-        for r in range(b - a):
-            keep[a + order[r]] = True
-            got += values[a + order[r]]
-            if got >= mass * total:
-                break
-    return keep
+def cut_row(indices, values, mass):
+    """Query term cut: the heaviest terms covering `mass` of the row's L1 weight (ties: earlier term),
+    returned in their original (dim) order."""
+    n = len(indices)
+    total = 0.0
+    for p in range(n):
+        total += values[p]
+    order = np.argsort(-values, kind="mergesort")
+    keep = np.zeros(n, np.bool_)
+    got = 0.0
+    m = 0
+    for r in range(n):
+        keep[order[r]] = True
+        m += 1
+        got += values[order[r]]
+        if got >= mass * total:
+            break
+    out_i = np.empty(m, indices.dtype)
+    out_v = np.empty(m, values.dtype)
+    j = 0
+    for p in range(n):
+        if keep[p]:
+            out_i[j] = indices[p]
+            out_v[j] = values[p]
+            j += 1
+    return out_i, out_v

@@ -31,6 +31,7 @@ class Segment:
     arrays: dict[str, np.ndarray]
     _ids: list[str] | None = field(default=None, repr=False)
     files: dict | None = field(default=None, repr=False)  # manifest entries once committed
+    _kernel_arrays: tuple | None = field(default=None, repr=False)  # search_batch's array arguments
 
     def __getattr__(self, name):  # arrays read as attributes: seg.main_docs
         arrays = self.__dict__.get("arrays")
@@ -116,16 +117,23 @@ class Segment:
     def nbytes(self) -> int:
         return int(sum(a.nbytes for a in self.arrays.values()))
 
-    def search(self, q: SparseBatch, full: SparseBatch, rows: np.ndarray, k: int, cap: int, alpha: float,
-               use_res: bool, mask: np.ndarray | None, out_docs, out_scores, out_count) -> None:
-        """Fill out_* rows (local doc numbers, exact scores, counts) for the query rows `rows`."""
+    def search(self, q: SparseBatch, rows: np.ndarray, k: int, cap: int, alpha: float, use_res: bool,
+               window: float, query_mass: float, mask: np.ndarray | None, out_docs, out_scores,
+               out_count) -> None:
+        """Fill out_* rows (local doc numbers, exact scores, counts) for the query rows `rows`.
+
+        window: 2.0 for exact search, 0.0 for approximate search; query_mass: query term cut (1 = none);
+        see kernels.search_batch / search_one.
+        """
+        if self._kernel_arrays is None:  # attribute lookups cost ~1 us each per query otherwise
+            self._kernel_arrays = tuple(self.arrays[a] for a in _KERNEL_ARRAYS)
         has_mask = mask is not None
         kernels.search_batch(
-            q.indptr, q.indices, q.values, full.indptr, full.indices, full.values, rows, k, cap, alpha,
-            use_res, mask if has_mask else _NO_MASK, has_mask, self.df, self.scale, self.dense_slot,
-            self.dense, self.bmax, self.main_ptr, self.main_docs, self.main_codes, self.res_ptr,
-            self.res_docs, self.res_codes, self.fwd_indptr, self.fwd_indices, self.fwd_values, self.dim,
+            q.indptr, q.indices, q.values, query_mass, rows, k, cap, alpha, use_res, window,
+            mask if has_mask else _NO_MASK, has_mask, *self._kernel_arrays, self.dim,
             out_docs, out_scores, out_count)
 
 
+_KERNEL_ARRAYS = ("df", "scale", "dense_slot", "dense", "bmax", "main_ptr", "main_docs", "main_codes",
+                  "res_ptr", "res_docs", "res_codes", "fwd_indptr", "fwd_indices", "fwd_values")
 _NO_MASK = np.zeros(0, np.uint8)
