@@ -149,12 +149,12 @@ def _heap_push(heap, size, cap, s):
     heap[0] = s
     j = 0
     while True:
-        l = 2 * j + 1
-        if l >= size:
+        left = 2 * j + 1
+        if left >= size:
             break
-        m = l
-        if l + 1 < size and heap[l + 1] < heap[l]:
-            m = l + 1
+        m = left
+        if left + 1 < size and heap[left + 1] < heap[left]:
+            m = left + 1
         if heap[j] <= heap[m]:
             break
         heap[j], heap[m] = heap[m], heap[j]
