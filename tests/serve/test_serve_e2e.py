@@ -1,6 +1,6 @@
 """End to end in headless Chromium: the app on a free loopback port, the page driven by playwright-core
 (tests/serve/e2e/search.mjs): type a query, see result cards with token chips, click for the heatmap,
-save a screenshot (docs/screenshot-search.png, or $TOKENSPACE_SCREENSHOT).
+save a screenshot (into the test's temp folder, or $TOKENSPACE_SCREENSHOT; tests never write into docs/).
 
 Needs Debian's chromium (apt-get install -y chromium) and Node.js; playwright-core is installed into
 tests/serve/e2e/node_modules from its package-lock on first use. Skips, saying which, when one is missing.
@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 
 E2E = Path(__file__).parent / "e2e"
-ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = os.environ.get("TOKENSPACE_CHROMIUM", "/usr/bin/chromium")
 
 
@@ -68,11 +67,11 @@ def live_server(served):
 
 
 @pytest.mark.slow
-def test_search_page_in_chromium(live_server):
+def test_search_page_in_chromium(live_server, tmp_path):
     reason = _playwright_ready()
     if reason:
         pytest.skip(reason)
-    out = Path(os.environ.get("TOKENSPACE_SCREENSHOT", ROOT / "docs" / "screenshot-search.png"))
+    out = Path(os.environ.get("TOKENSPACE_SCREENSHOT", tmp_path / "screenshot-search.png"))
     out.parent.mkdir(parents=True, exist_ok=True)
     r = subprocess.run(["node", str(E2E / "search.mjs"), "--url", live_server, "--query", "a red dog",
                         "--out", str(out), "--chromium", CHROMIUM],
