@@ -29,7 +29,6 @@ from tokenspace.eval import ResultsDoc, RetrievalEvaluator, markdown_table, spar
 from tokenspace.eval.plots import line_plot
 from tokenspace.models.config import ModelConfig
 from tokenspace.models.dual import DualEncoder
-from tokenspace.models.registry import build_model
 from tokenspace.sparse import SparseBatch
 from tokenspace.train.recipe import Recipe
 from tokenspace.train.tracking import eval_history, tracking_evaluator
@@ -73,7 +72,7 @@ def train_run(recipe: Recipe, out: Path, reuse: bool) -> DualEncoder:
     if reuse and (out / "model" / "model.safetensors").exists():
         log(f"reusing {out}")
         return DualEncoder.from_pretrained(out / "model")
-    model = build_model(recipe.model)
+    model = pipeline.build_seeded(recipe)
     grids, texts = _grids(model, recipe.data["train"])
     enc = pipeline.image_grids(model, pipeline.load_split(EVAL_SPEC), progress=False)
     ev_texts, target = pipeline.texts_and_targets(enc.records)

@@ -34,6 +34,12 @@ def tiny_config(family: str = "stair", vocab_size: int = 34, **over):
 
 
 @pytest.fixture
+def make_config():
+    """tiny_config for tests that write a config file (conftest is not importable as a module)."""
+    return tiny_config
+
+
+@pytest.fixture
 def make_model(tiny_vocab):
     import torch
 
