@@ -16,7 +16,7 @@ EVAL_SPECS = ["emoji:test", "emoji:val", "openclipart:test:300"]
 INDEX_SPECS = ["emoji:test", "openclipart:test:300"]
 QUERIES = ["a dog", "red heart", "pizza slice", "musical instrument", "a car on the road", "christmas tree",
            "sad face with tears"]
-WHERE_EXAMPLE = ("an animal", "cat OR dog")
+WHERE_EXAMPLE = ("a smiling face", "face AND NOT heart")  # tokens the trained images do activate
 SYSTEMS = {"STAIR (3-stage)": "stair-emoji", "dense baseline": "dense-emoji"}
 COLUMNS = ["image_retrieval_recall@1", "image_retrieval_recall@5", "image_retrieval_recall@10",
            "text_retrieval_recall@1", "text_retrieval_recall@5", "text_retrieval_recall@10",
@@ -85,7 +85,8 @@ def run(out="runs/demo", home=None, quick: bool = False, results="docs/results.m
             print(format_hit(rank, h.id, h.score, parts, meta.get(h.id, {}).get("text")))
     text, where = WHERE_EXAMPLE
     hits = index.search(stair.encode_texts([text]), k=3, where=parse_query(where, stair.vocab))[0]
-    print(f"\nquery: {text!r} WHERE {where}: " + ", ".join(f"{h.id} ({h.score:.3f})" for h in hits))
+    print(f"\nquery: {text!r} WHERE {where}: " + (", ".join(f"{h.id} ({h.score:.3f})" for h in hits)
+                                                    or "no indexed image satisfies the filter"))
 
     if not quick:
         command = "make demo  (tokenspace demo; recipes stair-emoji, dense-emoji)"
