@@ -91,7 +91,7 @@ def build_seeded(recipe):
     """The recipe's model with its new layers (heads, projections) drawn from ``recipe.seed``.
 
     The Trainer seeds only the training loop; without this, two runs of one recipe start from
-    different heads, and a STAIR run's recall moved by about a point from that alone."""
+    different random heads."""
     import torch
 
     from tokenspace.models.registry import build_model
