@@ -62,9 +62,7 @@ def load_pairs(recipe, model, home=None, progress: bool = True):
 
 def train(recipe, out_dir, home=None, resume: bool = False, progress: bool = True, **overrides):
     """Train a recipe (name, path or Recipe) here or on every rank of a torchrun launch."""
-    import torch
-
-    from tokenspace.models.registry import build_model
+    from tokenspace import pipeline
     from tokenspace.train.recipe import Recipe
     from tokenspace.train.trainer import Trainer
 
@@ -73,8 +71,7 @@ def train(recipe, out_dir, home=None, resume: bool = False, progress: bool = Tru
     ctx = distributed.context()
     if recipe.batch_size % ctx.world:
         raise ValueError(f"batch_size {recipe.batch_size} is not a multiple of the {ctx.world} ranks")
-    torch.manual_seed(recipe.seed)  # identical initial weights on every rank (DDP also broadcasts them)
-    model = build_model(recipe.model)
+    model = pipeline.build_seeded(recipe)  # identical initial weights on every rank (DDP also broadcasts them)
     data = load_pairs(recipe, model, home, progress)
     _log(f"training {recipe.name}: {len(data)} pairs, {recipe.total_steps} steps, "
          f"{ctx.world} rank(s) x {recipe.batch_size // ctx.world} per step")
