@@ -144,8 +144,10 @@ class InvertedIndex:
         mode: "exact" returns the exact top-k (candidates from uint8-quantised scores within a proven
             error window, rescored with the stored float32 vectors). "approx" trades recall for speed
             with the knobs below (defaults in APPROX_DEFAULTS; they are rejected in exact mode): it
-            scores the docs with a cut query, keeps the `rerank` best of those quantised scores and
-            ranks them by their exact score with the full query.
+            scores the docs with a cut query (in 16-bit integers when the cut query has dense-column
+            terms and at most kernels.U16_MAX_TERMS terms, else as exact mode does), keeps the
+            `rerank` best of those quantised scores and ranks them by their exact score with the
+            full query.
         query_mass (approx, in (0, 1], default 0.9): query-time term cut; candidates are scored with each
             query's heaviest terms that together carry this fraction of its L1 weight (1 = no cut).
             Lower is faster (fewer posting lists and dense columns read) and loses docs whose score

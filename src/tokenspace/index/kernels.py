@@ -425,6 +425,7 @@ def _rescore(c_doc, c_s, nc, thr, f_idx, f_val, fwd_indptr, fwd_indices, fwd_val
 U16_MAX_TERMS = 48
 U16_MAX = 65535
 QUAD = 4  # dense columns per pass in the 16-bit kernel
+CHUNK16 = 16384  # docs per uint16 accumulator chunk (8K-64K measured: 16K fastest, interleaved in one process)
 
 
 @njit(cache=True, nogil=True)
@@ -510,11 +511,12 @@ def search_one_u16(q_idx, q_val, f_idx, f_val, k, cap, alpha, mask, has_mask, df
     c_s = np.empty(cand_cap, np.float32)
     nc = 0
     inv_alpha = 1.0 / alpha
-    nblk_chunk = (CHUNK + BLOCK - 1) // BLOCK
+    chunk = len(acc)  # CHUNK16 (a multiple of BLOCK: bmax is indexed by c0 // BLOCK)
+    nblk_chunk = (chunk + BLOCK - 1) // BLOCK
     skip = np.zeros(nblk_chunk, np.bool_)
     ub = np.zeros(nblk_chunk, np.int64)
-    for c0 in range(0, n, CHUNK):
-        c1 = min(n, c0 + CHUNK)
+    for c0 in range(0, n, chunk):
+        c1 = min(n, c0 + chunk)
         width = c1 - c0
         a = acc[:width]
         # 1) scatter the sparse lists of this chunk
@@ -659,7 +661,7 @@ def search_batch(q_indptr, q_indices, q_values, query_mass, rows, k, cap, alpha,
     """
     qdense = np.zeros(dim, np.float32)
     acc = np.zeros(CHUNK, np.float32)
-    acc16 = np.zeros(CHUNK, np.uint16)
+    acc16 = np.zeros(CHUNK16, np.uint16)
     for r in rows:
         a, b = q_indptr[r], q_indptr[r + 1]
         f_idx, f_val = q_indices[a:b], q_values[a:b]
