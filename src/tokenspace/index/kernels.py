@@ -279,12 +279,8 @@ def search_one(q_idx, q_val, f_idx, f_val, k, cap, alpha, use_res, window, mask,
                         a[np.uintp(d - c0)] = 0.0
                         if s < thr or (has_mask and mask[d] == 0):
                             continue
-                        if nc == cand_cap:
-                            nc, c_doc, c_s, cand_cap = _compact(c_doc, c_s, nc, thr)
-                        c_doc[nc] = d
-                        c_s[nc] = s
-                        nc += 1
-                        hsize = _heap_push(heap, hsize, cap, s)
+                        c_doc, c_s, nc, cand_cap, hsize = _add_candidate(
+                            c_doc, c_s, nc, cand_cap, thr, heap, hsize, cap, d, s)
                         if hsize == cap:
                             thr = np.float32(heap[0] - window * err)
                 continue
@@ -361,12 +357,8 @@ def search_one(q_idx, q_val, f_idx, f_val, k, cap, alpha, use_res, window, mask,
                     d = c0 + j
                     if has_mask and mask[d] == 0:
                         continue
-                    if nc == cand_cap:
-                        nc, c_doc, c_s, cand_cap = _compact(c_doc, c_s, nc, thr)
-                    c_doc[nc] = d
-                    c_s[nc] = s
-                    nc += 1
-                    hsize = _heap_push(heap, hsize, cap, s)
+                    c_doc, c_s, nc, cand_cap, hsize = _add_candidate(
+                        c_doc, c_s, nc, cand_cap, thr, heap, hsize, cap, d, s)
                     if hsize == cap:
                         thr = np.float32(heap[0] - window * err)
                         thr_bits = _float_bits(thr, bits_scratch)
@@ -596,12 +588,8 @@ def search_one_u16(q_idx, q_val, f_idx, f_val, k, cap, alpha, mask, has_mask, df
                     d = c0 + j
                     if has_mask and mask[d] == 0:
                         continue
-                    if nc == cand_cap:
-                        nc, c_doc, c_s, cand_cap = _compact(c_doc, c_s, nc, thr)
-                    c_doc[nc] = d
-                    c_s[nc] = s
-                    nc += 1
-                    hsize = _heap_push(heap, hsize, cap, s)
+                    c_doc, c_s, nc, cand_cap, hsize = _add_candidate(
+                        c_doc, c_s, nc, cand_cap, thr, heap, hsize, cap, d, s)
                     if hsize == cap:
                         thr = heap[0]
         a[:] = 0
@@ -626,6 +614,17 @@ def _max_bits(bits):
     for j in range(len(bits)):
         m = max(m, bits[j])
     return m
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _add_candidate(c_doc, c_s, nc, cand_cap, thr, heap, hsize, cap, d, s):
+    """Append doc d with first-pass score s to the candidates and push s on the cap-best heap; returns
+    (c_doc, c_s, nc, cand_cap, hsize). The buffer is compacted (or grown) when full."""
+    if nc == cand_cap:
+        nc, c_doc, c_s, cand_cap = _compact(c_doc, c_s, nc, thr)
+    c_doc[nc] = d
+    c_s[nc] = s
+    return c_doc, c_s, nc + 1, cand_cap, _heap_push(heap, hsize, cap, s)
 
 
 @njit(cache=True, nogil=True)
