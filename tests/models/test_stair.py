@@ -139,3 +139,21 @@ def test_bracketed_vocabulary_entries_are_never_emitted(make_model):
         ids, mask = m.tokenize(["a red dog"])
         assert (m.image_embed(torch.randn(2, 16, 2, 2))[:, special] == 0).all()
         assert (m.text_embed(ids, mask)[:, special] == 0).all()
+
+
+def test_image_head_options_wider_transform_and_constant_bias(make_model, tmp_path):
+    from tokenspace.models.registry import load
+
+    base = make_model()
+    assert torch.allclose(base.image_bias, base.text_tower.mlm_bias)  # default: the MLM prior
+    m = make_model(extra={"image_head_mid": 24, "image_bias_init": 0.0}).eval()
+    linears = [x for x in m.image_transform if isinstance(x, torch.nn.Linear)]
+    assert [(x.in_features, x.out_features) for x in linears] == [(16, 24), (24, 16)]
+    assert isinstance(m.image_transform[-1], torch.nn.LayerNorm)  # still ends in the tied width
+    assert (m.image_bias == 0).all()
+    grid = torch.randn(2, 16, 2, 2)
+    out = m.image_embed(grid)
+    assert out.shape == (2, len(m.vocab)) and (out >= 0).all()
+    # the options travel with the saved config
+    again = load(m.save_pretrained(tmp_path / "m"))
+    assert torch.allclose(again.eval().image_embed(grid), out, atol=1e-6)

@@ -28,11 +28,24 @@ class StairModel(DualEncoder):
         hidden = config.head_hidden or t.hidden_size
         if hidden != t.hidden_size:
             raise ValueError("the image TRANSFORM must output the word-embedding width to share e")
-        self.image_transform = nn.Sequential(
-            nn.Linear(self.image_tower.out_channels, hidden), nn.GELU(), nn.LayerNorm(hidden)
-        )
-        # the image side has its own bias b, initialised from the text MLM bias (a token prior)
-        self.image_bias = nn.Parameter(t.mlm_bias.detach().clone())
+        # config.extra (all optional; the defaults are the paper's head):
+        #   image_head_mid: N  -> TRANSFORM = FC(C->N) + GELU + FC(N->H) + GELU + LayerNorm (a wider
+        #                         first layer before the tie to the H-wide word embeddings)
+        #   image_bias_init: "mlm" (the text MLM bias, a token prior) | a number (a constant)
+        ex = config.extra or {}
+        c, mid = self.image_tower.out_channels, ex.get("image_head_mid")
+        if mid:
+            self.image_transform = nn.Sequential(
+                nn.Linear(c, int(mid)), nn.GELU(), nn.Linear(int(mid), hidden), nn.GELU(), nn.LayerNorm(hidden)
+            )
+        else:
+            self.image_transform = nn.Sequential(nn.Linear(c, hidden), nn.GELU(), nn.LayerNorm(hidden))
+        # the image side has its own bias b
+        bias_init = ex.get("image_bias_init", "mlm")
+        if bias_init == "mlm":
+            self.image_bias = nn.Parameter(t.mlm_bias.detach().clone())
+        else:
+            self.image_bias = nn.Parameter(torch.full_like(t.mlm_bias.detach(), float(bias_init)))
         # bracketed entries ([CLS], [SEP], [MASK], [unused12], ...) name no concept: never emitted.
         # Derived from the vocabulary, so not saved with the weights.
         keep = torch.tensor([not (tok.startswith("[") and tok.endswith("]")) for tok in vocab.tokens])
