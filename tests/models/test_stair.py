@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from tokenspace.models.pooling import max_log1p_relu
+from tokenspace.models.pooling import log1p_relu, max_log1p_relu
 from tokenspace.sparse import SparseBatch
 
 
@@ -15,6 +15,22 @@ def test_pooling_is_max_then_log1p_relu_and_ignores_padding():
     perm = max_log1p_relu(scores.flip(1))
     assert torch.allclose(perm, max_log1p_relu(scores))
     assert (perm >= 0).all() and perm[0, 1] == 0
+
+
+def test_revive_gradient_keeps_the_forward_and_only_raises_dead_units():
+    x = torch.tensor([2.0, -1.0, -3.0, 0.5], requires_grad=True)
+    upstream = torch.tensor([1.0, -2.0, 4.0, -1.0])  # the dead units: one pulled up (-2), one pushed down
+    plain = torch.log1p(torch.relu(x))
+    (g_plain,) = torch.autograd.grad((plain * upstream).sum(), x)
+    out = log1p_relu(x, revive=0.5)
+    assert torch.equal(out, plain)
+    (g,) = torch.autograd.grad((out * upstream).sum(), x)
+    alive = x.detach() > 0
+    assert torch.allclose(g[alive], g_plain[alive])  # live units: the exact gradient
+    assert g_plain[~alive].abs().sum() == 0  # what the plain ReLU gives dead units
+    assert torch.allclose(g[~alive], torch.tensor([-1.0, 0.0]))  # 0.5 x the raising part only
+    (g0,) = torch.autograd.grad((log1p_relu(x, revive=0.0) * upstream).sum(), x)
+    assert torch.equal(g0, g_plain)
 
 
 def test_image_pooling_invariant_to_cell_order(make_model):
@@ -157,3 +173,22 @@ def test_image_head_options_wider_transform_and_constant_bias(make_model, tmp_pa
     # the options travel with the saved config
     again = load(m.save_pretrained(tmp_path / "m"))
     assert torch.allclose(again.eval().image_embed(grid), out, atol=1e-6)
+
+
+def test_image_revive_grad_changes_only_the_gradient_of_dead_tokens(make_model):
+    plain, revive = make_model(), make_model(extra={"image_revive_grad": 0.5})  # same seed: same weights
+    grid = torch.randn(2, 16, 2, 2)
+    target = torch.ones(len(plain.vocab))  # a loss that wants every token raised
+    grads = []
+    for m in (plain, revive):
+        with torch.no_grad():
+            m.image_bias[::3] = -100.0  # a third of the tokens start dead
+        out = m.image_embed(grid)
+        (-(out * target).sum()).backward()
+        grads.append((out.detach(), m.image_bias.grad.clone()))
+    (out_p, g_p), (out_r, g_r) = grads
+    assert torch.equal(out_p, out_r)  # the forward is the paper's log(1 + ReLU) either way
+    dead = (out_p == 0).all(0) & (plain.output_mask > 0)  # dead for both images, and emittable
+    assert dead.any() and (g_p[dead] == 0).all() and (g_r[dead] < 0).all()
+    live = (out_p > 0).all(0)
+    torch.testing.assert_close(g_p[live], g_r[live])

@@ -27,3 +27,30 @@ def masked_mean(hidden: torch.Tensor, mask: torch.Tensor | None = None) -> torch
 def grid_to_cells(grid: torch.Tensor) -> torch.Tensor:
     """Image feature map [B, C, h, w] -> grid cells [B, h*w, C] (row-major, as heatmaps expect)."""
     return grid.flatten(2).transpose(1, 2)
+
+
+class _Log1pReluRevive(torch.autograd.Function):
+    """log(1 + relu(x)) whose backward also lets a dead unit (x <= 0) receive the part of its gradient
+    that would raise it, scaled by ``revive``: the ReLU's zero gradient otherwise leaves a token that
+    starts below zero unreachable, however often it occurs in the paired captions."""
+
+    @staticmethod
+    def forward(ctx, x, revive):
+        ctx.save_for_backward(x)
+        ctx.revive = revive
+        return torch.log1p(torch.relu(x))
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        alive = x > 0
+        # descent moves x by -grad: only negative gradients raise a dead unit
+        dead = ctx.revive * grad.clamp(max=0)
+        return torch.where(alive, grad / (1 + x.clamp_min(0)), dead), None
+
+
+def log1p_relu(x: torch.Tensor, revive: float = 0.0) -> torch.Tensor:
+    """log(1 + relu(x)) (STAIR eq. 5); the forward value never depends on ``revive`` (see above)."""
+    if revive <= 0 or not torch.is_grad_enabled():
+        return torch.log1p(torch.relu(x))
+    return _Log1pReluRevive.apply(x, float(revive))
