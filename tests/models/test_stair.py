@@ -192,3 +192,5 @@ def test_image_revive_grad_changes_only_the_gradient_of_dead_tokens(make_model):
     assert dead.any() and (g_p[dead] == 0).all() and (g_r[dead] < 0).all()
     live = (out_p > 0).all(0)
     torch.testing.assert_close(g_p[live], g_r[live])
+    with pytest.raises(ValueError, match="image_revive_grad"):
+        make_model(extra={"image_revive_grad": -1.0})

@@ -47,8 +47,10 @@ class StairModel(DualEncoder):
             )
         else:
             self.image_transform = nn.Sequential(nn.Linear(c, hidden), nn.GELU(), nn.LayerNorm(hidden))
-        # the image side has its own bias b
         self.image_revive = float(ex.get("image_revive_grad", 0.0))
+        if self.image_revive < 0:
+            raise ValueError(f"image_revive_grad must be >= 0, not {self.image_revive}")
+        # the image side has its own bias b
         bias_init = ex.get("image_bias_init", "mlm")
         if bias_init == "mlm":
             self.image_bias = nn.Parameter(t.mlm_bias.detach().clone())
