@@ -34,11 +34,11 @@ class StairModel(DualEncoder):
         #   image_bias_init: "mlm" (the text MLM bias, a token prior) | a number (a constant)
         #   image_revive_grad: r -> dead image tokens get r x the gradient that would raise them
         #                         (pooling.log1p_relu; the forward is unchanged)
-        # None is on by default: on emoji:val (stair-emoji, docs/results.md tuning s1/s2/s4/s7/r1/r2)
+        # Off unless a config says so. On emoji:val (stair-emoji, docs/results.md tuning s1/s2/s4/s7/r1/r2)
         # image_bias_init 0 gave mean recall 27.0 vs 26.4, image_head_mid 512 +1.1/+1.9 at two seeds and
         # nothing on top of the 50/25/225 stage plan (29.5 vs 29.4): within the ~1-2 point run noise.
-        # image_revive_grad 0.1 gave +3.3/+3.7 mean recall at two seeds but about twice the image tokens
-        # (70-74 vs 32-46 per image); kept off until the demo/reproduce tables are re-run with it.
+        # image_revive_grad 0.1 gave +3.3/+3.7 mean recall at two seeds (about twice the image tokens,
+        # 70-74 vs 32-46 per image, label top-1 kept), so the stair-emoji config turns it on.
         ex = config.extra or {}
         c, mid = self.image_tower.out_channels, ex.get("image_head_mid")
         if mid:
