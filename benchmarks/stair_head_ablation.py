@@ -31,7 +31,7 @@ from tokenspace.eval.retrieval import retrieval_metrics
 from tokenspace.models.maxproj import max_projection
 from tokenspace.models.pooling import grid_to_cells, log1p_relu
 from tokenspace.train.losses import contrastive_loss
-from tokenspace.train.recipe import Recipe
+from tokenspace.train.recipe import Recipe, Stage
 from tokenspace.train.trainer import BatchSampler, PairData, lr_at
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -120,8 +120,6 @@ def load(model):
 
 
 def run_arm(model, train, evals, kw, steps=300, lr=1e-3, seed=0) -> dict:
-    from tokenspace.train.recipe import Stage
-
     torch.manual_seed(seed)
     tt = model.text_tower
     head = Head(tt.word_embeddings.detach(), tt.mlm_bias.detach(), model.output_mask, **kw)

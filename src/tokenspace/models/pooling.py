@@ -12,8 +12,7 @@ def max_log1p_relu(scores: torch.Tensor, mask: torch.Tensor | None = None) -> to
     """
     if mask is not None:
         scores = scores.masked_fill(~mask.bool()[..., None], float("-inf"))
-    pooled = scores.amax(dim=1)
-    return torch.log1p(torch.relu(pooled))
+    return log1p_relu(scores.amax(dim=1))
 
 
 def masked_mean(hidden: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
