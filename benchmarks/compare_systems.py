@@ -288,7 +288,7 @@ def cmd_features(a) -> None:
     from tokenspace.explain.features import concept_vocabulary, name_model_features
 
     model = train_run(scaled(Recipe.load(SYSTEMS["sparse-clip"]), a.scale), a.runs / "sparse-clip", True)
-    words = concept_vocabulary(model.tokenizer.vocab, common_limit=a.common_words)
+    words = concept_vocabulary(common_limit=a.common_words)  # wordfreq top-N + WordNet (paper Sec. 3.2)
     if a.max_words:
         words = words[: a.max_words]
     grids, records = [], []
@@ -301,8 +301,9 @@ def cmd_features(a) -> None:
                                 [r.text for r in records], top_k=10, agreement_k=5)
     js, _ = table.save(a.runs / "sparse-clip" / "features")
     s = table.summary()
-    body = (f"The sparse-clip run of the systems table; {len(words)} words (BERT whole words + first WordNet "
-            f"lemma per synset), {len(records)} test images ({' + '.join(TEST_SPECS)}). A feature is multimodal "
+    body = (f"The sparse-clip run of the systems table; {len(words)} words (wordfreq's {a.common_words} most common "
+            f"English words + first WordNet lemma per synset), ranked by raw (unnormalised) activations as in "
+            f"the paper's Fig. 9; {len(records)} test images ({' + '.join(TEST_SPECS)}). A feature is multimodal "
             f"when >= 50% of its 5 top images have a caption containing one of its 5 top words. Named (live) "
             f"features: {s['features_named']:.0f} of {len(model.vocab)}; multimodal: {s['multimodal_frac'] * 100:.1f}%; "
             f"mean agreement {s['agreement_mean']:.3f}. Full table: `{js.relative_to(ROOT) if js.is_relative_to(ROOT) else js}`."

@@ -6,6 +6,7 @@ import pytest
 
 from tokenspace.explain.features import (
     FeatureTable,
+    TopActivations,
     caption_agreement,
     common_words,
     concept_vocabulary,
@@ -90,7 +91,10 @@ def test_word_lists(tmp_path):
     assert wordnet_lemmas(tmp_path) == ["hot dog", "dog", "tall"]
     vocab = Vocabulary(["[PAD]", "[UNK]", "a", "the", "##s", "dog", "x2", "café", "cat"])
     assert common_words(vocab, limit=3) == ["the", "dog", "cat"]
-    assert concept_vocabulary(vocab, tmp_path) == ["the", "dog", "cat", "hot dog", "tall"]
+    assert concept_vocabulary(common_words(vocab), tmp_path) == ["the", "dog", "cat", "hot dog", "tall"]
+    assert concept_vocabulary(["dog", "cat"], wordnet=False) == ["dog", "cat"]
+    with pytest.raises(FileNotFoundError):  # no silent fallback to a smaller list
+        concept_vocabulary(["dog"], tmp_path / "missing")
     with pytest.raises(FileNotFoundError):
         wordnet_lemmas(tmp_path / "missing")
 
@@ -106,3 +110,83 @@ def test_names_a_tiny_sparse_clip_model(make_model):
                                 ["a dog"] * 6, top_k=2)
     assert all(f.feature.startswith("f") and len(f.feature) == 6 for f in table.features)
     assert len(table) > 0
+
+
+def test_frequent_words_are_wordfreq_words_with_letters():
+    pytest.importorskip("wordfreq")
+    from tokenspace.explain.features import frequent_words
+
+    w = frequent_words(2000)
+    assert w[:3] == ["the", "to", "and"] and "dog" in w
+    assert all(any(c.isalpha() for c in x) for x in w) and len(w) < 2000  # digits/symbols dropped
+    v = concept_vocabulary(common_limit=2000, wordnet=False)
+    assert v == w
+
+
+def test_top_activations_streamed_match_a_full_sort():
+    rng = np.random.default_rng(0)
+    acts = np.where(rng.random((300, 7)) < 0.3, rng.integers(0, 5, (300, 7)).astype(np.float32), 0)  # ties
+    top = TopActivations(7, k=4)
+    for s in range(0, 300, 37):  # uneven blocks
+        top.add(acts[s : s + 37])
+    for f in range(7):
+        order = sorted((r for r in range(300) if acts[r, f] > 0), key=lambda r: (-acts[r, f], r))[:4]
+        rows, vals = top.top(f)
+        assert rows.tolist() == order and vals.tolist() == acts[order, f].tolist()
+    unit = acts / np.maximum(np.linalg.norm(acts, axis=1, keepdims=True), 1e-12)
+    assert np.allclose(top.mean_mass(), unit.mean(0))
+
+
+class _PlantedModel:
+    """A stand-in encoder with known raw activations: "big" fires 3.0 on all three features, "pure"
+    2.0 on f0 only. Raw, "big" leads f0; after L2 normalisation "pure" (1.0) would beat it (0.58)."""
+
+    RAW = {"big": [3.0, 3.0, 3.0], "pure": [2.0, 0.0, 0.0], "none": [0.0, 0.0, 0.5]}
+
+    def __init__(self):
+        from tokenspace.vocab import Vocabulary
+
+        self.vocab = Vocabulary.latent(3)
+
+    def eval(self):
+        return self
+
+    def tokenize(self, texts):
+        import torch
+
+        return torch.tensor([list(self.RAW).index(t) for t in texts]), None
+
+    def text_embed(self, ids, mask):
+        import torch
+
+        return torch.tensor([self.RAW[list(self.RAW)[i]] for i in ids.tolist()])
+
+    def image_embed(self, grids):
+        return grids.flatten(1)  # the "grid" is the activation row itself
+
+
+def test_model_features_are_ranked_by_raw_activations():
+    from tokenspace.explain.features import name_model_features
+
+    grids = np.array([[4.0, 4.0, 4.0], [1.0, 0.0, 0.0]], np.float32)[:, :, None, None]
+    table = name_model_features(_PlantedModel(), ["pure", "big", "none"], grids, ["wide", "narrow"], top_k=3)
+    assert table["f00000"].words == [("big", 3.0), ("pure", 2.0)]  # raw order and raw values (Fig. 9)
+    assert table["f00000"].images == [("wide", 4.0), ("narrow", 1.0)]
+    assert table["f00000"].name == "big" and table.meta["activations"] == "raw"
+
+
+def test_model_feature_values_are_the_raw_text_embed(make_model):
+    import torch
+
+    from tokenspace.explain.features import name_model_features
+
+    m = make_model("sparse-clip", expansion=4).eval()
+    words = ["dog", "cat", "red car", "a big house"]
+    grids = torch.randn(5, 16, 2, 2).numpy()
+    table = name_model_features(m, words, grids, [f"i{i}" for i in range(5)], top_k=4)
+    with torch.no_grad():
+        raw = m.text_embed(*m.tokenize(words)).numpy()  # slow reference: one batch, no streaming
+    for f in table.features:
+        for w, v in f.words:
+            assert v == pytest.approx(float(raw[words.index(w), f.index]), rel=1e-5)
+    assert not np.allclose(np.linalg.norm(raw, axis=1), 1.0)  # raw rows are not unit vectors

@@ -1,18 +1,25 @@
-"""Feature naming for latent sparse features (Sparse CLIP Sec. 3.2, Fig. 4): what activates each feature.
+"""Feature naming for latent sparse features (Sparse CLIP Sec. 3.2, Fig. 4/9): what activates each feature.
 
 Sparse CLIP's dimensions are learned, not tokens. They keep stable ids (``f00012``, from
 ``Vocabulary.latent``) and get a *naming table*: for every feature, the words of a concept
-vocabulary and the images of a collection that activate it most. The paper builds the vocabulary from
-the first lemma of every WordNet synset plus common English words; here that is the Debian
-``wordnet-base`` package (asset ``wordnet``) plus the whole-word entries of the BERT vocabulary, which
-is frequency-ordered after its special and single-character entries.
+vocabulary and the images of a collection that activate it most.
+
+* Ranking uses the **raw** activations (the ReLU outputs before the L2 normalisation that scoring
+  applies), as the paper's Fig. 9 shows them ("un-normalized activation values"): a row's norm says
+  how strongly the input fires overall, and dividing by it would promote inputs that fire weakly but on
+  few features.
+* The word list (``concept_vocabulary``) follows the paper: the first lemma of every WordNet synset
+  (Debian ``wordnet-base``, asset ``wordnet``: 86,571 distinct lemmas) merged with the 20K most common
+  English words (the paper uses Oikarinen & Weng's list; ours is ``wordfreq``'s ``top_n_list("en",
+  20000)``, entries without a letter dropped): 95,174 words here against the paper's 98,619.
 
 A feature is **multimodal** when its two lists agree: with captions for the images, when at least
 ``min_agreement`` of its top images have a caption that contains one of its top words. Without
 captions, agreement cannot be judged from the lists alone; the fallback is the paper's modality score
-(share of the feature's activation mass from images, vs the word list) inside [band, 1 - band].
+(share of the feature's activation mass from images, vs the word list) inside [band, 1 - band],
+computed on L2-normalised rows so that the two towers' different output scales do not decide it.
 
-Works on any SparseBatch activations (STAIR tokens too); ``name_model_features`` encodes them.
+Works on any activations (STAIR tokens too); ``name_model_features`` encodes them.
 """
 from __future__ import annotations
 
@@ -20,7 +27,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -62,25 +69,34 @@ def wordnet_lemmas(root: str | os.PathLike | None = None) -> list[str]:
 
 
 def common_words(vocab, limit: int | None = 20000, min_len: int = 2) -> list[str]:
-    """Whole-word alphabetic entries of a WordPiece vocabulary, in vocabulary (≈ frequency) order."""
+    """Whole-word alphabetic entries of a WordPiece vocabulary, in vocabulary (≈ frequency) order: a
+    fallback common-word list when ``wordfreq`` is not installed."""
     out = [t for t in vocab.tokens if len(t) >= min_len and t.isascii() and t.isalpha()]
     return out[:limit] if limit else out
 
 
-def concept_vocabulary(tokenizer_vocab=None, wordnet_root=None, common_limit: int | None = 20000,
-                       wordnet: bool = True) -> list[str]:
-    """Common words first, then WordNet lemmas (when installed), deduplicated: the naming word list."""
-    words: dict[str, None] = {}
-    if tokenizer_vocab is not None:
-        words.update(dict.fromkeys(common_words(tokenizer_vocab, common_limit)))
+def frequent_words(n: int = 20000) -> list[str]:
+    """The ``n`` most frequent English words of ``wordfreq`` (its data ships in the package: no
+    download), entries without a letter (digits, symbols, emoji) dropped."""
+    try:
+        from wordfreq import top_n_list
+    except ImportError:
+        raise ImportError("the common-word list needs wordfreq: pip install 'tokenspace[explain]'") from None
+    return [w for w in top_n_list("en", n) if any(c.isalpha() for c in w)]
+
+
+def concept_vocabulary(common: Sequence[str] | None = None, wordnet_root=None, wordnet: bool = True,
+                       common_limit: int = 20000) -> list[str]:
+    """The naming word list: common words first, then WordNet lemmas, deduplicated (Sec. 3.2).
+
+    ``common`` defaults to ``frequent_words(common_limit)``; pass another list (e.g. ``common_words``
+    of a tokenizer vocabulary) to replace it. Without WordNet installed the list is the common words
+    alone only when ``wordnet=False`` is asked for: a silently smaller vocabulary would change every name."""
+    words = dict.fromkeys(frequent_words(common_limit) if common is None else common)
     if wordnet:
-        try:
-            words.update(dict.fromkeys(wordnet_lemmas(wordnet_root)))
-        except FileNotFoundError:
-            if not words:
-                raise
+        words.update(dict.fromkeys(wordnet_lemmas(wordnet_root)))
     if not words:
-        raise ValueError("no word source: pass a tokenizer vocabulary or install WordNet")
+        raise ValueError("no words: the common-word list is empty and WordNet is off")
     return list(words)
 
 
@@ -173,24 +189,51 @@ class FeatureTable:
 
 
 # ------------------------------------------------------------------------------------ naming
-def _columns(acts) -> sp.csc_matrix:
-    """[rows, features] activations (SparseBatch or array) -> CSC, so a feature's rows are one slice."""
-    m = acts.to_scipy() if isinstance(acts, SparseBatch) else sp.csr_matrix(np.clip(np.asarray(acts, np.float32), 0, None))
-    m = m.tocsc()
-    m.eliminate_zeros()
-    return m
+class TopActivations:
+    """Running top-k rows of every feature over row blocks of activations, and each feature's mass.
+
+    Fed one [rows, F] block at a time, memory stays O(k x F) whatever the number of rows (95K words x
+    4,096 features as one sparse matrix would take ~1.5 GB). ``mass`` sums the L2-normalised rows
+    (the modality score's input); the ranking uses the raw values it is given."""
+
+    def __init__(self, n_features: int, k: int):
+        self.k = k
+        self.rows = np.zeros((0, n_features), np.int64)
+        self.vals = np.zeros((0, n_features), np.float32)
+        self.mass = np.zeros(n_features, np.float64)
+        self.n = 0
+
+    def add(self, block) -> None:
+        block = np.clip(np.asarray(block, np.float32), 0, None)  # [b, F]; signed features: their positive part
+        if block.ndim != 2 or block.shape[1] != self.vals.shape[1]:
+            raise ValueError(f"expected [rows, {self.vals.shape[1]}] activations, got {block.shape}")
+        norms = np.linalg.norm(block, axis=1, keepdims=True)
+        self.mass += (block / np.maximum(norms, 1e-12)).sum(0)
+        new_rows = np.broadcast_to(np.arange(self.n, self.n + len(block))[:, None], block.shape)
+        rows, vals = np.concatenate([self.rows, new_rows]), np.concatenate([self.vals, block])
+        order = np.lexsort((rows, -vals), axis=0)[: self.k]  # per feature: heaviest first, ties by row
+        self.rows, self.vals = np.take_along_axis(rows, order, 0), np.take_along_axis(vals, order, 0)
+        self.n += len(block)
+
+    def top(self, f: int) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, values) of feature ``f``, heaviest first, zeros left out."""
+        keep = self.vals[:, f] > 0
+        return self.rows[keep, f], self.vals[keep, f]
+
+    def mean_mass(self) -> np.ndarray:
+        return self.mass / max(self.n, 1)
 
 
-def _top(col: sp.csc_matrix, f: int, k: int) -> tuple[np.ndarray, np.ndarray]:
-    a, b = col.indptr[f], col.indptr[f + 1]
-    rows, vals = col.indices[a:b], col.data[a:b]
-    keep = vals > 0
-    rows, vals = rows[keep], vals[keep]
-    if len(vals) > k:
-        part = np.argpartition(-vals, k - 1)[:k]
-        rows, vals = rows[part], vals[part]
-    order = np.lexsort((rows, -vals))  # heaviest first; ties by row: deterministic
-    return rows[order], vals[order]
+def _blocks(acts, size: int = 4096) -> Iterator[np.ndarray]:
+    """Dense row blocks of a SparseBatch / scipy matrix / array."""
+    m = acts.to_scipy() if isinstance(acts, SparseBatch) else acts
+    for s in range(0, m.shape[0], size):
+        blk = m[s : s + size]
+        yield blk.toarray() if sp.issparse(blk) else np.asarray(blk, np.float32)
+
+
+def _n_features(acts) -> int:
+    return acts.dim if isinstance(acts, SparseBatch) else acts.shape[1]
 
 
 def _norm_words(text: str) -> str:
@@ -210,30 +253,42 @@ def name_features(word_acts, words: Sequence[str], image_acts, image_ids: Sequen
                   image_texts: Sequence[str] | None = None, feature_ids: Sequence[str] | None = None,
                   top_k: int = 10, agreement_k: int = 5, min_agreement: float = 0.5,
                   band: float = 0.1) -> FeatureTable:
-    """The naming table from activations: ``word_acts`` [W, F] of the word list, ``image_acts`` [N, F].
+    """The naming table from activations: ``word_acts`` [W, F] of the word list, ``image_acts`` [N, F]
+    (SparseBatch or arrays), ranked by the values given (pass raw activations: ``name_model_features``).
 
     ``agreement_k`` top images and top words are compared (the paper shows ~5 of each); features that
     no word and no image activates are left out. ``feature_ids`` default to the activations' vocabulary
     (``f00012`` for Sparse CLIP) or ``f{index:05d}``."""
-    from tokenspace.eval.features import modality_scores
-
     words, image_ids = list(words), list(image_ids)
-    wc, ic = _columns(word_acts), _columns(image_acts)
-    if wc.shape[0] != len(words) or ic.shape[0] != len(image_ids):
-        raise ValueError("one activation row per word and per image is required")
-    if wc.shape[1] != ic.shape[1]:
-        raise ValueError(f"word activations have {wc.shape[1]} features, image activations {ic.shape[1]}")
-    if image_texts is not None and len(image_texts) != len(image_ids):
-        raise ValueError("image_texts needs one caption per image")
-    n_feat = wc.shape[1]
+    n_feat = _n_features(word_acts)
+    if _n_features(image_acts) != n_feat:
+        raise ValueError(f"word activations have {n_feat} features, image activations {_n_features(image_acts)}")
+    wtop, itop = TopActivations(n_feat, top_k), TopActivations(n_feat, top_k)
+    for blk in _blocks(word_acts):
+        wtop.add(blk)
+    for blk in _blocks(image_acts):
+        itop.add(blk)
     if feature_ids is None:
         vocab = getattr(image_acts, "vocab", None) or getattr(word_acts, "vocab", None)
-        feature_ids = vocab.tokens if vocab is not None else [f"f{i:05d}" for i in range(n_feat)]
-    modality, _ = modality_scores(SparseBatch.from_scipy(ic.tocsr()), SparseBatch.from_scipy(wc.tocsr()))
+        feature_ids = vocab.tokens if vocab is not None else None
+    return _table(wtop, words, itop, image_ids, image_texts, feature_ids, agreement_k, min_agreement, band)
+
+
+def _table(wtop: TopActivations, words: list[str], itop: TopActivations, image_ids: list[str],
+           image_texts, feature_ids, agreement_k: int, min_agreement: float, band: float) -> FeatureTable:
+    if wtop.n != len(words) or itop.n != len(image_ids):
+        raise ValueError("one activation row per word and per image is required")
+    if image_texts is not None and len(image_texts) != len(image_ids):
+        raise ValueError("image_texts needs one caption per image")
+    n_feat = wtop.vals.shape[1]
+    if feature_ids is None:
+        feature_ids = [f"f{i:05d}" for i in range(n_feat)]
+    mi, mt = itop.mean_mass(), wtop.mean_mass()
+    modality = np.divide(mi, mi + mt, out=np.full(n_feat, np.nan), where=(mi + mt) > 0)
     out = []
     for f in range(n_feat):
-        wr, wv = _top(wc, f, top_k)
-        ir, iv = _top(ic, f, top_k)
+        wr, wv = wtop.top(f)
+        ir, iv = itop.top(f)
         if not len(wr) and not len(ir):
             continue  # dead feature: nothing to name
         top_words = [(words[i], float(v)) for i, v in zip(wr, wv)]
@@ -249,14 +304,45 @@ def name_features(word_acts, words: Sequence[str], image_acts, image_ids: Sequen
             multimodal = bool(top_words and top_images and band <= m <= 1 - band)
         out.append(FeatureName(str(feature_ids[f]), f, top_words[0][0] if top_words else "", top_words,
                                top_images, agreement, float(modality[f]), multimodal, caps))
-    meta = {"words": len(words), "images": len(image_ids), "features": n_feat, "top_k": top_k,
-            "agreement_k": agreement_k, "min_agreement": min_agreement}
+    meta = {"words": len(words), "images": len(image_ids), "features": n_feat, "top_k": wtop.k,
+            "agreement_k": agreement_k, "min_agreement": min_agreement, "activations": "raw"}
     return FeatureTable(out, meta)
 
 
+# ------------------------------------------------------------------------------------ raw activations
+def raw_text_blocks(model, texts: Sequence[str], batch_size: int = 256) -> Iterator[np.ndarray]:
+    """[b, F] raw text activations per batch: the model's ``text_embed`` output (after the ReLU, before
+    the L2 normalisation ``encode_texts`` applies)."""
+    import torch
+
+    model.eval()
+    with torch.no_grad():
+        for s in range(0, len(texts), batch_size):
+            ids, mask = model.tokenize(list(texts[s : s + batch_size]))
+            yield model.text_embed(ids, mask).float().numpy()
+
+
+def raw_image_blocks(model, grids, batch_size: int = 256) -> Iterator[np.ndarray]:
+    """[b, F] raw image activations per batch of cached backbone grids (``image_embed``, unnormalised)."""
+    import torch
+
+    model.eval()
+    with torch.no_grad():
+        for s in range(0, len(grids), batch_size):
+            g = torch.as_tensor(np.asarray(grids[s : s + batch_size]), dtype=torch.float32)
+            yield model.image_embed(g).float().numpy()
+
+
 def name_model_features(model, words: Sequence[str], grids, image_ids: Sequence[str],
-                        image_texts: Sequence[str] | None = None, **kw) -> FeatureTable:
-    """Encode the word list and cached image grids with ``model`` and name its features."""
-    word_acts = model.encode_texts(list(words))
-    image_acts = model.encode_image_grids(grids)
-    return name_features(word_acts, words, image_acts, image_ids, image_texts, **kw)
+                        image_texts: Sequence[str] | None = None, top_k: int = 10, agreement_k: int = 5,
+                        min_agreement: float = 0.5, band: float = 0.1, batch_size: int = 256) -> FeatureTable:
+    """Name ``model``'s features from the raw activations of the word list and of cached image grids
+    (paper Fig. 9), streamed in batches."""
+    words, image_ids = list(words), list(image_ids)
+    n_feat = len(model.vocab)
+    wtop, itop = TopActivations(n_feat, top_k), TopActivations(n_feat, top_k)
+    for blk in raw_text_blocks(model, words, batch_size):
+        wtop.add(blk)
+    for blk in raw_image_blocks(model, grids, batch_size):
+        itop.add(blk)
+    return _table(wtop, words, itop, image_ids, image_texts, model.vocab.tokens, agreement_k, min_agreement, band)
