@@ -1,16 +1,33 @@
-"""Exports: exact file contents on tiny batches, including tokens that need JSON escaping."""
+"""Exports: exact file contents on tiny batches, and each format read by its engine (or its reader's rules).
+
+* Seismic (pyseismic-lsr) builds an index from the float JSONL file and answers the queries read from
+  the query file with the same top-10 as InvertedIndex.
+* Anserini/pyserini need Java 21 and a 165 MB pyserini sdist with ~45 more packages, so the integer
+  JSONL is checked against the reader's code instead: ``JsonVectorCollection`` (Jackson ``asInt()``, the
+  token repeated that many times into a whitespace-split pseudo-document) and the ``JsonStringVector``
+  topic reader (``qid`` + ``vector``); impact scoring (sum of query weight x term frequency) on what that
+  reader sees gives the same top-10 as InvertedIndex on the same integers.
+* rank_features bulk files are checked against the field parser's rules (Elasticsearch/OpenSearch
+  ``RankFeaturesFieldMapper`` + Lucene ``FeatureField``).
+"""
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import numpy as np
 import pytest
 
+from tokenspace.index import InvertedIndex
 from tokenspace.index.export import (
+    FLOAT32_MIN_NORMAL,
+    quantize,
+    rank_feature_name,
     rank_features_mapping,
     read_jsonl,
     write_jsonl,
     write_jsonl_quantized,
+    write_queries_jsonl,
     write_rank_features,
 )
 from tokenspace.sparse import SparseBatch
@@ -30,6 +47,19 @@ def _batch(vocab=True) -> SparseBatch:
     return SparseBatch.from_dense(dense, vocab=Vocabulary(TOKENS, name="esc") if vocab else None)
 
 
+def _corpus(n_docs=300, n_queries=25, dim=60, seed=0):
+    """Random docs/queries over a WordPiece-like vocabulary, weights k/64 (exact in float16 and float32)."""
+    rng = np.random.default_rng(seed)
+    tokens = ["[PAD]", "[UNK]", ".", "é", "##s", "100%"] + [f"w{i}" for i in range(dim - 6)]
+
+    def rows(n, density):
+        dense = np.where(rng.random((n, dim)) < density, rng.integers(1, 129, (n, dim)) / 64, 0.0)
+        return SparseBatch.from_dense(dense.astype(np.float32), vocab=Vocabulary(tokens))
+
+    return rows(n_docs, 0.2), rows(n_queries, 0.1)
+
+
+# ----------------------------------------------------------------- exact file contents
 def test_jsonl_exact_contents_with_escaping(tmp_path):
     path = write_jsonl(_batch(), ["d0", "d\"1", "d2"], tmp_path / "c.jsonl")
     assert path.read_text(encoding="utf-8") == (
@@ -50,19 +80,43 @@ def test_jsonl_without_vocab_uses_dim_ids(tmp_path):
     np.testing.assert_array_equal(back.to_dense(), _batch().to_dense())
 
 
-def test_quantized_rounds_half_up_and_drops_zeros(tmp_path):
-    path = write_jsonl_quantized(_batch(), ["d0", "d1", "d2"], tmp_path / "q.jsonl", scale=100)
+def test_quantized_rounds_half_up_and_keeps_every_nonzero_weight(tmp_path):
+    b = _batch(vocab=False)
+    path = write_jsonl_quantized(b, ["d0", "d1", "d2"], tmp_path / "q.jsonl", scale=100)
     assert path.read_text(encoding="utf-8") == (
-        '{"id": "d0", "vector": {"dog": 50, "back\\\\slash": 125, "##s": 30}}\n'
-        '{"id": "d1", "vector": {"\\"quote\\"": 200}}\n'  # 0.004 * 100 = 0.4 rounds to 0: dropped
+        '{"id": "d0", "vector": {"0": 50, "2": 125, "5": 30}}\n'
+        '{"id": "d1", "vector": {"1": 200, "3": 1}}\n'  # 0.004 * 100 = 0.4: lifted to 1, not dropped
         '{"id": "d2", "vector": {}}\n'
     )
     lines = [json.loads(x) for x in path.read_text().splitlines()]
-    assert all(isinstance(w, int) for doc in lines for w in doc["vector"].values())
+    assert all(isinstance(w, int) and w >= 1 for doc in lines for w in doc["vector"].values())
     # exactly representable halves: 0.5 -> 1 and 2.5 -> 3 (half up, not Python's half-to-even 0 and 2)
     one = SparseBatch.from_dense(np.array([[0.125, 0.625]], np.float32))
     assert write_jsonl_quantized(one, ["x"], tmp_path / "h.jsonl", scale=4).read_text() == (
         '{"id": "x", "vector": {"0": 1, "1": 3}}\n')
+
+
+def test_quantize_error_bound_and_no_zero():
+    rng = np.random.default_rng(1)
+    w = np.concatenate([rng.random(2000) * 3, rng.random(200) * 1e-3, [1e-30, 0.005, 0.015]]).astype(np.float32)
+    for scale in (10, 100, 1000):
+        q = quantize(w, scale)
+        assert q.dtype == np.int64 and (q >= 1).all()
+        err = np.abs(q / scale - w.astype(np.float64))
+        small = w < 0.5 / scale
+        assert (err[~small] <= 0.5 / scale + 1e-9).all()
+        assert (err[small] <= 1 / scale).all()
+    assert quantize(np.array([0.0, 0.3]), 100).tolist() == [0, 30]
+
+
+def test_queries_file_formats(tmp_path):
+    b = _batch(vocab=False)
+    f = write_queries_jsonl(b, ["q0", "q1", "q2"], tmp_path / "queries.jsonl")
+    assert f.read_text().splitlines()[0] == '{"id": "q0", "vector": {"0": 0.5, "2": 1.25, "5": 0.3}}'
+    t = write_queries_jsonl(b, ["q0", "q1", "q2"], tmp_path / "topics.jsonl", scale=100)
+    assert t.read_text().splitlines()[1] == '{"qid": "q1", "vector": {"1": 200, "3": 1}}'
+    back, ids = read_jsonl(t, dim=6)
+    assert ids == ["q0", "q1", "q2"] and back.to_dense()[1, 3] == 1
 
 
 def test_rank_features_mapping_and_bulk(tmp_path):
@@ -91,5 +145,144 @@ def test_bad_arguments(tmp_path):
         write_jsonl(_batch(), ["a"], tmp_path / "x.jsonl")
     with pytest.raises(ValueError, match="unique"):
         write_jsonl(_batch(), ["a", "a", "b"], tmp_path / "x.jsonl")
-    with pytest.raises(ValueError, match="scale"):
-        write_jsonl_quantized(_batch(), ["a", "b", "c"], tmp_path / "x.jsonl", scale=0)
+    for bad in (0, -1, float("nan"), float("inf"), True):
+        with pytest.raises(ValueError, match="scale"):
+            write_jsonl_quantized(_batch(vocab=False), ["a", "b", "c"], tmp_path / "x.jsonl", scale=bad)
+    # "tab\there" would become two Anserini terms: refused, naming the token
+    tab = SparseBatch.from_dense(np.array([[0, 0, 0, 0, 1.0, 0]], np.float32), vocab=Vocabulary(TOKENS))
+    with pytest.raises(ValueError, match="whitespace"):
+        write_jsonl_quantized(tab, ["a"], tmp_path / "x.jsonl")
+    with pytest.raises(ValueError, match="whitespace"):
+        write_queries_jsonl(tab, ["a"], tmp_path / "x.jsonl", scale=10)
+    (tmp_path / "bad.jsonl").write_text('{"id": "a", "vector": {"1": 1}}\n{"id": "b"}\n')
+    with pytest.raises(ValueError, match="bad.jsonl:2"):
+        read_jsonl(tmp_path / "bad.jsonl", dim=3)
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+# ----------------------------------------------------------------- read by the engines
+def _top10(index: InvertedIndex, queries: SparseBatch) -> list[list[tuple[str, float]]]:
+    return [[(h.id, h.score) for h in hits] for hits in index.search(queries, k=10)]
+
+
+def _assert_same_top10(ours, theirs, exact_scores, doc_ids):
+    """The same top-10 ids in the same order, up to the order of docs whose exact scores tie.
+
+    Docs tied at the 10th score may be cut differently; every other score's docs must be the same set.
+    Without ties this is id-by-id equality of the two lists.
+    """
+    for q, (a, b) in enumerate(zip(ours, theirs)):
+        assert len(a) == len(b) == 10
+        np.testing.assert_allclose([s for _, s in b], [s for _, s in a], rtol=1e-3)  # reported scores
+        truth = dict(zip(doc_ids, exact_scores[q].tolist()))  # float64 reference dot products
+        best = sorted(truth.values(), reverse=True)[:10]
+        assert [truth[d] for d, _ in a] == best and [truth[d] for d, _ in b] == best, f"query {q}"
+        for s in set(best) - {best[-1]}:
+            assert {d for d, _ in a if truth[d] == s} == {d for d, _ in b if truth[d] == s}, f"query {q}"
+
+
+def test_seismic_reads_the_files_with_the_same_top10(tmp_path):
+    seismic = pytest.importorskip("seismic", reason="pyseismic-lsr is in the dev extra")
+    docs, queries = _corpus()
+    doc_ids = [f"img{i:04d}" for i in range(len(docs))]
+    q_ids = [f"q{i}" for i in range(len(queries))]
+    doc_file = write_jsonl(docs, doc_ids, tmp_path / "docs.jsonl")
+    q_file = write_queries_jsonl(queries, q_ids, tmp_path / "queries.jsonl")
+
+    # n_postings >= docs and summaries keeping all energy: Seismic's pruning cannot drop a true hit
+    index = seismic.SeismicIndex.build(str(doc_file), n_postings=len(docs), summary_energy=1.0,
+                                       load_content=False, num_threads=1)
+    assert index.len == len(docs) and index.nnz == docs.nnz
+    string = seismic.get_seismic_string()
+    theirs = []
+    for line in q_file.read_text(encoding="utf-8").splitlines():
+        q = json.loads(line)
+        tokens = np.array(list(q["vector"]), dtype=string)
+        weights = np.array(list(q["vector"].values()), dtype=np.float32)
+        hits = index.search(q["id"], tokens, weights, k=10, query_cut=len(tokens), heap_factor=1.0)
+        theirs.append([(doc, score) for _, score, doc in hits])
+
+    ours = _top10(InvertedIndex.build(docs, doc_ids), queries)
+    exact = queries.to_dense().astype(np.float64) @ docs.to_dense().astype(np.float64).T
+    _assert_same_top10(ours, theirs, exact, doc_ids)
+
+
+def _anserini_pseudo_document(line: str) -> tuple[str, Counter]:
+    """What JsonVectorCollection + the pretokenized (whitespace) analyzer make of one line."""
+    doc = json.loads(line)
+    text = ""
+    for token, value in doc["vector"].items():
+        cnt = int(value) if isinstance(value, (int, float)) else 0  # Jackson asInt(): truncation
+        text += (token + " ") * cnt
+    return str(doc["id"]), Counter(text.split())
+
+
+def test_anserini_reader_rules_keep_every_weight_and_ranking(tmp_path):
+    docs, queries = _corpus(seed=3)
+    rng = np.random.default_rng(4)  # continuous weights in (0, 1): asInt() alone would make them all 0
+    docs = SparseBatch.from_dense((docs.to_dense() > 0) * rng.uniform(0.001, 1, (len(docs), docs.dim)),
+                                  vocab=docs.vocab)
+    doc_ids = [f"img{i:04d}" for i in range(len(docs))]
+    q_ids = [f"q{i}" for i in range(len(queries))]
+    (tmp_path / "collection").mkdir()  # Anserini indexes every .json/.jsonl file of this folder
+    doc_file = write_jsonl_quantized(docs, doc_ids, tmp_path / "collection" / "docs.jsonl", scale=100)
+    q_file = write_queries_jsonl(queries, q_ids, tmp_path / "queries.jsonl", scale=100)
+
+    vocab = docs.vocab
+    seen = [_anserini_pseudo_document(line) for line in doc_file.read_text(encoding="utf-8").splitlines()]
+    assert [d for d, _ in seen] == doc_ids
+    dense = docs.to_dense()
+    for i, (_, tf) in enumerate(seen):
+        # every nonzero weight is a term with frequency >= 1, and exactly quantize(w)
+        assert set(tf) == {vocab.tokens[j] for j in np.flatnonzero(dense[i])}
+        assert all(tf[vocab.tokens[j]] == quantize(dense[i, j : j + 1], 100)[0] for j in np.flatnonzero(dense[i]))
+
+    topics = [json.loads(line) for line in q_file.read_text(encoding="utf-8").splitlines()]
+    assert [t["qid"] for t in topics] == q_ids  # JsonStringVector reads qid as text, vector as the map
+    # impact scoring: sum over query terms of query weight x document term frequency
+    d_int = SparseBatch.from_dicts([tf for _, tf in seen], vocab=vocab)
+    q_int = SparseBatch.from_dicts([t["vector"] for t in topics], vocab=vocab)
+    exact = q_int.to_dense().astype(np.float64) @ d_int.to_dense().astype(np.float64).T
+    anserini = [[(doc_ids[j], exact[q, j]) for j in np.argsort(-exact[q], kind="stable")[:10]]
+                for q in range(len(topics))]
+    _assert_same_top10(_top10(InvertedIndex.build(d_int, doc_ids), q_int), anserini, exact, doc_ids)
+
+
+def _check_rank_features_source(source: dict, field: str) -> None:
+    """The rules of a rank_features field (ES/OpenSearch RankFeaturesFieldMapper, Lucene FeatureField)."""
+    features = source[field]
+    assert isinstance(features, dict), "rank_features fields must be json objects"
+    for name, value in features.items():
+        assert name and "." not in name, f"dots are not allowed in feature names: {name!r}"
+        assert isinstance(value, (int, float)) and not isinstance(value, bool)
+        v32 = np.float32(value)  # the parser reads a float
+        assert np.isfinite(v32) and v32 >= np.finfo(np.float32).tiny, f"{name}: {value} is not a positive normal float"
+
+
+def test_rank_features_files_follow_the_field_rules(tmp_path):
+    docs, _ = _corpus(n_docs=50, seed=5)
+    dense = docs.to_dense()
+    dense[0, 2] = 0.75  # the token "."
+    dense[0, 3] = 1e-40  # subnormal in float32: FeatureField would reject it
+    docs = SparseBatch.from_dense(dense, vocab=docs.vocab)
+    ids = [f"d{i}" for i in range(len(docs))]
+    paths = write_rank_features(docs, ids, tmp_path / "os", docs_per_file=20)
+    assert len(paths) == 4
+    seen_ids = []
+    for p in paths[1:]:
+        lines = p.read_text(encoding="utf-8").splitlines()
+        for action, source in zip(lines[::2], lines[1::2]):
+            seen_ids.append(json.loads(action)["index"]["_id"])
+            pairs = json.loads(source, object_pairs_hook=lambda kv: kv)  # duplicate keys would show here
+            names = [k for k, _ in pairs[0][1]]
+            assert len(names) == len(set(names)), "each feature once per document"
+            _check_rank_features_source(json.loads(source), "vector")
+    assert seen_ids == ids
+    first = json.loads(paths[1].read_text().splitlines()[1])["vector"]
+    assert first["%2E"] == 0.75
+    assert first["é"] == pytest.approx(FLOAT32_MIN_NORMAL, rel=1e-6)  # lifted, not dropped
+    # names are reversible and never clash: "." and "%" percent-encoded
+    assert rank_feature_name(".") == "%2E" and rank_feature_name("100%") == "100%25"
+    assert rank_feature_name("a%2E") != rank_feature_name("a.")
+    with pytest.raises(ValueError, match="dots"):
+        rank_features_mapping("a.b")
