@@ -76,3 +76,93 @@ def test_cli_index_build_and_search(make_model, manifest, tmp_path, capsys, monk
     # malformed boolean filters are a clear error, not a traceback
     assert main(["search", "--index", str(tmp_path / "idx"), "a dog", "--where", "dog AND (cat"]) == 2
     assert "error" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------- every caption
+@pytest.fixture
+def two_caption_manifest(tmp_path, tiny_pairs):
+    """COCO-style records: the first image has two captions, the others one."""
+    paths, texts = tiny_pairs
+    records = [Record("img0", str(paths[0]), texts[0], "train", captions=(texts[0], "the red dog on the sun"))]
+    records += [Record(f"img{i}", str(p), t, "train") for i, (p, t) in enumerate(zip(paths[1:4], texts[1:4]), 1)]
+    return write_manifest(records, tmp_path / "coco-like.jsonl")
+
+
+def _recipe(tmp_path, tiny_vocab, make_config, manifest):
+    from tokenspace.train.recipe import Recipe
+
+    tiny_vocab.save(tmp_path / "vocab.txt")
+    make_config("stair", len(tiny_vocab), vocab=str(tmp_path / "vocab.txt")).save(tmp_path / "model.json")
+    return Recipe.from_dict({"name": "captions", "model": str(tmp_path / "model.json"),
+                             "data": {"train": [f"{manifest}:train"]}, "stages": [{"name": "c", "steps": 1}]})
+
+
+def _captured_training_data(monkeypatch, tmp_path, tiny_vocab, make_config, manifest):
+    """Run pipeline.train with the Trainer replaced by one that records the PairData it is given."""
+    from tokenspace.train import trainer
+
+    seen = {}
+
+    class Capture:
+        def __init__(self, model, recipe, data, out_dir, **_):
+            seen["data"], self.model = data, model
+
+        def fit(self, resume=False):
+            return self.model
+
+    monkeypatch.setattr(trainer, "Trainer", Capture)
+    pipeline.train(_recipe(tmp_path, tiny_vocab, make_config, manifest), tmp_path / "run", home=tmp_path / "home",
+                   progress=False)
+    return seen["data"]
+
+
+def test_a_two_caption_manifest_yields_both_pairs(monkeypatch, tmp_path, tiny_vocab, make_config,
+                                                  two_caption_manifest):
+    data = _captured_training_data(monkeypatch, tmp_path, tiny_vocab, make_config, two_caption_manifest)
+    assert len(data) == 5 and data.texts[:2] == ["a red dog", "the red dog on the sun"]  # was 4: first caption only
+    np.testing.assert_array_equal(data.grids[[0]], data.grids[[1]])  # both captions pair with image 0
+    assert not np.array_equal(data.grids[[0]], data.grids[[2]])
+    assert data.groups[0] == data.groups[1] and len(set(data.groups[1:].tolist())) == 4
+
+
+def test_scale_load_pairs_uses_every_caption(tmp_path, tiny_vocab, make_config, two_caption_manifest):
+    from tokenspace.train.scale import load_pairs
+
+    recipe = _recipe(tmp_path, tiny_vocab, make_config, two_caption_manifest)
+    model = pipeline.build_seeded(recipe)
+    data = load_pairs(recipe, model, home=tmp_path / "home", progress=False)
+    assert len(data) == 5 and "the red dog on the sun" in data.texts
+    from tokenspace.train.trainer import Trainer  # the trainer reads the shared grids through RowsOf
+
+    Trainer(model, recipe, data, tmp_path / "run", progress=False).fit()
+    assert (tmp_path / "run" / "model" / "model.safetensors").exists()
+
+
+def test_caption_groups():
+    # one caption per image: the trainer's old grouping by text, ids included (same batches as before)
+    from tokenspace.train.trainer import PairData
+
+    texts = ["b", "a", "b", "c"]
+    np.testing.assert_array_equal(pipeline.caption_groups(np.arange(4), texts),
+                                  PairData.from_texts(np.zeros(4), texts).groups)
+    # captions of one image share a group; a caption shared by two images joins them (transitively)
+    g = pipeline.caption_groups(np.array([0, 0, 1, 2, 2, 3]), ["x", "y", "z", "z", "w", "v"])
+    assert g[0] == g[1] and g[2] == g[3] == g[4] and len({g[0], g[2], g[5]}) == 3
+
+
+def test_sampler_draws_one_caption_per_image_per_epoch_and_every_caption_over_epochs(tmp_path, tiny_pairs):
+    from tokenspace.train.trainer import BatchSampler
+
+    paths, texts = tiny_pairs
+    recs = [Record(f"i{i}", str(p), t, "train", captions=(t, f"{t} again", f"{t} once more"))
+            for i, (p, t) in enumerate(zip(paths, texts))]
+    data = pipeline.caption_pairs(np.arange(len(recs)).reshape(-1, 1), recs)
+    assert len(data) == 3 * len(recs)
+    sampler = BatchSampler(data.groups, len(recs), np.random.default_rng(0))
+    seen = set()
+    for _ in range(20):
+        batch = sampler.next()  # one epoch = one batch here
+        images = data.grids[batch][:, 0]
+        assert sorted(images.tolist()) == list(range(len(recs)))  # each image once, never twice
+        seen.update(batch.tolist())
+    assert seen == set(range(len(data)))

@@ -87,6 +87,65 @@ def image_grids(model, records: Sequence[Record], home=None, progress: bool = Tr
 
 
 # ---------------------------------------------------------------------------------------------- train
+class RowsOf:
+    """Rows of ``base`` picked by ``index``, read on demand: pair i's grid is ``base[index[i]]``, so five
+    captions of one image share one cached grid instead of five copies (COCO: 113K grids, 566K pairs)."""
+
+    def __init__(self, base, index):
+        self.base, self.index = base, np.asarray(index, np.int64)
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __getitem__(self, i):
+        return self.base[self.index[i]]
+
+
+def caption_groups(image_of: np.ndarray, texts: Sequence[str]) -> np.ndarray:
+    """Group id per pair: pairs that share an image or a caption text (transitively) share a group.
+
+    The trainer never puts two pairs of one group in a batch (they would be each other's false
+    negatives) and draws one member of each group per epoch. With one caption per image this is the
+    old grouping by text exactly (same ids, so single-caption runs train on the same batches)."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    image_of = np.asarray(image_of, np.int64)
+    _, text_id = np.unique(np.asarray(list(texts), dtype=object), return_inverse=True)
+    n_img, n_txt = int(image_of.max()) + 1 if len(image_of) else 0, int(text_id.max()) + 1 if len(texts) else 0
+    # bipartite graph: image nodes [0, n_img), text nodes [n_img, n_img + n_txt), one edge per pair
+    graph = coo_matrix((np.ones(len(image_of)), (image_of, n_img + text_id)), shape=(n_img + n_txt,) * 2)
+    _, comp = connected_components(graph, directed=False)
+    # name each component by its smallest text id, renumbered densely in that order: with one caption
+    # per image a component is exactly one distinct text, so the ids equal np.unique's
+    first_text = np.full(comp.max() + 1 if len(comp) else 0, np.iinfo(np.int64).max)
+    np.minimum.at(first_text, comp[n_img + text_id], text_id)
+    _, groups = np.unique(first_text[comp[n_img + text_id]], return_inverse=True)
+    return groups.astype(np.int64)
+
+
+def caption_pairs(grids, records: Sequence[Record]):
+    """PairData with one pair per (image, caption): every caption of a COCO-style record is used.
+
+    Each record contributes ``record.texts`` (empty captions skipped); pairs of one image never share
+    a batch and each epoch of the sampler draws one caption per image (as open_clip's COCO loaders
+    sample one of the five captions per image per epoch), so over training every caption is seen."""
+    from tokenspace.train.trainer import PairData
+
+    if len(grids) != len(records):
+        raise ValueError(f"{len(grids)} grids for {len(records)} records")
+    image_of, texts = [], []
+    for i, r in enumerate(records):
+        for t in r.texts:
+            if t and t.strip():
+                image_of.append(i)
+                texts.append(t)
+    image_of = np.asarray(image_of, np.int64)
+    rows = grids if len(image_of) == len(grids) and np.array_equal(image_of, np.arange(len(grids))) \
+        else RowsOf(grids, image_of)
+    return PairData(rows, texts, caption_groups(image_of, texts))
+
+
 def build_seeded(recipe):
     """The recipe's model with its new layers (heads, projections) drawn from ``recipe.seed``.
 
@@ -103,7 +162,7 @@ def build_seeded(recipe):
 def train(recipe, out_dir, home=None, resume: bool = False, progress: bool = True, **overrides):
     """Train a model from a recipe (name, path or Recipe) on its data; returns the trained model."""
     from tokenspace.train.recipe import Recipe
-    from tokenspace.train.trainer import PairData, Trainer
+    from tokenspace.train.trainer import Trainer
 
     if not isinstance(recipe, Recipe):
         recipe = Recipe.load(recipe, **overrides)
@@ -111,8 +170,8 @@ def train(recipe, out_dir, home=None, resume: bool = False, progress: bool = Tru
         raise ValueError(f"recipe {recipe.name!r} has no data.train")
     model = build_seeded(recipe)
     enc = image_grids(model, load_data(recipe.data["train"], home), home, progress)
-    data = PairData.from_texts(enc.grids, [r.text for r in enc.records])
-    _log(f"training {recipe.name}: {len(data)} pairs, {recipe.total_steps} steps")
+    data = caption_pairs(enc.grids, enc.records)
+    _log(f"training {recipe.name}: {len(data)} pairs ({len(enc.records)} images), {recipe.total_steps} steps")
     evaluate = None
     if recipe.data.get("eval"):
         eval_enc = image_grids(model, load_data(recipe.data["eval"], home), home, progress)

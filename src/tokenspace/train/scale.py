@@ -57,7 +57,7 @@ def load_pairs(recipe, model, home=None, progress: bool = True):
     enc = pipeline.image_grids(model, records, home, progress and ctx.is_main)
     if ctx.enabled and ctx.is_main:
         ctx.barrier()
-    return PairData.from_texts(np.asarray(enc.grids), [r.text for r in enc.records])
+    return pipeline.caption_pairs(np.asarray(enc.grids), enc.records)  # every caption, not just the first
 
 
 def train(recipe, out_dir, home=None, resume: bool = False, progress: bool = True, **overrides):
