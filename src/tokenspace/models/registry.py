@@ -8,6 +8,7 @@ from tokenspace.models.dense import DenseModel
 from tokenspace.models.dual import DualEncoder
 from tokenspace.models.sparse_clip import SparseClipModel
 from tokenspace.models.stair import StairModel
+from tokenspace.models.tagger import TaggerModel
 from tokenspace.models.visualsparta import VisualSpartaModel
 from tokenspace.vocab import Vocabulary
 
@@ -16,6 +17,7 @@ FAMILIES: dict[str, type[DualEncoder]] = {
     "dense": DenseModel,
     "sparse-clip": SparseClipModel,
     "visualsparta": VisualSpartaModel,
+    "tagger": TaggerModel,  # training-free, from the backbone's ImageNet classifier
 }
 
 
