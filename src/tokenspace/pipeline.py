@@ -73,12 +73,13 @@ class Encoded:
     skipped: dict[str, str]  # record id -> reason
 
 
-def image_grids(model, records: Sequence[Record], home=None, progress: bool = True) -> Encoded:
+def image_grids(model, records: Sequence[Record], home=None, progress: bool = True, at: int | None = None) -> Encoded:
     """Backbone grids of the records' images from the feature cache (computed once, resumable);
-    unreadable images are skipped and counted, never a crash."""
+    unreadable images are skipped and counted, never a crash. ``at=k``: the activations at the input
+    of the tower's block k instead (for training the tower's top, recipe.train_image_from)."""
     from tokenspace.train.features import cache_image_grids
 
-    cache = cache_image_grids(model, [r.image for r in records], home_dir(home) / "features", progress=progress)
+    cache = cache_image_grids(model, [r.image for r in records], home_dir(home) / "features", progress=progress, at=at)
     keep = np.flatnonzero(cache.ok)
     skipped = {records[i].id: cache.errors.get(i, "unreadable") for i in np.flatnonzero(~cache.ok)}
     if skipped:
@@ -146,6 +147,21 @@ def caption_pairs(grids, records: Sequence[Record]):
     return PairData(rows, texts, caption_groups(image_of, texts))
 
 
+def trunk_block(recipe, model) -> int | None:
+    """The block whose input activations to cache when the recipe trains the tower's top from it."""
+    f = recipe.train_image_from
+    return model.image_tower.split_index(f) if f not in (None, "all") else None
+
+
+def _with_final_grids(model, enc: Encoded, at: int | None) -> Encoded:
+    """``enc`` with final grids from the model's current tower top when it holds block-``at`` activations."""
+    if at is None:
+        return enc
+    from tokenspace.train.features import grids_from_trunk
+
+    return Encoded(grids_from_trunk(model, enc.grids, at), enc.records, enc.skipped)
+
+
 def build_seeded(recipe):
     """The recipe's model with its new layers (heads, projections) drawn from ``recipe.seed``.
 
@@ -169,13 +185,14 @@ def train(recipe, out_dir, home=None, resume: bool = False, progress: bool = Tru
     if "train" not in recipe.data:
         raise ValueError(f"recipe {recipe.name!r} has no data.train")
     model = build_seeded(recipe)
-    enc = image_grids(model, load_data(recipe.data["train"], home), home, progress)
+    at = trunk_block(recipe, model)
+    enc = image_grids(model, load_data(recipe.data["train"], home), home, progress, at=at)
     data = caption_pairs(enc.grids, enc.records)
     _log(f"training {recipe.name}: {len(data)} pairs ({len(enc.records)} images), {recipe.total_steps} steps")
     evaluate = None
     if recipe.data.get("eval"):
-        eval_enc = image_grids(model, load_data(recipe.data["eval"], home), home, progress)
-        evaluate = lambda m: evaluate_retrieval(m, eval_enc)  # noqa: E731
+        eval_enc = image_grids(model, load_data(recipe.data["eval"], home), home, progress, at=at)
+        evaluate = lambda m: evaluate_retrieval(m, _with_final_grids(m, eval_enc, at))  # noqa: E731
     return Trainer(model, recipe, data, out_dir, evaluate=evaluate, progress=progress).fit(resume=resume)
 
 

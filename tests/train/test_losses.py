@@ -35,3 +35,39 @@ def test_loss_parts_are_named_and_sum(make_model):
     assert parts["flops_image"].item() == pytest.approx(1e-2 * flops_loss(img).item(), rel=1e-5)
     total = parts["contrastive"] + parts["flops_image"] + parts["flops_text"]
     assert parts["loss"].item() == pytest.approx(total.item(), rel=1e-6)
+
+
+def test_flops_loss_at_its_reference_batch_is_eq6():
+    emb = torch.rand(8, 5) * (torch.rand(8, 5) > 0.5)
+    assert flops_loss(emb, reference_batch=8).item() == pytest.approx(flops_loss(emb).item(), rel=1e-6)
+
+
+def test_flops_loss_reference_batch_is_unbiased_for_eq6_at_that_batch():
+    """Batches of 8 drawn from a population: the mean of the reference-batch loss is eq. 6's expectation
+    at batch 256 (mu^2 (1 - 1/R) + E[a^2] / R); plain eq. 6 at batch 8 is far above it (its Var / B)."""
+    g = torch.Generator().manual_seed(0)
+    pop = torch.rand(4000, 6, generator=g) * (torch.rand(4000, 6, generator=g) < torch.tensor([0.01, 0.02, 0.05, 0.1, 0.2, 0.3]))
+    r = 256
+    mu, ea2 = pop.mean(0), pop.pow(2).mean(0)
+    target = ((1 - 1 / r) * mu.pow(2) + ea2 / r).sum().item()
+    idx = torch.randint(0, len(pop), (20000, 8), generator=g)
+    est = torch.stack([flops_loss(pop[i], reference_batch=r) for i in idx]).mean().item()
+    plain = torch.stack([flops_loss(pop[i]) for i in idx]).mean().item()
+    assert est == pytest.approx(target, rel=0.02)
+    assert plain > 1.3 * target
+
+
+def test_flops_loss_reference_batch_barely_pushes_a_token_only_one_sample_has():
+    emb = torch.zeros(64, 3)
+    emb[0, 0] = 2.0  # token 0 active in one sample only
+    emb[:, 1] = 1.0  # token 1 active everywhere
+    emb.requires_grad_(True)
+    flops_loss(emb).backward()
+    plain = emb.grad.clone()
+    emb.grad = None
+    flops_loss(emb, reference_batch=16384).backward()
+    # eq. 6 at batch 64: 2 a / B^2; at 16,384 only the 1/R part is left: 2 a / (B R)
+    assert plain[0, 0].item() == pytest.approx(2 * 2.0 / 64**2)
+    assert emb.grad[0, 0].item() == pytest.approx(2 * 2.0 / (64 * 16384), rel=1e-4)
+    # a token every sample has feels the same pressure at either batch size
+    assert emb.grad[5, 1].item() == pytest.approx(plain[5, 1].item(), rel=1e-3)

@@ -101,3 +101,19 @@ def test_recipe_files_load_and_validate(tmp_path):
     p.write_text("model: tiny\nbogus: 1\nstages: [{name: s, steps: 1}]\n")
     with pytest.raises(ValueError, match="unknown recipe keys"):
         Recipe.load(p)
+
+
+@pytest.mark.parametrize("per_stage, expect", [(True, [0, 1, 2, 0, 1, 2]), (False, [0, 1, 2, 3, 4, 5])])
+def test_flops_warmup_restarts_with_each_stage_unless_told(make_model, tmp_path, per_stage, expect):
+    """The paper trains each stage "using the same configuration" (lr warm-up and lambda's quadratic
+    growth included), so by default the FLOPs ramp starts again at every stage."""
+    m = make_model()
+    r = recipe([Stage("masked-text", steps=3, restrict_text=True), Stage("joint", steps=3)],
+               flops_warmup=3, flops_warmup_per_stage=per_stage)
+    t = Trainer(m, r, tiny_data(), tmp_path, progress=False)
+    steps, orig = [], t.loss_fn.forward
+    t.loss_fn.forward = lambda img, txt, model, step: steps.append(step) or orig(img, txt, model, step)
+    t.fit()
+    assert steps == expect
+    rows = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines() if "loss" in line]
+    assert (rows[3]["flops_image"] == 0.0) == per_stage  # stage 2's first step: lambda back at 0, or not

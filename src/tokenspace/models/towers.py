@@ -58,13 +58,39 @@ def build_text_tower(spec: dict) -> nn.Module:
 
 # ---------------------------------------------------------------------------------------- image towers
 class ImageTower(nn.Module):
-    """Contract: forward(pixels [B, 3, H, W] normalised) -> grid [B, C, h, w]; attributes below."""
+    """Contract: forward(pixels [B, 3, H, W] normalised) -> grid [B, C, h, w]; attributes below.
+
+    Towers made of a sequence of blocks may also be split at a block index k (0 <= k <= n_blocks):
+    ``trunk(pixels, k)`` runs everything before block k (cacheable while it stays frozen),
+    ``top(x, k)`` the rest, so ``top(trunk(p, k), k) == forward(p)``; ``top_parameters(k)`` are what
+    training the top learns. k = n_blocks leaves only the final head layers on top."""
 
     out_channels: int
     image_size: int
     # pixel normalisation applied to 0..255 RGB: (x - mean) / std, per channel
     pixel_mean: tuple[float, float, float]
     pixel_std: tuple[float, float, float]
+    n_blocks: int = 0  # 0: this tower cannot be split (train it whole or not at all)
+
+    def split_index(self, at: int | str) -> int:
+        """A recipe's ``train_image_from`` -> block index: an int (negative counts from the end, as in
+        Python: -1 = the last block) or "head" (only the layers after the last block)."""
+        n = self.n_blocks
+        if not n:
+            raise ValueError(f"{type(self).__name__} cannot be split; use train_image_from: all (or none)")
+        k = n if at == "head" else at
+        if isinstance(k, bool) or not isinstance(k, int) or not -n <= k <= n:
+            raise ValueError(f"train_image_from must be 'head', 'all' or a block index in [{-n}, {n}], not {at!r}")
+        return k % n if k < 0 else k
+
+    def trunk(self, pixels: torch.Tensor, at: int) -> torch.Tensor:
+        raise NotImplementedError
+
+    def top(self, x: torch.Tensor, at: int) -> torch.Tensor:
+        raise NotImplementedError
+
+    def top_parameters(self, at: int):
+        raise NotImplementedError
 
 
 @register(IMAGE_TOWERS, "efficientnet-lite0")
@@ -91,9 +117,37 @@ class EfficientNetLite0Tower(ImageTower):
         self.image_size = image_size
         self.pixel_mean = (127.0, 127.0, 127.0)
         self.pixel_std = (128.0, 128.0, 128.0)
+        self.n_blocks = len(self.net._blocks)  # 16 MBConv blocks; the last stage is block 15
 
     def forward(self, pixels: torch.Tensor) -> torch.Tensor:
         return self.net.extract_features(pixels)  # [B, 1280, H/32, W/32]
+
+    # the split mirrors EfficientNet.extract_features step by step (same per-block drop-connect rate)
+    def trunk(self, pixels: torch.Tensor, at: int) -> torch.Tensor:
+        n = self.net
+        x = n._swish(n._bn0(n._conv_stem(pixels)))
+        for idx in range(at):
+            x = self._block(x, idx)
+        return x
+
+    def top(self, x: torch.Tensor, at: int) -> torch.Tensor:
+        n = self.net
+        for idx in range(at, self.n_blocks):
+            x = self._block(x, idx)
+        return n._swish(n._bn1(n._conv_head(x)))
+
+    def top_parameters(self, at: int):
+        n = self.net
+        for block in n._blocks[at:]:
+            yield from block.parameters()
+        yield from n._conv_head.parameters()
+        yield from n._bn1.parameters()
+
+    def _block(self, x: torch.Tensor, idx: int) -> torch.Tensor:
+        rate = self.net._global_params.drop_connect_rate
+        if rate:
+            rate *= float(idx) / self.n_blocks
+        return self.net._blocks[idx](x, drop_connect_rate=rate)
 
 
 @register(IMAGE_TOWERS, "tiny-cnn")
@@ -111,9 +165,19 @@ class TinyConvTower(ImageTower):
         self.image_size = image_size
         self.pixel_mean = (127.5, 127.5, 127.5)
         self.pixel_std = (127.5, 127.5, 127.5)
+        self.n_blocks = depth  # a block = one conv + GELU; "head" leaves nothing on top
 
     def forward(self, pixels: torch.Tensor) -> torch.Tensor:
         return self.net(pixels)
+
+    def trunk(self, pixels: torch.Tensor, at: int) -> torch.Tensor:
+        return self.net[: 2 * at](pixels)
+
+    def top(self, x: torch.Tensor, at: int) -> torch.Tensor:
+        return self.net[2 * at :](x)
+
+    def top_parameters(self, at: int):
+        return self.net[2 * at :].parameters()
 
 
 # ----------------------------------------------------------------------------------------- text towers

@@ -12,12 +12,29 @@ def contrastive_loss(logits: torch.Tensor) -> torch.Tensor:
     return 0.5 * (F.cross_entropy(logits, target) + F.cross_entropy(logits.T, target))
 
 
-def flops_loss(emb: torch.Tensor) -> torch.Tensor:
+def flops_loss(emb: torch.Tensor, reference_batch: int | None = None) -> torch.Tensor:
     """FLOPs regulariser (Paria et al. 2020; STAIR eq. 6): sum_k (mean_i |ENC_k^(i)|)^2.
 
     The mean is over the batch it is given; under DDP pass the globally gathered batch, or per-rank
-    means make multi-GPU runs sparser than single-GPU ones."""
-    return emb.abs().mean(dim=0).pow(2).sum()
+    means make multi-GPU runs sparser than single-GPU ones.
+
+    Its value depends on the batch size B: E[(batch mean)^2] = mu_k^2 + Var_k / B, and the Var / B part
+    is a per-sample L2 pressure (a token active in one sample only is pushed down 2 lambda a / B^2,
+    i.e. 2 lambda a / B relative to the per-sample contrastive gradient). With ``reference_batch`` R
+    the loss is instead an unbiased estimate of eq. 6 *at batch R* from a batch of any size B >= 2:
+        (1 - 1/R) * U + (1/R) * mean_i a_i^2,   U = (S^2 - Q) / (B (B - 1)),   S = sum_i a_i, Q = sum_i a_i^2
+    (U is the unbiased estimate of mu^2); at B == R it equals eq. 6 exactly. No rescaling of lambda
+    can do this: the two parts scale differently with B."""
+    a = emb.abs()
+    if reference_batch is None:
+        return a.mean(dim=0).pow(2).sum()
+    b = a.shape[0]
+    if b < 2:
+        raise ValueError("flops_loss with a reference batch needs at least 2 rows")
+    s, q = a.sum(dim=0), a.pow(2).sum(dim=0)
+    mu2 = (s.pow(2) - q) / (b * (b - 1))
+    r = float(reference_batch)
+    return ((1 - 1 / r) * mu2 + q / (b * r)).sum()
 
 
 def quadratic_warmup(step: int, warmup_steps: int) -> float:
@@ -33,15 +50,18 @@ class SparseContrastiveLoss(nn.Module):
     With both lambdas 0 it is the plain CLIP loss used by the dense baseline and Sparse CLIP.
     """
 
-    def __init__(self, lambda_image: float = 0.0, lambda_text: float = 0.0, warmup_steps: int = 0):
+    def __init__(self, lambda_image: float = 0.0, lambda_text: float = 0.0, warmup_steps: int = 0,
+                 reference_batch: int | None = None):
         super().__init__()
         if lambda_image < 0 or lambda_text < 0:
             raise ValueError("FLOPs weights must be non-negative")
         self.lambda_image = lambda_image
         self.lambda_text = lambda_text
         self.warmup_steps = warmup_steps
+        self.reference_batch = reference_batch  # flops_loss: eq. 6 as at this batch size
 
     def forward(self, image_emb, text_emb, model, step: int) -> dict[str, torch.Tensor]:
+        """``step`` drives the FLOPs warm-up: the step within the stage or the run (Recipe)."""
         scale = model.logit_scale
         logits = scale * model.score(image_emb, text_emb)  # [B, B]
         # a family may define its own objective over the logit matrix (VisualSparta's eq. 13 is
@@ -50,9 +70,13 @@ class SparseContrastiveLoss(nn.Module):
         parts = {"contrastive": objective(logits)}
         w = quadratic_warmup(step, self.warmup_steps)
         if self.lambda_image:
-            parts["flops_image"] = w * self.lambda_image * flops_loss(image_emb)
+            parts["flops_image"] = w * self.lambda_image * flops_loss(image_emb, self.reference_batch)
         if self.lambda_text:
-            parts["flops_text"] = w * self.lambda_text * flops_loss(text_emb)
+            parts["flops_text"] = w * self.lambda_text * flops_loss(text_emb, self.reference_batch)
+        # a family may add its own penalties, as named parts (Sparse CLIP's L1 arm of Fig. 2b)
+        reg = getattr(model, "regularization", None)
+        if reg is not None:
+            parts.update(reg(image_emb, text_emb))
         parts["loss"] = sum(parts.values())
         parts["logit_scale"] = scale.detach()
         return parts

@@ -8,6 +8,8 @@
       - {name: masked-text, steps: 300, lr: 1.0e-3, restrict_text: true}
       - {name: frozen-image, steps: 200, lr: 1.0e-3, freeze_image: true}
       - {name: joint, steps: 300, lr: 1.0e-4}
+    # or, instead of `stages`, STAIR's 3 stages derived from the dense model's budget (StagePlan):
+    plan: {dense_steps: 300, split: paper, ratio: [1, 1, 2], lr: 1.0e-3, stage3_lr: 1.0e-4}
 """
 from __future__ import annotations
 
@@ -28,24 +30,79 @@ class Stage:
     lr: float = 1e-3
     restrict_text: bool = False  # STAIR stage 1: text may only activate its own tokens (eq. 8)
     freeze_image: bool = False  # STAIR stage 2: image tower + head frozen, text learns to match it
-    warmup_steps: int = 0  # linear lr warm-up, then linear decay to 0 at the stage end
+    warmup_steps: int = 0  # linear lr warm-up, then decay to 0 at the stage end
+    schedule: str = "linear"  # the decay: linear | cosine (OpenCLIP's, half a cosine from lr to 0)
 
     def __post_init__(self):
         if self.steps < 0 or self.lr <= 0:
             raise ValueError(f"stage {self.name!r}: steps must be >= 0 and lr > 0")
+        if self.schedule not in ("linear", "cosine"):
+            raise ValueError(f"stage {self.name!r}: schedule must be linear or cosine, not {self.schedule!r}")
+
+
+@dataclass
+class StagePlan:
+    """STAIR's 3 stages sized from the dense baseline's budget (paper Sec. 4.2: CLIP 600K steps; STAIR
+    300K / 300K / 600K, i.e. stage 3 alone gets the dense model's whole budget and stages 1+2 come on
+    top; stage 3 at a 10x lower learning rate against catastrophic forgetting).
+
+    split "paper": stage 3 = dense_steps, stages 1 and 2 = dense_steps x ratio[i] / ratio[2] on top.
+    split "equal": the same ratio squeezed into dense_steps in all (the equal-budget comparison).
+    Every stage gets ``warmup_steps`` of linear lr warm-up (the paper warms each stage up)."""
+
+    dense_steps: int
+    split: str = "paper"  # paper | equal
+    ratio: tuple[float, float, float] = (1.0, 1.0, 2.0)  # stage 1 : stage 2 : stage 3 steps
+    lr: float = 1e-3  # stages 1 and 2 (the dense model's lr in the paper)
+    stage3_lr: float = 1e-4
+    warmup_steps: int = 0
+
+    def __post_init__(self):
+        self.ratio = tuple(float(r) for r in self.ratio)
+        if self.split not in ("paper", "equal"):
+            raise ValueError(f"plan.split must be paper or equal, not {self.split!r}")
+        if len(self.ratio) != 3 or min(self.ratio) < 0 or self.ratio[2] <= 0:
+            raise ValueError(f"plan.ratio needs 3 non-negative numbers with stage 3 > 0, not {self.ratio}")
+        if self.dense_steps < 1:
+            raise ValueError("plan.dense_steps must be >= 1")
+
+    def steps(self) -> tuple[int, int, int]:
+        r1, r2, r3 = self.ratio
+        if self.split == "paper":
+            return round(self.dense_steps * r1 / r3), round(self.dense_steps * r2 / r3), self.dense_steps
+        s1 = round(self.dense_steps * r1 / sum(self.ratio))
+        s2 = round(self.dense_steps * r2 / sum(self.ratio))
+        return s1, s2, self.dense_steps - s1 - s2  # the remainder to stage 3: exactly dense_steps in all
+
+    def stages(self) -> list[Stage]:
+        s1, s2, s3 = self.steps()
+        w = self.warmup_steps
+        return [Stage("masked-text", s1, self.lr, restrict_text=True, warmup_steps=min(w, s1)),
+                Stage("frozen-image", s2, self.lr, freeze_image=True, warmup_steps=min(w, s2)),
+                Stage("joint", s3, self.stage3_lr, warmup_steps=min(w, s3))]
 
 
 @dataclass
 class Recipe:
     name: str
     model: str
-    stages: list[Stage]
+    stages: list[Stage] = field(default_factory=list)
+    plan: StagePlan | None = None  # instead of `stages`: STAIR's stages sized from a dense budget
     data: dict = field(default_factory=dict)
     batch_size: int = 128
     weight_decay: float = 1e-2
     lambda_image: float = 0.0
     lambda_text: float = 0.0
     flops_warmup: int = 0
+    # the quadratic growth of lambda restarts with every stage: the paper trains each stage "using the
+    # same configuration as CLIP" (Sec. 4.2; each stage warms its lr up again), and lambda's growth
+    # (Formal et al. 2021a) is part of that configuration. False: one ramp over the whole run
+    flops_warmup_per_stage: bool = True
+    # FLOPs (eq. 6) squares a batch mean, so its expectation is sum_k mu_k^2 + Var_k / B: the second
+    # term is a per-sample L2 penalty 256x stronger at batch 64 than at the paper's 16,384. A batch
+    # size here makes the loss an unbiased estimate of eq. 6 at that batch, whatever the training
+    # batch (losses.flops_loss); None = eq. 6 on the batch as it is
+    flops_reference_batch: int | None = None
     seed: int = 0
     # lr multiplier for the pretrained text tower: SPLADE's calibrated token weights survive small
     # steps, while the new heads learn at full rate (1.0 = one rate for all, as in the paper)
@@ -61,13 +118,33 @@ class Recipe:
     eps: float = 1e-8
     # end-to-end training from pixels (paper scale: the ViT learns); default trains heads on cached grids
     train_image_tower: bool = False
+    # which part of the image tower learns: None = none (heads on cached final grids); "all" = the whole
+    # tower from pixels (= train_image_tower); a block index k (negative from the end) or "head" = the
+    # tower's top from block k on, on cached activations at block k's input (models/towers.py, split)
+    train_image_from: int | str | None = None
     gradient_checkpointing: bool = False  # recompute tower activations in backward: memory for time
     channels_last: bool = False  # NHWC memory format for conv towers on GPUs (tensor cores)
 
     def __post_init__(self):
+        if self.plan is not None and not isinstance(self.plan, StagePlan):
+            self.plan = StagePlan(**self.plan)
         self.stages = [s if isinstance(s, Stage) else Stage(**s) for s in self.stages]
+        if self.plan is not None:
+            # both only when they agree (a saved recipe.json holds the plan and its expansion)
+            if self.stages and self.stages != self.plan.stages():
+                raise ValueError("give either `stages` or `plan`, not both")
+            self.stages = self.plan.stages()
         if not self.stages:
             raise ValueError("a recipe needs at least one stage")
+        f = self.train_image_from
+        if self.train_image_tower and f not in (None, "all"):
+            raise ValueError(f"train_image_tower: true trains the whole tower; it contradicts train_image_from: {f!r}")
+        if self.train_image_tower or f == "all":
+            self.train_image_tower, self.train_image_from = True, "all"
+        elif f is not None and f != "head" and (isinstance(f, bool) or not isinstance(f, int)):
+            raise ValueError(f"train_image_from must be null, 'all', 'head' or a block index, not {f!r}")
+        if self.flops_reference_batch is not None and self.flops_reference_batch < 2:
+            raise ValueError("flops_reference_batch must be >= 2 (or null)")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, not {self.precision!r}")
         if self.optimizer not in ("adamw", "lamb"):
@@ -92,8 +169,9 @@ class Recipe:
                 d[k] = loss.pop(k)
         if "lambda" in loss:
             d["lambda_image"] = d["lambda_text"] = loss.pop("lambda")
-        if "flops_warmup" in loss:
-            d["flops_warmup"] = loss.pop("flops_warmup")
+        for k in ("flops_warmup", "flops_warmup_per_stage", "flops_reference_batch"):
+            if k in loss:
+                d[k] = loss.pop(k)
         if loss:
             raise ValueError(f"unknown loss keys: {sorted(loss)}")
         known = {f.name for f in fields(cls)}
@@ -111,5 +189,9 @@ class Recipe:
                 raise KeyError(f"unknown recipe {name_or_path!r}; known: {known}")
         d = yaml.safe_load(p.read_text())
         d.setdefault("name", p.stem)
+        # an override of the stage plan replaces the file's, whichever form each is in
+        for given, other in (("stages", "plan"), ("plan", "stages")):
+            if given in overrides:
+                d.pop(other, None)
         d.update(overrides)
         return cls.from_dict(d)

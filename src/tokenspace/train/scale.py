@@ -54,7 +54,7 @@ def load_pairs(recipe, model, home=None, progress: bool = True):
     records = pipeline.load_data(specs, home)
     if ctx.enabled and not ctx.is_main:
         ctx.barrier()  # wait for rank 0 to fill the grid cache
-    enc = pipeline.image_grids(model, records, home, progress and ctx.is_main)
+    enc = pipeline.image_grids(model, records, home, progress and ctx.is_main, at=pipeline.trunk_block(recipe, model))
     if ctx.enabled and ctx.is_main:
         ctx.barrier()
     return pipeline.caption_pairs(np.asarray(enc.grids), enc.records)  # every caption, not just the first

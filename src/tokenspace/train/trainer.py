@@ -9,11 +9,13 @@ Resume: ``Trainer(...).fit(resume=True)`` continues from checkpoint/ at the exac
 
 Under torchrun every rank runs the same loop on its shard of each global batch (train/distributed.py);
 rank 0 alone writes the log, checkpoints and the final model. ``data.grids`` holds cached backbone
-grids, or pixels when the recipe trains the image tower end to end (``train_image_tower``).
+grids, pixels when the recipe trains the image tower end to end (``train_image_from: all``), or the
+cached activations at block k's input when it trains the tower's top from block k.
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import time
@@ -79,11 +81,15 @@ class BatchSampler:
 
 
 def lr_at(stage: Stage, step: int) -> float:
-    """Linear warm-up to the stage's lr, then linear decay to 0 at the stage's end."""
+    """Linear warm-up to the stage's lr, then decay to 0 at the stage's end: linear, or cosine as
+    OpenCLIP's ``cosine_lr`` (0.5 * (1 + cos(pi * e / es)) * lr, e steps past the warm-up of es)."""
     if stage.warmup_steps and step < stage.warmup_steps:
         return stage.lr * (step + 1) / stage.warmup_steps
     span = max(1, stage.steps - stage.warmup_steps)
-    return stage.lr * max(0.0, 1 - (step - stage.warmup_steps) / span)
+    done = min(1.0, max(0.0, (step - stage.warmup_steps) / span))
+    if stage.schedule == "cosine":
+        return stage.lr * 0.5 * (1 + math.cos(math.pi * done))
+    return stage.lr * (1 - done)
 
 
 def batch_sparsity(image_emb: torch.Tensor, text_emb: torch.Tensor) -> dict[str, float]:
@@ -101,15 +107,22 @@ def batch_sparsity(image_emb: torch.Tensor, text_emb: torch.Tensor) -> dict[str,
 
 class _Embed(torch.nn.Module):
     """One module call for both towers (what DDP wraps): (inputs, ids, mask) -> embeddings + scale.
-    The logit scale is returned, not read from the model by the loss, so DDP sees it used."""
+    The logit scale is returned, not read from the model by the loss, so DDP sees it used.
+    ``image_from``: None (x = final grids), "all" (x = pixels) or a block index k (x = cached
+    activations at block k's input, run through the tower's top)."""
 
-    def __init__(self, model: DualEncoder, from_pixels: bool):
+    def __init__(self, model: DualEncoder, image_from: int | str | None):
         super().__init__()
-        self.model, self.from_pixels = model, from_pixels
+        self.model, self.image_from = model, image_from
 
     def forward(self, x, ids, mask, restrict_text: bool):
-        m = self.model
-        grid = m.image_grid(x) if self.from_pixels else x  # pixels [b, 3, S, S] or grids [b, C, h, w]
+        m, at = self.model, self.image_from
+        if at == "all":
+            grid = m.image_grid(x)  # pixels [b, 3, S, S]
+        elif at is not None:
+            grid = m.image_tower.top(x, at)  # block-k activations -> [b, C, h, w]
+        else:
+            grid = x  # cached final grids [b, C, h, w]
         return m.image_embed(grid), m.text_embed(ids, mask, restrict_to_input=restrict_text), m.logit_scale
 
 
@@ -135,16 +148,24 @@ class Trainer:
         self.precision = precision.resolve(recipe.precision, self.device)
         # fp16 needs loss scaling (its range underflows small gradients); bf16 and fp32 do not
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
-        self._embed = _Embed(model, recipe.train_image_tower)
+        # the part of the image tower that learns: None, "all" or a block index (recipe.train_image_from)
+        f = recipe.train_image_from
+        self.image_from = model.image_tower.split_index(f) if f not in (None, "all") else f
+        self._embed = _Embed(model, self.image_from)
         self._forward = self._embed
-        self.loss_fn = SparseContrastiveLoss(recipe.lambda_image, recipe.lambda_text, recipe.flops_warmup)
+        self.loss_fn = SparseContrastiveLoss(recipe.lambda_image, recipe.lambda_text, recipe.flops_warmup,
+                                             recipe.flops_reference_batch)
         if any(s.restrict_text for s in recipe.stages) and not hasattr(model, "token_mask"):
             raise ValueError(f"restrict_text needs a token-space model; {model.family!r} has none")
 
     # ------------------------------------------------------------------ optimisation
     def _trainable(self, stage: Stage) -> list[torch.nn.Parameter]:
-        # the backbone is frozen whenever we train on cached grids; stage 2 also freezes the image head
-        frozen = set() if self.recipe.train_image_tower else {id(p) for p in self.model.image_tower.parameters()}
+        # the backbone is frozen whenever we train on cached grids (all of it, or the trunk below
+        # train_image_from's block); stage 2 also freezes the image head (and the tower's top)
+        tower = self.model.image_tower
+        frozen = set() if self.image_from == "all" else {id(p) for p in tower.parameters()}
+        if isinstance(self.image_from, int):
+            frozen -= {id(p) for p in tower.top_parameters(self.image_from)}
         if stage.freeze_image:
             frozen |= {id(p) for p in self.model.image_parameters()}
         params = []
@@ -208,6 +229,13 @@ class Trainer:
             set_grad_checkpointing(self.model, True)
 
     # ------------------------------------------------------------------ the loop
+    def _train_mode(self) -> None:
+        self.model.train()
+        if isinstance(self.image_from, int):
+            # a trained top keeps eval-mode BatchNorm (ImageNet statistics, like the cached trunk below
+            # it) and no drop-connect: its forward is the one the final-grid cache later computes
+            self.model.image_tower.eval()
+
     def fit(self, resume: bool = False) -> DualEncoder:
         self.out.mkdir(parents=True, exist_ok=True)
         r = self.recipe
@@ -232,7 +260,7 @@ class Trainer:
         try:
             for si in range(start_stage, len(r.stages)):
                 stage = r.stages[si]
-                self.model.train()
+                self._train_mode()
                 opt = self._optimizer(self._trainable(stage))
                 # DDP over this stage's trainable parameters (a no-op in a single process)
                 self._forward = distributed.wrap_ddp(self._embed, self.dist)
@@ -245,7 +273,8 @@ class Trainer:
                 for s in range(first, stage.steps):
                     for g in opt.param_groups:
                         g["lr"] = lr_at(stage, s) * g["lr_scale"]
-                    rec = self.step(sampler.next(), stage, global_step, opt)
+                    # the FLOPs weight's quadratic warm-up restarts per stage unless the recipe says not
+                    rec = self.step(sampler.next(), stage, s if r.flops_warmup_per_stage else global_step, opt)
                     global_step += 1
                     rec.update(step=global_step, stage=stage.name, lr=lr_at(stage, s), time=time.time() - t0)
                     log.write(json.dumps(rec) + "\n")
@@ -280,7 +309,7 @@ class Trainer:
             return
         self.model.eval()
         metrics = self.evaluate(self.model)
-        self.model.train()
+        self._train_mode()
         log.write(json.dumps({"step": step, "stage": stage, "eval": metrics}) + "\n")
         log.flush()
 
