@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Sequence
 
@@ -83,34 +84,48 @@ class DualEncoder(nn.Module):
         return to_pixels(images, t.image_size, t.pixel_mean, t.pixel_std)
 
     # ------------------------------------------------------------------ user-facing encoding
+    @property
+    def device(self) -> torch.device:
+        """Where the weights live; ``encode_*`` move their inputs here (``model.to("cuda")``, then encode)."""
+        for t in self.parameters():
+            return t.device
+        return torch.device("cpu")
+
+    @contextmanager
+    def _encoding(self, batch_size: int):
+        """Inference mode for one encode call, in eval mode (encode leaves the model in eval mode)."""
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        self.eval()
+        with torch.inference_mode():
+            yield self.device
+
     def _to_output(self, emb: torch.Tensor):
         emb = self.normalize(emb).float()
         if self.sparse:
-            return SparseBatch.from_torch(emb, vocab=self.vocab)
-        return emb.numpy()
+            return SparseBatch.from_torch(emb, vocab=self.vocab)  # copies to the CPU
+        return emb.cpu().numpy()
 
-    @torch.no_grad()
     def encode_images(self, images, batch_size: int = 64, progress: bool = False):
         """PIL images or paths -> SparseBatch (one row per image). Unreadable files raise ImageLoadError;
         use ``tokenspace.data`` readers to skip and count them over a collection."""
-        self.eval()
         outs = []
-        for s in tqdm(range(0, len(images), batch_size), disable=not progress, desc="encode images"):
-            grid = self.image_grid(self.preprocess(images[s : s + batch_size]))
-            outs.append(self._to_output(self.image_embed(grid)))
+        with self._encoding(batch_size) as device:
+            for s in tqdm(range(0, len(images), batch_size), disable=not progress, desc="encode images"):
+                pixels = self.preprocess(images[s : s + batch_size]).to(device)  # [b, 3, H, W]
+                outs.append(self._to_output(self.image_embed(self.image_grid(pixels))))
         return self._concat(outs, len(images))
 
-    @torch.no_grad()
     def encode_image_grids(self, grids: torch.Tensor | np.ndarray, batch_size: int = 256):
         """Cached backbone features [N, C, h, w] -> encoded rows (the fast path for collections)."""
-        self.eval()
         outs = []
-        for s in range(0, len(grids), batch_size):
-            g = torch.as_tensor(np.asarray(grids[s : s + batch_size]), dtype=torch.float32)
-            outs.append(self._to_output(self.image_embed(g)))
+        with self._encoding(batch_size) as device:
+            for s in range(0, len(grids), batch_size):
+                g = grids[s : s + batch_size]
+                g = g if isinstance(g, torch.Tensor) else torch.from_numpy(np.asarray(g))
+                outs.append(self._to_output(self.image_embed(g.to(device=device, dtype=torch.float32))))
         return self._concat(outs, len(grids))
 
-    @torch.no_grad()
     def encode_texts(self, texts: Sequence[str], batch_size: int = 256, progress: bool = False):
         """Texts -> SparseBatch (one row per text). Empty texts raise ValueError: an empty caption has
         no meaning to encode, and silently returning a zero row hides data bugs."""
@@ -119,11 +134,11 @@ class DualEncoder(nn.Module):
         empty = [i for i, t in enumerate(texts) if not t or not t.strip()]
         if empty:
             raise ValueError(f"empty text at positions {empty[:10]}")
-        self.eval()
         outs = []
-        for s in tqdm(range(0, len(texts), batch_size), disable=not progress, desc="encode texts"):
-            ids, mask = self.tokenize(texts[s : s + batch_size])
-            outs.append(self._to_output(self.text_embed(ids, mask)))
+        with self._encoding(batch_size) as device:
+            for s in tqdm(range(0, len(texts), batch_size), disable=not progress, desc="encode texts"):
+                ids, mask = self.tokenize(texts[s : s + batch_size])  # [b, L] each
+                outs.append(self._to_output(self.text_embed(ids.to(device), mask.to(device))))
         return self._concat(outs, len(texts))
 
     def _concat(self, outs, n):

@@ -21,8 +21,8 @@ class _MaxProjection(torch.autograd.Function):
         # h [B, L, H], weight [V, H], bias [V], valid [B, L] bool -> [B, V] (float32)
         B, L, _ = h.shape
         hc, wc = h.to(compute_dtype), weight.to(compute_dtype)
-        best = torch.empty(B, weight.shape[0], dtype=torch.float32)
-        arg = torch.empty(B, weight.shape[0], dtype=torch.long)
+        best = torch.empty(B, weight.shape[0], dtype=torch.float32, device=h.device)
+        arg = torch.empty(B, weight.shape[0], dtype=torch.long, device=h.device)
         step = _chunk(B, L)
         for a in range(0, B, step):  # a few [L, V] slabs at a time: big matmuls, bounded memory
             s = (hc[a : a + step] @ wc.T).float()  # [b, L, V]
@@ -47,11 +47,11 @@ class _MaxProjection(torch.autograd.Function):
         if ctx.needs_input_grad[0] or ctx.needs_input_grad[1]:
             wc, hc = weight.to(cd), h.to(cd)
             gh = torch.empty_like(h) if ctx.needs_input_grad[0] else None
-            gw = torch.zeros(weight.shape, dtype=torch.float32) if ctx.needs_input_grad[1] else None
+            gw = torch.zeros(weight.shape, dtype=torch.float32, device=h.device) if ctx.needs_input_grad[1] else None
             step = _chunk(B, L)
             for a in range(0, B, step):
                 n = min(step, B - a)
-                g = torch.zeros(n, L, weight.shape[0], dtype=cd)  # gradient lands on the argmax only
+                g = torch.zeros(n, L, weight.shape[0], dtype=cd, device=h.device)  # gradient lands on the argmax only
                 g.scatter_(1, arg[a : a + n, None], grad[a : a + n, None].to(cd))
                 if gh is not None:
                     gh[a : a + n] = (g @ wc).to(h.dtype)  # [n, L, H]

@@ -98,7 +98,7 @@ class StairModel(DualEncoder):
     def token_mask(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """MASK(y) [B, V]: 1 for every (non-special) token in the text; STAIR_IMAGE's text vector."""
         valid = (attention_mask.bool() & ~self._special(input_ids)).float()
-        out = torch.zeros(input_ids.shape[0], self.text_tower.vocab_size)
+        out = torch.zeros(input_ids.shape[0], self.text_tower.vocab_size, device=input_ids.device)
         return out.scatter_reduce(1, input_ids, valid, reduce="amax", include_self=True)
 
     def image_parameters(self):
