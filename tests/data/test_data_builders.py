@@ -2,7 +2,9 @@
 openmoji, Debian openclipart-png/-svg)."""
 import json
 import os
+from collections import Counter
 
+import pytest
 from PIL import Image
 
 from tokenspace.data.build import build_manifests, read_report
@@ -38,7 +40,8 @@ def fake_emoji(root):
                 _png(d / "img" / artist / "64" / e["image"])
         _png(d / "img" / artist / "64" / "skin.png")
     base = [{"hexcode": h, "label": name, "tags": ["thing", name.split()[0], "tag"], "group": 1, "emoji": "?"}
-            for _, h, name, _ in CONCEPTS] + [{"hexcode": "1F3FB", "label": "light skin tone", "tags": []}]
+            for _, h, name, _ in CONCEPTS] + [{"hexcode": "1F3FB", "label": "light skin tone", "tags": [],
+                                              "group": 2}]
     (root / "emojibase" / "en").mkdir(parents=True)
     (root / "emojibase" / "en" / "data.json").write_text(json.dumps(base))
     om = root / "openmoji"
@@ -59,29 +62,38 @@ def test_norm_hex():
     assert norm_hex("0023-fe0f-20e3") == "0023-20E3" and norm_hex("2764-FE0F") == "2764"
 
 
+def test_concept_hex_groups_skin_tones_and_genders():
+    from tokenspace.data.emoji import concept_hex
+
+    # man golfing: dark skin tone / woman golfing / person golfing
+    assert concept_hex("1F3CC-1F3FF-200D-2642") == concept_hex("1F3CC-200D-2640") == concept_hex("1F3CC") == "1F3CC"
+    # man astronaut / woman astronaut / astronaut (person + rocket)
+    assert concept_hex("1F468-200D-1F680") == concept_hex("1F469-1F3FB-200D-1F680") == concept_hex("1F9D1-200D-1F680")
+    assert concept_hex("1F436") != concept_hex("1F431")
+
+
 def test_emoji_split_by_concept(tmp_path):
     d = fake_emoji(tmp_path)
-    recs, rep = build_emoji(d["emoji-google"], d["emoji-twitter"], d["emojibase"], d["openmoji"], holdout=0.2)
-    assert rep["concepts"] == {"total": 10, "held_out": 2, "held_out_in_openmoji": 2}
-    assert rep["skipped"]["no_text"] == 1  # 1F999 has no CLDR text; the Component swatch is not a concept
-    concept = {}
+    recs, rep = build_emoji(d, tmp_path / "rendered", fractions={"test": 0.3, "val": 0.2})
+    assert rep["concepts"] == 10 and rep["cldr_skipped"] == {"component": 1}
+    assert rep["artists"]["google"]["skipped"]["no_cldr_text"] == 1  # 1F999 has no CLDR text
+    by_concept = {}
     for r in recs:
-        concept.setdefault(r.id.split(":")[1], set()).add((r.split, r.source))
-    held = {c for c, s in concept.items() if ("test", "openmoji") in s}
-    assert len(held) == 2
-    for c, s in concept.items():
-        if c in held:
-            assert s == {("val", "emoji-google"), ("test", "openmoji")}
-        else:
-            assert {x[0] for x in s} == {"train"}
+        by_concept.setdefault(r.id.split(":")[1], set()).add((r.split, r.source))
+    roles = {frozenset(s) for s in by_concept.values()}
+    train = {("train", "emoji-google"), ("train", "emoji-twitter"), ("test-artists", "emoji-openmoji")}
+    val = {("val", "emoji-google")}
+    test = {("test-concepts", "emoji-google"), ("test", "emoji-openmoji")}
+    for s in by_concept.values():
+        # 1F401 has no Twitter drawing: its training set lacks that one record
+        assert s in (train, val, test) or s == train - {("train", "emoji-twitter")}, s
+    assert {frozenset(val), frozenset(test)} <= roles  # with these fractions both held-out kinds occur
     assert "-1F3FB" not in "".join(r.id for r in recs)  # no skin-tone variants anywhere
     heart = [r for r in recs if r.id.endswith(":2764")]
     assert heart and heart[0].text == "red heart — thing, red, tag"
-    assert heart[0].label == "Smileys & Emotion"
-    # 1F401 has no Twitter drawing: counted, not crashed (unless it was held out, where Twitter isn't used)
-    assert rep["skipped"].get("no_image_twitter", 0) == (0 if "1F401" in held else 1)
-    assert rep["splits"] == {"train": sum(r.split == "train" for r in recs), "val": 2, "test": 2}
-    again, _ = build_emoji(d["emoji-google"], d["emoji-twitter"], d["emojibase"], d["openmoji"], holdout=0.2)
+    assert heart[0].label == "People & Body"  # emojibase group 1
+    assert rep["splits"] == dict(sorted(Counter(r.split for r in recs).items()))
+    again, _ = build_emoji(d, tmp_path / "rendered", fractions={"test": 0.3, "val": 0.2})
     assert again == recs  # deterministic
 
 
@@ -138,7 +150,7 @@ def test_parse_svg_metadata(tmp_path):
 
 def test_openclipart_builder(tmp_path):
     root = fake_openclipart(tmp_path / "oc")
-    recs, rep = build_openclipart(root, holdout=0.25, collection_size=10)
+    recs, rep = build_openclipart(root, fractions={"test": 0.25, "val": 0.1}, collection_size=10)
     by_id = {r.id: r for r in recs}
     assert rep["skipped"] == {"duplicate_link": 1, "empty_text": 1}
     assert len(recs) == 15 and rep["categories"] == 3  # the "special" item had no text
@@ -147,7 +159,20 @@ def test_openclipart_builder(tmp_path):
     assert by_id["openclipart:animals/birds/owl.v2_01"].text == "Owl — bird"
     assert by_id["openclipart:food/apple_01"].text == "Apple — fruit"
     assert by_id["openclipart:shapes/stars/star_3pt"].text == "star 3pt — stars, shapes"  # collection title
-    assert rep["splits"]["test"] > 0 and rep["splits"]["train"] + rep["splits"]["test"] == 15
+    assert rep["splits"]["test"] > 0 and sum(rep["splits"].values()) == 15
+
+
+def test_openclipart_same_title_one_side_of_the_split(tmp_path):
+    root = tmp_path / "oc"
+    for i in range(8):  # eight titles, each drawn twice ("Chemistry Flask" 01 / 02)
+        for v in (1, 2):
+            _clip(root, f"science/thing{i}_{v:02d}", f"Thing Number {i}", ["science"])
+    recs, rep = build_openclipart(root, fractions={"test": 0.3, "val": 0.2})
+    sides = {}
+    for r in recs:
+        sides.setdefault(r.text, set()).add(r.split)
+    assert len(recs) == 16 and all(len(s) == 1 for s in sides.values())
+    assert len({next(iter(s)) for s in sides.values()}) > 1  # the titles do not all land together
     assert rep["svg_for_huge_png"] == 0
 
 
@@ -169,19 +194,32 @@ def test_openclipart_subsample(tmp_path):
 
 def test_build_manifests_idempotent(tmp_path, monkeypatch):
     from tokenspace import assets
+    from tokenspace.data import build
 
     fake_emoji(tmp_path / "data")
     fake_openclipart(tmp_path / "data" / "openclipart")
-    # The builders only need the asset folders; stand in for a verified install.
-    monkeypatch.setattr(assets, "path", lambda name, home=None: tmp_path / "data" / name)
+    present = {"emoji-google", "emoji-twitter", "emojibase", "openmoji", "openclipart"}
+
+    def fake_path(name, home=None):  # the builders only need the asset folders: stand in for an install
+        if name not in present:
+            raise assets.AssetMissingError(f"{name} missing; get it with: {assets.ASSETS[name].command()}")
+        return tmp_path / "data" / name
+
+    monkeypatch.setattr(assets, "path", fake_path)
     out = build_manifests(tmp_path, progress=False)
-    assert set(out) == {"emoji", "openclipart"}
+    assert {"emoji", "openclipart"} <= set(out) and not {"icons", "mnist", "fashion-mnist"} & set(out)
+    assert out["emoji"].parent == tmp_path / "manifests" / f"v{build.BUILDER_VERSION}"
     emoji = read_manifest(out["emoji"])
-    assert {r.split for r in emoji} == {"train", "val", "test"}
+    assert {"train", "test-artists"} <= {r.split for r in emoji}
     assert all(os.path.exists(r.image) for r in emoji)  # relative paths resolve back
-    assert read_report(out["openclipart"])["splits"]["train"] > 0
+    assert read_report(out["openclipart"])["concept_groups"]["leaked_groups"] == 0
     mtime = out["emoji"].stat().st_mtime_ns
     build_manifests(tmp_path, progress=False)
     assert out["emoji"].stat().st_mtime_ns == mtime  # up to date: not rewritten
     build_manifests(tmp_path, progress=False, seed=1)
     assert out["emoji"].stat().st_mtime_ns != mtime  # parameters changed: rebuilt
+    # a dataset asked for by name whose input is missing: one error naming the install command
+    with pytest.raises(assets.AssetMissingError, match="tokenspace assets install mnist"):
+        build_manifests(tmp_path, progress=False, names=["mnist"])
+    with pytest.raises(KeyError, match="unknown dataset"):
+        build_manifests(tmp_path, progress=False, names=["nope"])

@@ -9,8 +9,9 @@ drawing is used once, under the category of its real file. The SVG metadata hold
 escaped twice (``&amp;quot;``).
 
 Text = "<title> — <tag>, <tag>, ..." plus ". <description>" when the description is short.
-Label = top-level category folder. Split: ``holdout`` of the *title groups* go to ``test`` — drawings
-sharing a title (e.g. "Chemistry Flask" 01 and 02) are near-duplicates and must not straddle the split.
+Label = top-level category folder. Split by concept group (``splits.assign``): the normalised title is
+the key, so drawings sharing a title (e.g. "Chemistry Flask" 01 and 02, near-duplicates) never
+straddle the split, nor does a title that names an emoji or icon concept held out elsewhere.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from collections import Counter
 from pathlib import Path
 
 from tokenspace.data.manifest import Record
-from tokenspace.data.splits import holdout_set, subsample
+from tokenspace.data.splits import Candidate, assign, caption_key, subsample
 
 # Tags that describe the archive, not the picture.
 NOISE_TAGS = {"", "hash", "unsorted", "magick"}
@@ -93,12 +94,13 @@ def name_from_file(rel: str) -> str:
     return " ".join(re.split(r"[_\-.]+", stem)).strip()
 
 
-def build_openclipart(root: str | os.PathLike, holdout: float = 0.1, seed: int = 0,
-                      max_items: int | None = None, collection_size: int = 20) -> tuple[list[Record], dict]:
-    """Records (splits train/test) and a report ``{"splits", "skipped", "categories", "svg_for_huge_png"}``.
+def openclipart_candidates(root: str | os.PathLike, max_items: int | None = None, seed: int = 0,
+                           collection_size: int = 20) -> tuple[list[Candidate], dict, dict]:
+    """Candidates (split decided later by concept group), the report so far, and no render jobs.
 
     ``max_items`` subsamples deterministically (by seed); titles shared by ``collection_size`` or more
-    drawings are replaced by the file name.
+    drawings are replaced by the file name. The concept key is the normalised title, so drawings
+    sharing a title (and the same name in another dataset) are one group.
     """
     root = Path(root)
     png_root, svg_root = root / "png", root / "svg"
@@ -131,11 +133,13 @@ def build_openclipart(root: str | os.PathLike, holdout: float = 0.1, seed: int =
             items.append((rel, png, svg))
 
     keep = subsample([rel for rel, _, _ in items], max_items, seed)
+    if max_items is not None:
+        skipped["not_in_subsample"] = len(items) - len(keep)
     metas = {rel: parse_svg_metadata(svg) for rel, _, svg in items if rel in keep}
     # A title shared by many drawings names a collection ("Lemon SVG theme", "gramastar"), not the
     # picture; the file name ("filesaveas", "cloudy02") says more, so it replaces such titles.
     title_counts = Counter(m["title"].lower() for m in metas.values())
-    records, groups = [], {}
+    candidates = []
     for rel, png, svg in items:
         if rel not in keep:
             continue
@@ -146,13 +150,21 @@ def build_openclipart(root: str | os.PathLike, holdout: float = 0.1, seed: int =
         if not text:
             skipped["empty_text"] += 1
             continue
-        groups[rel] = meta["title"].lower() or rel
-        records.append(Record(id=f"openclipart:{rel}", image=str(png), text=text, split="train",
-                              label=rel.split("/")[0], source="openclipart"))
-    test_groups = holdout_set(set(groups.values()), holdout, seed)
-    records = [r if groups[r.id.split(":", 1)[1]] not in test_groups else
-               Record(r.id, r.image, r.text, "test", r.label, r.source) for r in records]
-    splits = Counter(r.split for r in records)
-    report = {"splits": {s: splits.get(s, 0) for s in ("train", "test")}, "skipped": dict(skipped),
-              "categories": len({r.label for r in records}), "svg_for_huge_png": used_svg}
-    return records, report
+        key = caption_key(meta["title"])
+        rec = Record(id=f"openclipart:{rel}", image=str(png), text=text, split="", label=rel.split("/")[0],
+                     source="openclipart")
+        candidates.append(Candidate(rec, (f"cap:{key}",) if key else (), ("train", "val", "test")))
+    report = {"skipped": dict(skipped), "categories": len({c.record.label for c in candidates}),
+              "svg_for_huge_png": used_svg}
+    return candidates, report, {}
+
+
+def build_openclipart(root: str | os.PathLike, fractions: dict | None = None, seed: int = 0,
+                      max_items: int | None = None, collection_size: int = 20) -> tuple[list[Record], dict]:
+    """OpenClipart records alone (title groups only; ``build_manifests`` groups across datasets), and a
+    report ``{"splits", "skipped", "categories", "svg_for_huge_png"}``."""
+    from tokenspace.data.build import finish
+
+    cands, report, jobs = openclipart_candidates(root, max_items, seed, collection_size)
+    records, dropped, _ = assign(cands, fractions or {"test": 0.2, "val": 0.1}, seed)
+    return finish(records, report, dropped, jobs, render=False)

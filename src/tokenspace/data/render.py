@@ -1,0 +1,80 @@
+"""Render SVG documents to PNG files once, into the cache, so manifests point at plain image files.
+
+Resumable: a PNG that exists (non-empty) is not rendered again; each file is written to a temporary
+name and renamed, so an interrupted run never leaves a truncated PNG. Rendering runs in at most
+``workers`` processes at lowered priority (the machine is shared). A document cairosvg cannot render
+is reported, not fatal.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Sequence
+from multiprocessing import get_context
+from pathlib import Path
+
+RENDER_SIZE = 224  # pixels on the longest side: the backbone's input size, so no second resize
+MAX_WORKERS = 2
+
+
+def render_one(job: tuple[str, str, int]) -> str | None:
+    """Render ``(svg text, out path, size)``; returns an error message or None."""
+    svg, out, size = job
+    try:
+        import cairosvg
+
+        out = Path(out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+        cairosvg.svg2png(bytestring=svg.encode("utf-8"), write_to=str(tmp), output_width=size,
+                         output_height=size)
+        os.replace(tmp, out)
+        return None
+    except Exception as e:  # cairosvg raises many types on bad documents
+        return f"{type(e).__name__}: {e}"[:200]
+
+
+def _init_worker(niceness: int) -> None:
+    try:
+        os.nice(niceness)
+    except OSError:
+        pass
+
+
+def render_svgs(jobs: Sequence[tuple[str, str | os.PathLike]], size: int = RENDER_SIZE,
+                workers: int = MAX_WORKERS, niceness: int = 10, progress: bool = True) -> dict[str, str]:
+    """Render ``(svg text, out path)`` pairs whose PNG is missing; returns ``{out path: error}``.
+
+    Icons are square (a non-square viewBox is letterboxed by cairosvg's preserveAspectRatio default).
+    """
+    todo = [(svg, str(out), size) for svg, out in jobs
+            if not (os.path.isfile(out) and os.path.getsize(out) > 0)]
+    errors: dict[str, str] = {}
+    if not todo:
+        return errors
+    t0 = time.time()
+    workers = max(1, min(workers, MAX_WORKERS, len(todo)))
+    if progress:
+        print(f"[tokenspace data] rendering {len(todo)} SVGs to PNG ({workers} workers) ...",
+              file=sys.stderr, flush=True)
+    if workers == 1:
+        results = map(render_one, todo)
+    else:
+        pool = get_context("spawn").Pool(workers, initializer=_init_worker, initargs=(niceness,))
+        results = pool.imap(render_one, todo, chunksize=16)
+    try:
+        for i, (job, err) in enumerate(zip(todo, results), 1):
+            if err:
+                errors[job[1]] = err
+            if progress and i % 2000 == 0:
+                rate = i / (time.time() - t0)
+                print(f"[tokenspace data]   {i}/{len(todo)} rendered ({rate:.0f}/s)", file=sys.stderr, flush=True)
+    finally:
+        if workers > 1:
+            pool.close()
+            pool.join()
+    if progress:
+        print(f"[tokenspace data] rendered {len(todo) - len(errors)} in {time.time() - t0:.0f}s, "
+              f"{len(errors)} failed", file=sys.stderr, flush=True)
+    return errors
