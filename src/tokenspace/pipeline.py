@@ -18,7 +18,7 @@ import numpy as np
 from tokenspace.data.manifest import Record, drop_empty_texts, read_manifest
 from tokenspace.sparse import SparseBatch
 
-BUILT_DATASETS = ("emoji", "openclipart")
+BUILT_DATASETS = ("emoji", "icons", "openclipart", "fashion-mnist", "mnist", "photos")  # tokenspace.data.build
 
 
 def _log(msg: str) -> None:
@@ -44,7 +44,7 @@ def load_split(spec: str, home=None) -> list[Record]:
     elif name in BUILT_DATASETS:
         from tokenspace.data.build import build_manifests
 
-        path = build_manifests(home_dir(home), progress=False)[name]
+        path = build_manifests(home_dir(home), progress=False, names=[name])[name]
     else:
         raise ValueError(f"unknown dataset {name!r}: use one of {BUILT_DATASETS} or a .jsonl manifest path")
     records, dropped = drop_empty_texts(read_manifest(path, split=split))
