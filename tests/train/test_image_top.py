@@ -65,7 +65,7 @@ def test_cached_trunk_path_gives_the_full_backbone_output(make_model, tiny_pairs
     with torch.no_grad():
         full = m.image_embed(m.image_grid(m.preprocess([load_image(p) for p in paths])))
         via_cache = m.image_embed(torch.from_numpy(grids_from_trunk(m, trunk.grids, at)))
-        via_top = m.image_embed(m.image_tower.top(torch.from_numpy(np.asarray(trunk.grids)), at))
+        via_top = m.image_embed(m.image_tower.top(torch.from_numpy(np.array(trunk.grids)), at))
     torch.testing.assert_close(via_cache, full, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(via_top, full, atol=1e-5, rtol=1e-5)
 
@@ -149,3 +149,15 @@ def test_unsplittable_tower_gives_a_clear_error():
 
     with pytest.raises(ValueError, match="cannot be split"):
         Whole().split_index(3)
+
+
+def test_image_lr_scale_sets_the_tower_top_rate(make_model, tmp_path):
+    m = _stair(make_model)
+    at = m.image_tower.split_index(-1)
+    r = _recipe([Stage("joint", steps=1, lr=1e-2)], train_image_from=-1, image_lr_scale=0.1)
+    t = Trainer(m, r, _trunk_data(m, at), tmp_path, progress=False)
+    opt = t._optimizer(t._trainable(r.stages[0]))
+    top = {id(p) for p in m.image_tower.top_parameters(at)}
+    scales = {id(p): g["lr_scale"] for g in opt.param_groups for p in g["params"]}
+    assert top <= set(scales) and all(scales[i] == 0.1 for i in top)
+    assert all(scales[id(p)] == 1.0 for p in m.image_transform.parameters())

@@ -122,6 +122,7 @@ class Recipe:
     # tower from pixels (= train_image_tower); a block index k (negative from the end) or "head" = the
     # tower's top from block k on, on cached activations at block k's input (models/towers.py, split)
     train_image_from: int | str | None = None
+    image_lr_scale: float = 1.0  # lr multiplier for the image tower's trained (pretrained) layers
     gradient_checkpointing: bool = False  # recompute tower activations in backward: memory for time
     channels_last: bool = False  # NHWC memory format for conv towers on GPUs (tensor cores)
 

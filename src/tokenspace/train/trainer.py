@@ -177,9 +177,11 @@ class Trainer:
 
     def _optimizer(self, params) -> torch.optim.Optimizer:
         text = {id(p) for p in self.model.text_tower.parameters()}
+        image = {id(p) for p in self.model.image_tower.parameters()}  # trained: its top, or all of it
         groups = []
         for scale, members in ((self.recipe.text_lr_scale, [p for p in params if id(p) in text]),
-                               (1.0, [p for p in params if id(p) not in text])):
+                               (self.recipe.image_lr_scale, [p for p in params if id(p) in image]),
+                               (1.0, [p for p in params if id(p) not in text | image])):
             decay = [p for p in members if p.ndim >= 2]
             no_decay = [p for p in members if p.ndim < 2]  # biases, norms and the logit scale
             groups += [{"params": decay, "weight_decay": self.recipe.weight_decay, "lr_scale": scale},
@@ -228,7 +230,6 @@ class Trainer:
         if r.gradient_checkpointing:
             set_grad_checkpointing(self.model, True)
 
-    # ------------------------------------------------------------------ the loop
     def _train_mode(self) -> None:
         self.model.train()
         if isinstance(self.image_from, int):
@@ -237,6 +238,7 @@ class Trainer:
             self.model.image_tower.eval()
 
     def fit(self, resume: bool = False) -> DualEncoder:
+    # ------------------------------------------------------------------ the loop
         self.out.mkdir(parents=True, exist_ok=True)
         r = self.recipe
         # per-rank dropout streams (rank 0 keeps the single-process one); a resume restores them instead

@@ -1,0 +1,160 @@
+"""Issue H's training levers for STAIR, measured on emoji:val (tuning split; emoji:test is not looked at).
+
+Each variant is a recipe plus overrides, trained by ``pipeline.train`` (cached features, the trainer's
+eval on emoji:val at every stage end); the row is the final eval, the mean step time per stage from
+log.jsonl, and the vector sizes. Results accumulate in a JSON file (a rerun skips finished variants),
+and the markdown table is printed.
+
+    python benchmarks/stair_training.py --variants base head last1 --out benchmarks/results/stair_training.json
+    python benchmarks/stair_training.py --batch-sweep 64 256 1024 --steps 12   # step time vs batch only
+
+Step times on a shared 2-core CPU are indicative only (other jobs run beside).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import time
+from pathlib import Path
+
+DATA = {"train": ["emoji:train", "openclipart:train:2000"], "eval": ["emoji:val"]}
+
+# name -> (recipe, overrides, what it is)
+VARIANTS = {
+    "base": ("stair-emoji", {}, "stair-emoji as is (tuned: revive 0.1; 50/25/225; frozen tower, head on cached grids)"),
+    "head": ("stair-emoji", {"train_image_from": "head"}, "base + the tower's conv head (1x1 320->1280 + BN) trained"),
+    "last1": ("stair-emoji", {"train_image_from": -1}, "base + block 15 (stage 7) + conv head trained"),
+    "last2": ("stair-emoji", {"train_image_from": -2}, "base + blocks 14-15 + conv head trained"),
+    "last5": ("stair-emoji", {"train_image_from": -5}, "base + blocks 11-15 (stages 6-7) + conv head trained"),
+    "refbatch": ("stair-emoji", {"loss": {"lambda": 1e-3, "flops_warmup": 100, "flops_warmup_per_stage": False,
+                                          "flops_reference_batch": 16384}},
+                 "base + FLOPs as at batch 16,384 (flops_reference_batch; same lambda)"),
+    "perstage": ("stair-emoji", {"loss": {"lambda": 1e-3, "flops_warmup": 100, "flops_warmup_per_stage": True}},
+                 "base + lambda's quadratic warm-up restarting in every stage (the paper's reading)"),
+    "split": ("stair-emoji-split", {}, "tuned STAIR, paper compute split: 67/33/300 (stage 3 = dense budget)"),
+    "split-last1": ("stair-emoji-split", {"train_image_from": -1}, "split + block 15 + conv head trained"),
+    "paper": ("stair-emoji-paper", {}, "paper-faithful STAIR: eq. 4-5 head, 150/150/300 at 1e-3/1e-3/1e-4, "
+                                       "lambda ramp per stage (no revive gradient)"),
+    "paper-equal": ("stair-emoji-paper", {"plan": {"dense_steps": 300, "split": "equal", "ratio": [1, 1, 2], "lr": 1e-3,
+                                                   "stage3_lr": 1e-4, "warmup_steps": 5}},
+                    "paper-faithful STAIR in the dense budget: 75/75/150"),
+    "dense": ("dense-emoji", {}, "dense baseline, same towers and data, 300 steps"),
+    "dense-last1": ("dense-emoji", {"train_image_from": -1}, "dense + block 15 + conv head trained"),
+}
+
+
+def stage_times(log_path: Path) -> dict[str, float]:
+    """Mean seconds per step of each stage (the log's ``time`` is seconds since the stage started)."""
+    last: dict[str, tuple[int, float]] = {}
+    count: dict[str, int] = {}
+    for line in log_path.read_text().splitlines():
+        row = json.loads(line)
+        if "time" in row:
+            count[row["stage"]] = count.get(row["stage"], 0) + 1
+            last[row["stage"]] = row["time"]
+    return {s: last[s] / count[s] for s in last}
+
+
+def run_variant(name: str, out_root: Path, home=None, seed: int = 0) -> dict:
+    from tokenspace import pipeline
+    from tokenspace.train.recipe import Recipe
+
+    recipe_name, over, what = VARIANTS[name]
+    over = {**over, "data": DATA, "seed": seed}
+    recipe = Recipe.load(recipe_name, **over)
+    out = out_root / f"{name}-s{seed}"
+    t0 = time.time()
+    pipeline.train(recipe, out, home=home, progress=False)
+    wall = time.time() - t0
+    rows = [json.loads(x) for x in (out / "log.jsonl").read_text().splitlines()]
+    ev = [r for r in rows if "eval" in r][-1]["eval"]
+    r1 = lambda k: round(100 * ev[k], 1)  # noqa: E731
+    keys = {f"{d}_r{k}": f"{m}_retrieval_recall@{k}" for d, m in (("t2i", "image"), ("i2t", "text")) for k in (1, 5, 10)}
+    ids = "\n".join(r.id for spec in (DATA["train"], DATA["eval"]) for r in pipeline.load_data(spec, home))
+    rec = {"variant": name, "seed": seed, "data_sha1": hashlib.sha1(ids.encode()).hexdigest()[:12], "recipe": recipe_name, "overrides": {k: v for k, v in over.items() if k != "data"},
+           "what": what, "stages": [[s.name, s.steps, s.lr] for s in recipe.stages], "steps": recipe.total_steps,
+           "wall_s": round(wall, 1), "sec_per_step": {k: round(v, 3) for k, v in stage_times(out / "log.jsonl").items()}}
+    for k, src in keys.items():
+        if src in ev:
+            rec[k] = r1(src)
+    rec["mean_recall"] = round(sum(rec[k] for k in keys if k in rec) / len([k for k in keys if k in rec]), 1)
+    for k in ("nnz_image", "nnz_text"):
+        if k in ev:
+            rec[k] = round(ev[k], 1)
+    return rec
+
+
+def batch_sweep(batches: list[int], steps: int, variants: list[str], home=None) -> list[dict]:
+    """Seconds per joint-stage step vs batch size (cached features; no eval)."""
+    import tempfile
+
+    from tokenspace import pipeline
+    from tokenspace.train.recipe import Recipe
+    from tokenspace.train.trainer import Trainer
+
+    out = []
+    for name in variants:
+        recipe_name, over, _ = VARIANTS[name]
+        for b in batches:
+            recipe = Recipe.load(recipe_name, **{**over, "batch_size": b,
+                                                 "stages": [{"name": "joint", "steps": steps, "lr": 1e-3}]})
+            model = pipeline.build_seeded(recipe)
+            enc = pipeline.image_grids(model, pipeline.load_data(DATA["train"], home), home, False,
+                                       at=pipeline.trunk_block(recipe, model))
+            data = pipeline.caption_pairs(enc.grids, enc.records)
+            with tempfile.TemporaryDirectory() as tmp:
+                Trainer(model, recipe, data, tmp, progress=False).fit()
+                rows = [json.loads(x) for x in (Path(tmp) / "log.jsonl").read_text().splitlines() if '"time"' in x]
+            # the first 2 steps warm caches and allocators up; the rest are timed
+            per = (rows[-1]["time"] - rows[1]["time"]) / (len(rows) - 2)
+            out.append({"variant": name, "batch": b, "sec_per_step": round(per, 3),
+                        "pairs_per_s": round(b / per, 1)})
+            print(json.dumps(out[-1]), flush=True)
+    return out
+
+
+def table(rows: list[dict]) -> str:
+    head = ("| variant | what | steps | T→I R@1 | T→I R@10 | I→T R@1 | I→T R@10 | mean R | nnz img | nnz txt "
+            "| s/step (stage 3) | wall (min) |")
+    lines = [head, "|" + "---|" * 2 + "---:|" * 10]
+    for r in rows:
+        last = list(r["sec_per_step"].values())[-1]
+        lines.append(f"| {r['variant']} (seed {r['seed']}) | {r['what']} | {r['steps']} | {r.get('t2i_r1')} | "
+                     f"{r.get('t2i_r10')} | {r.get('i2t_r1')} | {r.get('i2t_r10')} | {r['mean_recall']} | "
+                     f"{r.get('nnz_image', '—')} | {r.get('nnz_text', '—')} | {last} | {r['wall_s'] / 60:.1f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--variants", nargs="*", default=[], choices=sorted(VARIANTS))
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default="benchmarks/results/stair_training.json")
+    ap.add_argument("--runs", default="runs/exp/stair_training")
+    ap.add_argument("--home", default=None)
+    ap.add_argument("--batch-sweep", nargs="*", type=int, default=[])
+    ap.add_argument("--sweep-variants", nargs="*", default=["base", "last1"], choices=sorted(VARIANTS))
+    ap.add_argument("--steps", type=int, default=12, help="steps per batch size in the sweep")
+    args = ap.parse_args()
+    path = Path(args.out)
+    doc = json.loads(path.read_text()) if path.exists() else {"runs": [], "batch_sweep": []}
+    done = {(r["variant"], r["seed"]) for r in doc["runs"]}
+    for name in args.variants:
+        if (name, args.seed) in done:
+            print(f"{name} seed {args.seed}: done already", flush=True)
+            continue
+        rec = run_variant(name, Path(args.runs), args.home, args.seed)
+        rec["measured"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        doc["runs"].append(rec)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(doc, indent=1))
+        print(json.dumps(rec), flush=True)
+    if args.batch_sweep:
+        doc["batch_sweep"] += batch_sweep(args.batch_sweep, args.steps, args.sweep_variants, args.home)
+        path.write_text(json.dumps(doc, indent=1))
+    print(table(doc["runs"]))
+
+
+if __name__ == "__main__":
+    main()
