@@ -237,9 +237,9 @@ class Trainer:
             # it) and no drop-connect: its forward is the one the final-grid cache later computes
             self.model.image_tower.eval()
 
-    def fit(self, resume: bool = False) -> DualEncoder:
     # ------------------------------------------------------------------ the loop
         self.out.mkdir(parents=True, exist_ok=True)
+    def fit(self, resume: bool = False) -> DualEncoder:
         r = self.recipe
         # per-rank dropout streams (rank 0 keeps the single-process one); a resume restores them instead
         torch.manual_seed(r.seed + self.dist.rank)
