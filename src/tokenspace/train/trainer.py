@@ -238,8 +238,8 @@ class Trainer:
             self.model.image_tower.eval()
 
     # ------------------------------------------------------------------ the loop
-        self.out.mkdir(parents=True, exist_ok=True)
     def fit(self, resume: bool = False) -> DualEncoder:
+        self.out.mkdir(parents=True, exist_ok=True)
         r = self.recipe
         # per-rank dropout streams (rank 0 keeps the single-process one); a resume restores them instead
         torch.manual_seed(r.seed + self.dist.rank)
