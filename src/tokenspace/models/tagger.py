@@ -164,7 +164,7 @@ class TaggerModel(DualEncoder):
     def text_embed(self, input_ids, attention_mask, **_) -> torch.Tensor:
         if self.text_side == "bag":
             valid = attention_mask.float()
-            out = torch.zeros(input_ids.shape[0], len(self.vocab))
+            out = torch.zeros(input_ids.shape[0], len(self.vocab), device=input_ids.device)
             return out.scatter_reduce(1, input_ids, valid, reduce="amax", include_self=True) * self.output_mask
         t = self.text_tower
         h = t.mlm_transform(t(input_ids, attention_mask))  # [B, L, H]

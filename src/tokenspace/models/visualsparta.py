@@ -14,8 +14,9 @@ enter through the image side, which scores every vocabulary term v:
 so f(q, v) = text_embed(q) . image_embed(v) exactly, and an index of (top-n pruned) image rows
 answers queries by lookup and sum (eq. 15). Image fragments are the backbone's grid cells plus
 learned position embeddings, projected to the word-embedding width (eq. 8) and contextualised by a
-small transformer encoder (eq. 9). The paper's detector label tokens are not used: our backbones
-produce no object labels.
+small transformer encoder (eq. 9). The paper's detector label tokens (eqs. 6-7) are an option,
+``extra.label_fragments``: the backbone's ImageNet classifier stands in for the detector
+(models/label_fragments.py; off in the paper-faithful configs, which have no detector).
 
 Config ``extra``: layers (2), heads (2), ffn (4 x width), dropout (0.1), max_cells (64),
 bias_init (0.0), top_n (None: index rows keep every positive term; n: keep the n heaviest).
@@ -55,6 +56,12 @@ class VisualSpartaModel(DualEncoder):
         # enable_nested_tensor=False: the fast path would change numerics between train and eval
         self.fragment_encoder = nn.TransformerEncoder(layer, int(ex.get("layers", 2)), enable_nested_tensor=False)
         self.term_bias = nn.Parameter(torch.tensor(float(ex.get("bias_init", 0.0))))  # eq. 11's b
+        # eqs. 6-7 label fragments from the backbone's ImageNet classifier: an option, off in the paper configs
+        self.labels = None
+        if ex.get("label_fragments"):
+            from tokenspace.models.label_fragments import LabelFragments
+
+            self.labels = LabelFragments(ex["label_fragments"], self.image_tower.out_channels, width, self.tokenizer)
 
     # ------------------------------------------------------------------ training-time pieces
     @property
@@ -77,11 +84,14 @@ class VisualSpartaModel(DualEncoder):
             raise ValueError(f"grid has {n} cells but the model has {self.max_cells} position embeddings "
                              f"(config extra.max_cells)")
         a = self.fragment_norm(self.fragment_proj(cells) + self.position[:n])  # [B, L, width]
-        return self.fragment_encoder(a)  # [B, L, width]
+        if self.labels is not None:  # eq. 8: a = [E_image W + b; E_label]
+            a = torch.cat([a, self.labels(cells, self.text_tower.word_embeddings)], dim=1)  # [B, L+k, width]
+        return self.fragment_encoder(a)  # [B, L(+k), width]
 
     def image_scores(self, grid: torch.Tensor) -> torch.Tensor:
         """Per-fragment term scores e_v . H_j + b: [B, h*w, V] (localisation heatmaps)."""
-        return self.image_fragments(grid) @ self.text_tower.word_embeddings.T + self.term_bias
+        cells = grid.shape[2] * grid.shape[3]  # label fragments have no place on the grid
+        return self.image_fragments(grid)[:, :cells] @ self.text_tower.word_embeddings.T + self.term_bias
 
     def image_embed(self, grid: torch.Tensor) -> torch.Tensor:
         """[B, C, h, w] -> [B, V] term cache log(1 + ReLU(max_j e_v . H_j + b)) (eqs. 10, 11, 14)."""
@@ -135,3 +145,11 @@ class VisualSpartaModel(DualEncoder):
         yield from self.fragment_encoder.parameters()
         yield self.term_bias
         yield self.text_tower.word_embeddings
+        if self.labels is not None:
+            yield from self.labels.parameters()
+
+    def portable_config(self):
+        cfg = super().portable_config()
+        if self.labels is not None:  # a saved folder holds the label table and classifier among its weights
+            cfg.extra = {**cfg.extra, "label_fragments": self.labels.portable_spec()}
+        return cfg
