@@ -35,7 +35,7 @@ def _data(args) -> int:
     from tokenspace.data.build import build_manifests, read_report
 
     paths = build_manifests(args.home, args.out, force=args.force, seed=args.seed,
-                            openclipart_max_items=args.openclipart_max_items)
+                            openclipart_max_items=args.openclipart_max_items, names=args.only)
     for name, p in paths.items():
         print(f"{name}: {p}  {read_report(p)['splits']}")
     return 0
@@ -215,6 +215,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--force", action="store_true")
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--openclipart-max-items", type=int, default=None)
+    d.add_argument("--only", nargs="+", default=None, metavar="DATASET",
+                   help="build only these (emoji icons openclipart fashion-mnist mnist photos); default: all")
     d.set_defaults(fn=_data)
 
     t = sub.add_parser("train", help="train a model from a recipe")
