@@ -53,9 +53,17 @@ class DualEncoder(nn.Module):
     # ------------------------------------------------------------------ training-time pieces
     @property
     def logit_scale(self) -> torch.Tensor:
-        # the cap is applied in the forward pass (not only by clamping the parameter after a step),
-        # so the loss never sees a scale above it: Sparse CLIP's sparsity knob
+        # the trainer clamps the parameter itself after every step (clamp_logit_scale_); this clamp only
+        # guards a parameter set from outside (an old checkpoint). At the cap its gradient still flows
+        # (clamp passes it at the boundary), so the scale can come back down
         return self.log_logit_scale.clamp(max=self.config.log_logit_scale_max).exp()
+
+    @torch.no_grad()
+    def clamp_logit_scale_(self) -> None:
+        """Put the log logit scale back under the cap (Sparse CLIP's sparsity knob) after an optimizer step,
+        as open_clip does. A forward clamp alone leaves a parameter that overshot the cap with zero
+        gradient for good: it could never come back below the cap."""
+        self.log_logit_scale.clamp_(max=self.config.log_logit_scale_max)
 
     def image_grid(self, pixels: torch.Tensor) -> torch.Tensor:
         return self.image_tower(pixels)

@@ -217,6 +217,7 @@ class Trainer:
         self.scaler.scale(parts["loss"]).backward()
         self.scaler.step(opt)
         self.scaler.update()
+        self.model.clamp_logit_scale_()  # the parameter itself stays under the cap (open_clip's clamp_)
         rec = {k: float(v.detach()) for k, v in parts.items()}
         rec.update(batch_sparsity(image_emb, text_emb))
         return rec
