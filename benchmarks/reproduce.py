@@ -210,6 +210,10 @@ class Bench:
     def images(self, run: str, spec: str):
         return self._memo(("img", run, spec), lambda: self.models[run].encode_image_grids(self.encoded(spec, run).grids))
 
+    def vocabulary(self, run: str) -> np.ndarray:
+        """(V, D) text embedding of every vocabulary token alone: a dense model's lexicon (Table 5's CLIP arm)."""
+        return self._memo(("vocab", run), lambda: pipeline.vocabulary_embeddings(self.models[run]))
+
     def texts(self, run: str, spec: str):
         """(text embeddings of every caption, caption -> image index)."""
         texts, target = pipeline.texts_and_targets(self.records(spec, run))
@@ -299,14 +303,16 @@ TOKEN_KS = (1, 5, 10, 20, 100)
 
 
 def token_accuracy_row(bench: Bench, run: str, spec: str) -> dict[str, float]:
-    """Top-K accuracy of the concept among all vocabulary tokens (+ Clarity, L0) for a sparse model;
-    NaN (shown "n/a") for a dense model, whose dimensions name no tokens."""
+    """Top-K accuracy of the concept among all vocabulary tokens (+ Clarity, L0) for a sparse model; for
+    a dense model (the paper's CLIP arm) each token is scored by the cosine of the image embedding with
+    the token's own text embedding, and Clarity / L0 are NaN (its dimensions name no tokens)."""
     records = bench.records(spec, run)
     classes, labels = class_indices([clean_classname(concept(r)) for r in records])
     model = bench.models[run]
+    ev = InterpretabilityEvaluator(classes, labels, token_ids=model.tokenizer.token_ids, ks=TOKEN_KS,
+                                   exclude_ids=model.tokenizer.vocab.special_ids)
     if not getattr(model, "sparse", True):
-        return {f"token_acc{k}": float("nan") for k in TOKEN_KS} | {"clarity": float("nan"), "l0_image": float("nan")}
-    ev = InterpretabilityEvaluator(classes, labels, token_ids=model.tokenizer.token_ids, ks=TOKEN_KS)
+        return ev(bench.images(run, spec), token_emb=bench.vocabulary(run))
     return ev(bench.images(run, spec), reference=backbone_reference(bench.encoded(spec, run)))
 
 
@@ -318,11 +324,27 @@ def backbone_reference(enc: pipeline.Encoded) -> np.ndarray:
     return np.asarray(enc.grids, np.float32).mean(axis=(2, 3))
 
 
+def dense_top_tokens(bench: Bench, run: str, spec: str, rows: Sequence[int], top_k: int) -> list[list[tuple[str, float]]]:
+    """A dense model's top (token, cosine) pairs per image: the image embedding against every token's
+    text embedding (special tokens excluded), as the paper's Fig. 4 shows for CLIP."""
+    from tokenspace.eval import similarity
+
+    model = bench.models[run]
+    vocab = model.tokenizer.vocab
+    sims = similarity(np.asarray(bench.images(run, spec))[list(rows)], bench.vocabulary(run))
+    sims[:, vocab.special_ids] = -np.inf
+    order = np.argsort(-sims, axis=1, kind="stable")[:, :top_k]
+    return [[(vocab.token(int(v)), float(sims[j, v])) for v in order[j]] for j in range(len(rows))]
+
+
 def decode_side_by_side(bench: Bench, runs: Sequence[str], spec: str, rows: Sequence[int], top_k: int = 8) -> str:
-    """Markdown table: one row per image, one column of top tokens per model (Fig. 4/5/6)."""
+    """Markdown table: one row per image, one column of top tokens per model (Fig. 4/5/6); a dense
+    model's column lists its highest-cosine tokens."""
     records = bench.records(spec, runs[0])
     lines = ["| image | " + " | ".join(bench.label(r) for r in runs) + " |", "|---" * (len(runs) + 1) + "|"]
-    decoded = {r: bench.models[r].decode(bench.images(r, spec)[list(rows)], top_k=top_k) for r in runs}
+    decoded = {r: bench.models[r].decode(bench.images(r, spec)[list(rows)], top_k=top_k)
+               if getattr(bench.models[r], "sparse", True) else dense_top_tokens(bench, r, spec, rows, top_k)
+               for r in runs}
     for j, i in enumerate(rows):
         cells = [", ".join(f"{t} ({w:.2f})" for t, w in decoded[r][j]) or "(empty)" for r in runs]
         name = f"{concept(records[i])} (`{records[i].id}`)"
@@ -331,28 +353,31 @@ def decode_side_by_side(bench: Bench, runs: Sequence[str], spec: str, rows: Sequ
 
 
 def build_interpretability(bench: Bench, plan: Plan, runs: Sequence[str] = MAIN) -> Section:
-    """STAIR's token top-K accuracy of the label (Table 4/8) and a decode table for fixed images."""
+    """STAIR's token top-K accuracy of the label (Table 4/5/8, with the dense model as the CLIP arm) and a
+    decode table for fixed images (Fig. 4/5)."""
     runs = bench.present(runs)
     rows = {f"{bench.label(r)} · {s}": token_accuracy_row(bench, r, s) for s in plan.concept for r in runs}
     cols = [f"token_acc{k}" for k in TOKEN_KS] + ["clarity", "l0_image"]
     heads = {f"token_acc{k}": f"top-{k} (%)" for k in TOKEN_KS} | {"l0_image": "nnz image"}
-    sparse_runs = [r for r in runs if getattr(bench.models[r], "sparse", True)]
     body = (_models_line(bench, runs)
             + "Label = the emoji's concept name (the text before \" — \", punctuation dropped); an image is "
               "correct at K when its label is among the K highest-scoring of all vocabulary tokens (special "
               "tokens excluded), a multi-token label scored by its best sub-word; ties count against the "
-              "label. Clarity: mean pairwise cosine of the images sharing a token (Sparse CLIP), measured in "
-              "the frozen backbone's pooled features. Dense: its "
-              "dimensions are not tokens (n/a).\n\n"
+              "label. A sparse model's token scores are its embedding; the dense baseline's (the paper's CLIP "
+              "arm, Table 5) are the cosine of its image embedding with each token's own text embedding "
+              "([CLS] token [SEP] through its text tower). Clarity: mean pairwise cosine of the images sharing "
+              "a token (Sparse CLIP), measured in the frozen backbone's pooled features; n/a for the dense "
+              "baseline, whose dimensions are not tokens.\n\n"
             + markdown_table(rows, cols, headers=heads))
     numbers = dict(rows)
-    if sparse_runs and plan.concept:
+    if runs and plan.concept:
         spec = plan.concept[0]
-        pick = showcase_rows(bench.records(spec, sparse_runs[0]), plan.n_decode)
-        body += f"\nTop tokens of {len(pick)} fixed {spec} images (weights after L2 normalisation):\n\n"
-        body += decode_side_by_side(bench, sparse_runs, spec, pick)
-        numbers["decode_ids"] = [bench.records(spec, sparse_runs[0])[i].id for i in pick]
-    return Section("interpretability", "Interpretability: label among the vocabulary tokens (paper Table 4/8, "
+        pick = showcase_rows(bench.records(spec, runs[0]), plan.n_decode)
+        body += (f"\nTop tokens of {len(pick)} fixed {spec} images (sparse models: weights after L2 "
+                 "normalisation; dense baseline: cosine with each token's text embedding):\n\n")
+        body += decode_side_by_side(bench, runs, spec, pick)
+        numbers["decode_ids"] = [bench.records(spec, runs[0])[i].id for i in pick]
+    return Section("interpretability", "Interpretability: label among the vocabulary tokens (paper Table 4/5/8, "
                    "Fig. 4/5)", body, numbers, runs)
 
 

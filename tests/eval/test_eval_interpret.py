@@ -61,3 +61,26 @@ def test_decode_table():
     ]
     with pytest.raises(ValueError, match="vocabulary"):
         decode_table(IMAGES.to_dense())
+
+
+def test_dense_model_arm_scores_tokens_by_cosine_with_their_text_embeddings(monkeypatch):
+    """The CLIP arm of STAIR Table 5: Sim(image, c) = cos(image embedding, text embedding of token c)."""
+    import tokenspace.eval.scoring as scoring
+
+    rng = np.random.default_rng(0)
+    token_emb = rng.standard_normal((len(VOCAB), 6)).astype(np.float32)  # one text embedding per token
+    images = np.stack([token_emb[6] + 0.1 * rng.standard_normal(6),    # near ##fish: goldfish at rank 0
+                       token_emb[9] + 0.1 * rng.standard_normal(6),    # near cat, label dog: a miss
+                       rng.standard_normal(6), rng.standard_normal(6)]).astype(np.float32)
+    # slow reference: the full cosine matrix, then the ranks of a dense score array
+    unit = lambda a: a / np.linalg.norm(a, axis=1, keepdims=True)  # noqa: E731
+    sims = unit(images) @ unit(token_emb).T
+    expect = token_label_ranks(sims, LABELS, CLASSES, token_ids, exclude_ids=VOCAB.special_ids)
+    monkeypatch.setattr(scoring, "DEFAULT_BLOCK_BYTES", 4 * len(VOCAB))  # one image per block
+    got = token_label_ranks(images, LABELS, CLASSES, token_ids, exclude_ids=VOCAB.special_ids, token_emb=token_emb)
+    np.testing.assert_array_equal(got, expect)
+    assert got[0] == 0 and got[1] > 0
+    out = InterpretabilityEvaluator(CLASSES, LABELS, token_ids, ks=(1, 5), exclude_ids=VOCAB.special_ids)(
+        images, token_emb=token_emb)
+    assert out["token_acc1"] == pytest.approx(np.mean(expect < 1))
+    assert np.isnan(out["clarity"]) and np.isnan(out["l0_image"])  # no named dimensions in a dense model
