@@ -22,6 +22,8 @@ def test_paper_configs_state_the_papers_numbers():
     assert clip.embed_dim * clip.expansion == 16384  # 32x expansion of 512
     sparta = ModelConfig.load("visualsparta-paper")
     assert sparta.extra["layers"] == 12 and sparta.text_tower["config"]["hidden_size"] == 768
+    # the paper's "input sequence length 120" is the image side (70 labels + 50 regions), not the query
+    assert sparta.max_text_len < 120 and sparta.extra["max_cells"] >= 49  # a 7x7 grid: ~the paper's 50 regions
 
 
 @pytest.mark.parametrize("name", PAPER)
