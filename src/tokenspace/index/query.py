@@ -25,6 +25,9 @@ from typing import Callable, Iterable
 import numpy as np
 
 KEYWORDS = ("AND", "OR", "NOT")
+# nesting of "(" and "NOT" a query may use: the parser and the tree's methods recurse once per level,
+# and a bound far below Python's recursion limit turns a pathological query into a ValueError
+MAX_DEPTH = 64
 
 
 # ----------------------------------------------------------------------------- tree nodes
@@ -183,6 +186,7 @@ class _Parser:
         self.text, self.vocab = text, vocab
         self.toks = _lex(text)
         self.i = 0
+        self.depth = 0
 
     def peek(self):
         return self.toks[self.i] if self.i < len(self.toks) else None
@@ -226,15 +230,19 @@ class _Parser:
         if t is None:
             self.error("expected a token or '('")
         kind, value, pos = t
-        if kind == "KW" and value == "NOT":
+        if (kind == "KW" and value == "NOT") or kind == "(":
+            if self.depth >= MAX_DEPTH:
+                raise ValueError(f"query nested deeper than {MAX_DEPTH} levels of '(' or NOT at position {pos}")
+            self.depth += 1
             self.i += 1
-            return Not(self.unary())
-        if kind == "(":
-            self.i += 1
-            node = self.expr()
-            if self.peek() is None or self.peek()[0] != ")":
-                self.error(f"expected ')' to close '(' at position {pos}")
-            self.i += 1
+            if kind == "(":
+                node = self.expr()
+                if self.peek() is None or self.peek()[0] != ")":
+                    self.error(f"expected ')' to close '(' at position {pos}")
+                self.i += 1
+            else:
+                node = Not(self.unary())
+            self.depth -= 1
             return node
         if kind == "WORD":
             self.i += 1

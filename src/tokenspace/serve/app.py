@@ -6,10 +6,13 @@ for requests outside the schema's limits). OpenAPI docs are at /docs.
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated
 
 from fastapi import FastAPI, File, Query, Request, UploadFile
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
@@ -57,6 +60,12 @@ def build_app(service: SearchService, max_upload_bytes: int = MAX_UPLOAD_BYTES) 
     async def _upload_error(request: Request, exc: UploadError):
         return JSONResponse({"detail": str(exc)}, status_code=exc.status)
 
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, exc: RequestValidationError):
+        # FastAPI's own handler echoes the offending input, and JSON cannot carry NaN or a lone
+        # surrogate: rendering the 422 itself failed with a 500
+        return JSONResponse({"detail": _json_safe(jsonable_encoder(exc.errors()))}, status_code=422)
+
     @app.get("/", include_in_schema=False)
     def page():
         return FileResponse(STATIC / "index.html")
@@ -102,6 +111,20 @@ def build_app(service: SearchService, max_upload_bytes: int = MAX_UPLOAD_BYTES) 
         return FileResponse(service.image_path(id), headers=IMAGE_HEADERS)
 
     return app
+
+
+def _json_safe(value):
+    """``value`` with what strict JSON cannot encode made printable: non-finite floats as strings,
+    unpaired surrogates as backslash escapes."""
+    if isinstance(value, dict):
+        return {_json_safe(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return value
 
 
 def run(model, index, host: str = "127.0.0.1", port: int = 8000) -> None:

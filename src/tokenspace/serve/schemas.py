@@ -14,14 +14,18 @@ MAX_TEXT = 500  # characters of a query text: the text tower truncates to a few 
 MAX_K = 100
 MAX_TOKENS = 32  # entries of must / must_not / steer
 MAX_STEER = 100.0
+# a text must hold a non-space character: in the schema too, so that schema-valid means accepted
+NOT_BLANK = r"\S"
 
 
 # a steering factor: in the schema (so clients and fuzzers see the range), not only in a validator
 Factor = Annotated[float, Field(ge=0, le=MAX_STEER, allow_inf_nan=False)]
 
 
-def _not_blank(v: str) -> str:
-    if not v.strip():
+def _not_blank(v):
+    # runs before the field's own checks (mode="before"), so a blank text is told it is blank rather
+    # than that it does not match NOT_BLANK; other types are left to the field's type check
+    if isinstance(v, str) and v and not v.strip():
         raise ValueError("must not be empty or blank")
     return v
 
@@ -31,7 +35,7 @@ class SearchRequest(BaseModel):
         {"text": "a red heart", "k": 10, "must": [], "must_not": ["cat"], "where": "heart OR star",
          "steer": {"red": 2.0}}]})
 
-    text: str = Field(min_length=1, max_length=MAX_TEXT, description="the query text")
+    text: str = Field(min_length=1, max_length=MAX_TEXT, pattern=NOT_BLANK, description="the query text")
     k: int = Field(10, ge=1, le=MAX_K, description="number of hits")
     must: list[str] = Field(default_factory=list, max_length=MAX_TOKENS,
                             description="tokens every hit must contain")
@@ -43,16 +47,17 @@ class SearchRequest(BaseModel):
                                     description="token -> factor: 0 removes, <1 suppresses, >1 boosts; "
                                                 "absent tokens are added at factor x the top query weight")
 
-    _text = field_validator("text")(_not_blank)
+    _text = field_validator("text", mode="before")(_not_blank)
 
 
 class HeatmapRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     id: str = Field(min_length=1, max_length=1000, description="an indexed image id")
-    text: str = Field(min_length=1, max_length=MAX_TEXT, description="the query whose tokens to localise")
+    text: str = Field(min_length=1, max_length=MAX_TEXT, pattern=NOT_BLANK,
+                      description="the query whose tokens to localise")
 
-    _text = field_validator("text")(_not_blank)
+    _text = field_validator("text", mode="before")(_not_blank)
 
 
 class TokenWeight(BaseModel):

@@ -29,6 +29,9 @@ def decode_image(data: bytes, max_bytes: int = MAX_UPLOAD_BYTES, max_pixels: int
         raise UploadError(f"the upload is {len(data):,} bytes; the limit is {max_bytes:,}", 413)
     try:
         img = Image.open(io.BytesIO(data))
+    except Image.DecompressionBombError as e:
+        # PIL refuses rasters over 2x its own pixel limit while reading the header: also too large
+        raise UploadError(f"the image is too large; the limit is {max_pixels:,} pixels ({e})", 413) from None
     except (UnidentifiedImageError, OSError, ValueError) as e:
         raise UploadError(f"the upload is not an image this server can read ({type(e).__name__})", 415) from None
     w, h = img.size
