@@ -46,7 +46,7 @@ def encode_images(model, images, batch_size: int = 256) -> SparseBatch:
     for s in range(0, len(images), batch_size):
         x = (np.stack([np.asarray(im, np.float32) for im in images[s:s + batch_size]]) - mean) / std
         with torch.no_grad():
-            grid = model.image_grid(torch.from_numpy(x).permute(0, 3, 1, 2))  # [b, C, h, w]
+            grid = model.image_grid(torch.from_numpy(x).permute(0, 3, 1, 2).to(model.device))  # [b, C, h, w]
         outs.append(model.encode_image_grids(grid))
     return SparseBatch.concat(outs)
 

@@ -81,7 +81,8 @@ def _fill(model, paths: list[str], root: Path, batch_size: int, progress: bool, 
     state_path = root / "state.json"
     state = json.loads(state_path.read_text()) if state_path.exists() else {"done": 0, "errors": {}}
     # probe the grid shape on a blank image so the memmap can be allocated before any real work
-    probe = extract(torch.zeros(1, 3, tower.image_size, tower.image_size))
+    device = model.device  # the caller's model.to(device): pixels go where the weights are
+    probe = extract(torch.zeros(1, 3, tower.image_size, tower.image_size, device=device))
     shape = (len(paths), *probe.shape[1:])
     grid_file, ok_file = root / "grids.npy", root / "ok.npy"
     mode = "r+" if grid_file.exists() and state["done"] > 0 else "w+"
@@ -101,8 +102,8 @@ def _fill(model, paths: list[str], root: Path, batch_size: int, progress: bool, 
             except ImageLoadError as e:
                 state["errors"][str(i)] = str(e)
         if imgs:
-            g = extract(model.preprocess(imgs))
-            grids[keep] = g.numpy().astype(dtype)
+            g = extract(model.preprocess(imgs).to(device))
+            grids[keep] = g.cpu().numpy().astype(dtype)
             ok[keep] = True
         grids.flush()
         np.save(ok_file, ok)
