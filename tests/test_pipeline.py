@@ -166,3 +166,11 @@ def test_sampler_draws_one_caption_per_image_per_epoch_and_every_caption_over_ep
         assert sorted(images.tolist()) == list(range(len(recs)))  # each image once, never twice
         seen.update(batch.tolist())
     assert seen == set(range(len(data)))
+
+
+def test_evaluate_with_folds_reports_both_protocols(make_model, manifest, tmp_path):
+    out = pipeline.evaluate(make_model(), f"{manifest}:test", home=tmp_path, progress=False, folds=4)
+    res = next(iter(out.values()))
+    assert res["n_images"] == 12  # 4 folds of 3 images (the corrupt one skipped)
+    assert 0 <= res["folds4/image_retrieval_recall@1"] <= 1 and "image_retrieval_recall@1" in res
+    assert res["folds4/image_retrieval_recall@1"] >= res["image_retrieval_recall@1"]  # fewer candidates per fold

@@ -208,14 +208,15 @@ def texts_and_targets(records: Sequence[Record]) -> tuple[list[str], np.ndarray]
     return texts, np.asarray(target, dtype=np.int64)
 
 
-def evaluate_retrieval(model, enc: Encoded) -> dict[str, float]:
-    """R@1/5/10 both directions plus sparsity on one encoded split."""
+def evaluate_retrieval(model, enc: Encoded, folds: int | None = None) -> dict[str, float]:
+    """R@1/5/10 both directions plus sparsity on one encoded split; ``folds=5`` adds the COCO-1K
+    protocol (5 folds of the images, ``folds5/...`` keys) beside the whole-split numbers (COCO-5K)."""
     from tokenspace.eval import RetrievalEvaluator, SparsityEvaluator
 
     texts, target = texts_and_targets(enc.records)
     img = model.encode_image_grids(enc.grids)
     txt = model.encode_texts(texts)
-    out = RetrievalEvaluator(target)(img, txt)
+    out = RetrievalEvaluator(target, folds=folds)(img, txt)
     if isinstance(img, SparseBatch):
         out.update(SparsityEvaluator()(img, txt))
     out["n_images"], out["n_texts"] = float(len(enc.records)), float(len(texts))
@@ -244,10 +245,12 @@ def vocabulary_embeddings(model, batch_size: int = 2048) -> np.ndarray:
     return np.concatenate(outs) if outs else np.zeros((0, model.config.embed_dim), np.float32)
 
 
-def evaluate(model, specs: Sequence[str] | str, home=None, progress: bool = True) -> dict[str, dict]:
-    """Retrieval metrics per data spec."""
+def evaluate(model, specs: Sequence[str] | str, home=None, progress: bool = True,
+             folds: int | None = None) -> dict[str, dict]:
+    """Retrieval metrics per data spec (``folds``: see evaluate_retrieval)."""
     specs = [specs] if isinstance(specs, str) else list(specs)
-    return {s: evaluate_retrieval(model, image_grids(model, load_split(s, home), home, progress)) for s in specs}
+    return {s: evaluate_retrieval(model, image_grids(model, load_split(s, home), home, progress), folds)
+            for s in specs}
 
 
 # ---------------------------------------------------------------------------------------------- index

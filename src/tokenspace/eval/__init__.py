@@ -23,6 +23,7 @@ from tokenspace.eval.probe import LinearProbeEvaluator, linear_probe
 from tokenspace.eval.report import ResultsDoc, format_value, markdown_table
 from tokenspace.eval.retrieval import (
     RetrievalEvaluator,
+    fold_retrieval_metrics,
     image_to_text_ranks,
     recall_from_ranks,
     retrieval_metrics,
@@ -37,7 +38,7 @@ __all__ = [
     "InterpretabilityEvaluator", "LinearProbeEvaluator", "ResultsDoc", "RetrievalEvaluator",
     "SparsityEvaluator", "TokenMaskEncoder", "ZeroShotEvaluator",
     "active_feature_fraction", "build_classifier", "chunked_topk", "clarity", "clarity_per_feature",
-    "classification_metrics", "decode_table", "flops", "format_value", "image_to_text_ranks", "l0",
+    "classification_metrics", "decode_table", "flops", "fold_retrieval_metrics", "format_value", "image_to_text_ranks", "l0",
     "l2_normalize", "linear_probe", "markdown_table", "modality_scores", "modality_summary",
     "query_heatmap", "recall_from_ranks", "retrieval_metrics", "similarity", "sparsity_stats",
     "text_to_image_ranks", "token_label_ranks", "token_mask_embeddings", "token_topk_accuracy",
