@@ -130,7 +130,7 @@ def _build_concepts(home: Path, out_dir: Path, present: dict, params: dict, prog
         raise AssertionError(f"concept groups leak between train and held-out splits: {sorted(leaked)[:5]}")
     sizes = groups.sizes()
     group_stats = {"groups": len(sizes), "largest_group_keys": max(sizes.values(), default=0),
-                   "leaked_groups": 0}
+                   "leaked_groups": len(leaked)}
     for name, (records, report) in outputs.items():
         report = dict(report, concept_groups=group_stats)
         want = {"builder_version": BUILDER_VERSION, "params": params, "sources": _specs(present)}
