@@ -86,7 +86,11 @@ def test_lambda_overrides_survive_repeated_use(rp):
 
 def test_retrieval_and_flops(rp, bench, plan, tmp_path):
     sec = rp.build_retrieval(bench, plan)
-    assert len(sec.numbers) == 3 * 2 and len(_table_rows(sec.body)) == 6
+    # 3 models x 2 splits, then once the clip_benchmark tie rule for the 3 models on the first split
+    assert len(sec.numbers) == 3 * 2 + 3 and len(_table_rows(sec.body)) == 6 + 3
+    for r in ("STAIR 3-stage", "dense baseline"):
+        strict, compat = sec.numbers[f"{r} · {plan.retrieval[0]}"], sec.numbers[f"clip_benchmark ties · {r} · {plan.retrieval[0]}"]
+        assert all(strict[c] <= compat[c] for c in rp.R_COLS[:6])  # the default rule is never more lenient
     for key, row in sec.numbers.items():
         assert all(0 <= row[c] <= 1 for c in rp.R_COLS[:6]), key
         assert row["n_images"] == 12
