@@ -56,12 +56,20 @@ def patches_to_grid(tokens: torch.Tensor, n_prefix: int) -> torch.Tensor:
 
 @register(IMAGE_TOWERS, "vit")
 class ViTTower(ImageTower):
-    """transformers ViTModel (e.g. ViT-B/16: 12 layers x 768, patch 16); grid = patch tokens."""
+    """transformers ViTModel (e.g. ViT-B/16: 12 layers x 768, patch 16); grid = patch tokens, or with
+    ``output="cls"`` the final class token as a 1 x 1 grid [B, hidden, 1, 1] (OpenCLIP's ViT pooling;
+    a spec key, so grid caches of the two outputs never mix)."""
 
-    def __init__(self, weights: str | None = None, config: dict | None = None, image_size: int | None = None):
+    OUTPUTS = ("patches", "cls")
+
+    def __init__(self, weights: str | None = None, config: dict | None = None, image_size: int | None = None,
+                 output: str = "patches"):
         super().__init__()
         from transformers import ViTConfig, ViTModel
 
+        if output not in self.OUTPUTS:
+            raise ValueError(f"vit tower output must be one of {self.OUTPUTS}, got {output!r}")
+        self.output = output
         self.vit = _load(ViTModel, ViTConfig, weights, config, add_pooling_layer=False)
         c = self.vit.config
         self.out_channels = c.hidden_size
@@ -73,13 +81,16 @@ class ViTTower(ImageTower):
     def forward(self, pixels: torch.Tensor) -> torch.Tensor:  # [B, 3, S, S] -> [B, hidden, S/p, S/p]
         # interpolate_pos_encoding: a tower may run at another resolution than it was built for
         out = self.vit(pixel_values=pixels, interpolate_pos_encoding=pixels.shape[-1] != self.vit.config.image_size)
+        if self.output == "cls":
+            return out.last_hidden_state[:, 0, :, None, None]  # after ViTModel's final LayerNorm
         return patches_to_grid(out.last_hidden_state, 1)
 
     def set_grad_checkpointing(self, enable: bool = True) -> None:
         _hf_checkpointing(self.vit, enable)
 
     def portable_spec(self) -> dict:
-        return {"weights": None, "config": arch_config(self.vit.config), "image_size": self.image_size}
+        spec = {"weights": None, "config": arch_config(self.vit.config), "image_size": self.image_size}
+        return spec | ({"output": self.output} if self.output != "patches" else {})
 
 
 @register(IMAGE_TOWERS, "hf-clip-vision")

@@ -33,7 +33,7 @@ def _image(spec: dict, width, layers, image_size, patch, heads) -> dict:
         cfg = {**spec.get("config", {}), "hidden_size": width, "num_hidden_layers": layers,
                "num_attention_heads": heads, "intermediate_size": 2 * width, "image_size": image_size,
                "patch_size": patch}
-        return {"type": kind, "config": cfg}
+        return {"type": kind, "config": cfg} | ({"output": spec["output"]} if "output" in spec else {})
     if kind == "open-clip-vision":
         cfg = copy.deepcopy(spec.get("config") or _open_clip_config(spec["model"]))
         cfg["vision_cfg"].update(width=width, layers=layers, image_size=image_size, patch_size=patch,

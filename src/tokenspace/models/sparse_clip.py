@@ -2,6 +2,21 @@
 
 Its dimensions are learned features, not tokens; they are named f00000.. (Vocabulary.latent) so the
 same SparseBatch, index and explanations work for them.
+
+Options (``config.extra``):
+    relu: true            ReLU after the projection (false: the signed, dense arm of the paper's Fig. 2a)
+    topk: K               TopK activation (Gao et al. 2024): keep each row's K largest pre-activations,
+                          then the ReLU; the Fig. 2b ablation arm (the paper: K = 512 of 16,384)
+    l1: w                 L1 penalty w * mean_i ||z_i / ||z_i||_2||_1 on both sides: Fig. 2b's other arm.
+                          On the L2-normalised rows because the cosine loss ignores a row's scale: an L1
+                          on raw rows would only shrink every row, not make it sparser
+    text_pooling: mean    masked mean over the tokens | eos: the last token ([SEP], OpenCLIP's EOT
+                          pooling; pair it with a causal text tower, where only the last token sees all)
+
+The image side mean-pools the grid cells its tower gives. OpenCLIP's ViT-B/32 (the paper's model) pools
+with the class token instead: the paper config asks its ViT tower for ``output: cls``, a 1 x 1 grid that
+the mean passes through unchanged. The small towers (EfficientNet-Lite0 grids, SPLADE-tiny) keep mean
+pooling on both sides: a deviation from the paper's architecture, chosen for the frozen CNN grid.
 """
 from __future__ import annotations
 
@@ -10,6 +25,8 @@ from torch import nn
 
 from tokenspace.models.dual import DualEncoder
 from tokenspace.models.pooling import grid_to_cells, masked_mean
+
+TEXT_POOLINGS = ("mean", "eos")
 
 
 class SparseClipModel(DualEncoder):
@@ -21,23 +38,51 @@ class SparseClipModel(DualEncoder):
         width = config.embed_dim * config.expansion
         if len(vocab) != width:
             raise ValueError(f"latent vocabulary has {len(vocab)} names for {width} features")
+        extra = config.extra
         # expansion 1 with relu=False is the dense ablation arm of the paper's Fig. 2a
-        self.relu = bool(config.extra.get("relu", True))
+        self.relu = bool(extra.get("relu", True))
+        self.topk = extra.get("topk")
+        self.l1 = float(extra.get("l1", 0.0))
+        self.text_pooling = extra.get("text_pooling", "mean")
+        if self.topk is not None and (isinstance(self.topk, bool) or not isinstance(self.topk, int)
+                                      or not 1 <= self.topk <= width):
+            raise ValueError(f"extra.topk must be an integer in [1, {width}], got {self.topk!r}")
+        if self.topk is not None and not self.relu:
+            raise ValueError("extra.topk keeps the ReLU after the top-K (non-negative features): drop relu: false")
+        if self.l1 < 0:
+            raise ValueError(f"extra.l1 must be >= 0, got {self.l1}")
+        if self.text_pooling not in TEXT_POOLINGS:
+            raise ValueError(f"extra.text_pooling must be one of {TEXT_POOLINGS}, got {self.text_pooling!r}")
         # without the ReLU the features are signed: encode to dense rows rather than silently dropping
         # the negative half into a SparseBatch
         self.sparse = self.relu
         self.image_proj = nn.Linear(self.image_tower.out_channels, width)
         self.text_proj = nn.Linear(self.text_tower.hidden_size, width)
 
-    def _act(self, x: torch.Tensor) -> torch.Tensor:
+    def _act(self, x: torch.Tensor) -> torch.Tensor:  # [B, width] pre-activations
+        if self.topk is not None:
+            top = x.topk(self.topk, dim=-1)
+            x = torch.zeros_like(x).scatter(-1, top.indices, top.values)
         return torch.relu(x) if self.relu else x
 
-    def image_embed(self, grid):
+    def image_embed(self, grid):  # [B, C, h, w] (a ViT's class token: h = w = 1) -> [B, width]
         return self._act(self.image_proj(grid_to_cells(grid).mean(1)))
 
     def text_embed(self, input_ids, attention_mask, **_):
-        h = masked_mean(self.text_tower(input_ids, attention_mask), attention_mask)
-        return self._act(self.text_proj(h))
+        h = self.text_tower(input_ids, attention_mask)  # [B, L, H]
+        if self.text_pooling == "eos":
+            last = attention_mask.long().sum(1).clamp_min(1) - 1  # the [SEP] the tokenizer always keeps
+            pooled = h[torch.arange(h.shape[0], device=h.device), last]
+        else:
+            pooled = masked_mean(h, attention_mask)
+        return self._act(self.text_proj(pooled))
+
+    def regularization(self, image_emb: torch.Tensor, text_emb: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Extra loss parts (train.losses adds them): the L1 arm of Fig. 2b, when ``extra.l1`` > 0."""
+        if not self.l1:
+            return {}
+        return {"l1_image": self.l1 * self.normalize(image_emb).abs().sum(1).mean(),
+                "l1_text": self.l1 * self.normalize(text_emb).abs().sum(1).mean()}
 
     def image_parameters(self):
         yield from self.image_tower.parameters()
