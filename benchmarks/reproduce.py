@@ -367,15 +367,20 @@ def build_interpretability(bench: Bench, plan: Plan, runs: Sequence[str] = MAIN)
     runs = bench.present(runs)
     rows = {f"{bench.label(r)} · {s}": token_accuracy_row(bench, r, s) for s in plan.concept for r in runs}
     cols = [f"token_acc{k}" for k in TOKEN_KS] + ["clarity", "l0_image"]
-    heads = {f"token_acc{k}": f"top-{k} (%)" for k in TOKEN_KS} | {"l0_image": "nnz image"}
+    # Sparse CLIP eq. 2's reference encoder e(x) is OpenAI CLIP's vision tower; ours is not: say so where
+    # the number is read
+    heads = {f"token_acc{k}": f"top-{k} (%)" for k in TOKEN_KS} | {
+        "l0_image": "nnz image", "clarity": "Clarity, e(x) = EfficientNet-Lite0 pooled (paper: CLIP)"}
     body = (_models_line(bench, runs)
             + "Label = the emoji's concept name (the text before \" — \", punctuation dropped); an image is "
               "correct at K when its label is among the K highest-scoring of all vocabulary tokens (special "
               "tokens excluded), a multi-token label scored by its best sub-word; ties count against the "
               "label. A sparse model's token scores are its embedding; the dense baseline's (the paper's CLIP "
               "arm, Table 5) are the cosine of its image embedding with each token's own text embedding "
-              "([CLS] token [SEP] through its text tower). Clarity: mean pairwise cosine of the images sharing "
-              "a token (Sparse CLIP), measured in the frozen backbone's pooled features; n/a for the dense "
+              "([CLS] token [SEP] through its text tower). Clarity (Sparse CLIP eq. 2): mean pairwise cosine of the "
+              "images sharing a token, in a reference encoder e(x): here the frozen EfficientNet-Lite0 "
+              "backbone's mean-pooled grid, not the paper's OpenAI CLIP vision encoder (a deviation: no CLIP "
+              "weights on this machine), so it is not comparable with the paper's values; n/a for the dense "
               "baseline, whose dimensions are not tokens.\n\n"
             + markdown_table(rows, cols, headers=heads))
     numbers = dict(rows)
