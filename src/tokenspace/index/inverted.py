@@ -24,6 +24,7 @@ from tokenspace.index.base import Hit
 from tokenspace.index.query import Node, all_of, none_of, parse_query
 from tokenspace.index.segment import ARRAYS, Segment
 from tokenspace.index.storage import IndexCorruptError
+from tokenspace.index.token_filter import TokenFilter
 from tokenspace.sparse import SparseBatch
 from tokenspace.vocab import Vocabulary
 
@@ -42,7 +43,7 @@ class InvertedIndex:
     """Embedded sparse inverted index over a fixed dim; implements the SparseIndex protocol."""
 
     def __init__(self, dim: int, vocab: Vocabulary | None = None, *, dense_fraction: float = 0.125,
-                 top_n: int | None = None):
+                 top_n: int | None = None, deny: Sequence | None = None, allow: Sequence | None = None):
         if vocab is not None and len(vocab) != dim:
             raise ValueError(f"vocabulary has {len(vocab)} entries but dim is {dim}")
         if not (isinstance(dense_fraction, (int, float)) and dense_fraction > 0):
@@ -53,6 +54,8 @@ class InvertedIndex:
         self.vocab = vocab
         self.dense_fraction = float(dense_fraction)
         self.top_n = int(top_n) if top_n else 0
+        # index-side token blacklist / whitelist (STAIR App. D), applied to every document added
+        self.token_filter = TokenFilter.resolve(self.dim, vocab, deny, allow)
         self._segments: list[Segment] = []
         self._deleted: list[np.ndarray | None] = []  # uint8[n] per segment, 1 = deleted
         self._live: list[np.ndarray | None] = []  # cached 1 - deleted, the kernels' mask
@@ -66,7 +69,8 @@ class InvertedIndex:
     # ----------------------------------------------------------------- build / add / delete
     @classmethod
     def build(cls, batch: SparseBatch, ids: Sequence[str], *, dense_fraction: float = 0.125,
-              top_n: int | None = None, vocab: Vocabulary | None = None) -> "InvertedIndex":
+              top_n: int | None = None, vocab: Vocabulary | None = None, deny: Sequence | None = None,
+              allow: Sequence | None = None) -> "InvertedIndex":
         """Index ``batch`` (non-negative weights, sorted unique dims per row) under string ``ids``.
 
         dense_fraction: terms in at least this fraction of a segment's docs are stored as dense uint8
@@ -75,9 +79,12 @@ class InvertedIndex:
             only each document's top_n heaviest terms; exact search also reads the rest (kept in
             separate lists), so exact results are unchanged. None keeps every term in the main lists.
         vocab: names of the dims (defaults to batch.vocab); stored with the index, used by ``where=``.
+        deny / allow: index-side token blacklist / whitelist (STAIR App. D; dims or token names): denied
+            dims are dropped from every document before indexing, and with ``allow`` only those dims
+            are kept. Stored with the index; every later ``add`` applies it too (token_filter.py).
         """
         index = cls(batch.dim, vocab if vocab is not None else batch.vocab,
-                    dense_fraction=dense_fraction, top_n=top_n)
+                    dense_fraction=dense_fraction, top_n=top_n, deny=deny, allow=allow)
         index.add(batch, ids)
         return index
 
@@ -94,6 +101,8 @@ class InvertedIndex:
             raise ValueError(f"{len(clash)} id(s) already in the index, e.g. {clash[0]!r} (ids must be unique)")
         if len(batch) == 0:
             return
+        if self.token_filter is not None:
+            batch = self.token_filter.apply(batch)
         seg = Segment.build(batch, ids, dense_fraction=self.dense_fraction, top_n=self.top_n)
         base = self._total()
         self._segments.append(seg)
@@ -127,6 +136,7 @@ class InvertedIndex:
         ids = self.ids()
         batch = self.get(ids) if ids else None
         fresh = InvertedIndex(self.dim, self.vocab, dense_fraction=self.dense_fraction, top_n=self.top_n or None)
+        fresh.token_filter = self.token_filter
         if batch is not None:
             fresh.add(batch, ids)
         path, nxt, gen = self._path, self._next_seg, self._generation
@@ -349,6 +359,7 @@ class InvertedIndex:
             "nnz": nnz, "index_bytes": size, "raw_csr_bytes": raw, "size_vs_raw_csr": size / raw if raw else 0.0,
             "dense_terms": [int(seg.dense.shape[0]) for seg in self._segments],
             "dense_fraction": self.dense_fraction, "top_n": self.top_n or None,
+            "token_filter": self.token_filter.to_dict() if self.token_filter else None,
             "path": str(self._path) if self._path else None,
         }
 
@@ -411,6 +422,7 @@ class InvertedIndex:
             "dim": self.dim, "dense_fraction": self.dense_fraction, "top_n": self.top_n,
             "generation": gen, "next_segment": self._next_seg, "segments": segments, "vocab": vocab,
             "block": kernels.BLOCK,
+            "token_filter": self.token_filter.to_dict() if self.token_filter else None,
         })
         keep = {s["name"] for s in segments} | {s["tombstones"]["file"] for s in segments if s["tombstones"]}
         storage.remove_unreferenced(root, keep)
@@ -441,6 +453,7 @@ class InvertedIndex:
             tokens = (root / man["vocab"]["file"]).read_text(encoding="utf-8").split("\n")[:-1]
             vocab = Vocabulary(tokens, name=man["vocab"]["name"])
         index = cls(man["dim"], vocab, dense_fraction=man["dense_fraction"], top_n=man["top_n"] or None)
+        index.token_filter = TokenFilter.from_dict(index.dim, man.get("token_filter"))
         for s in man["segments"]:
             arrays = {a: storage.load_array(root / f"{s['name']}/{a}.npy", mmap) for a in ARRAYS}
             seg = Segment(int(s["n"]), index.dim, int(s["top_n"]), arrays)

@@ -1,0 +1,80 @@
+"""Index-side token blacklist / whitelist (STAIR App. D): which dims a document may be indexed under.
+
+STAIR's App. D lists token blacklists and whitelists "on both the query and index side" among the
+uses of a token-based index. The query side is ``InvertedIndex.search(must=, must_not=, where=)``;
+this is the index side: a deny list drops those dims from every document *before* it is indexed
+(e.g. STAIR's spurious "https" token, Sec. 5.2), an allow list keeps only its dims. A filtered dim
+then neither matches nor scores in any search, and the filter is stored with the index so every later
+``add`` obeys it too. Numpy only.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from tokenspace.sparse import SparseBatch
+
+
+@dataclass(frozen=True)
+class TokenFilter:
+    """``deny``: dims never indexed; ``allow``: if given, the only dims indexed (deny still applies)."""
+
+    dim: int
+    deny: frozenset[int] = frozenset()
+    allow: frozenset[int] | None = None
+
+    @classmethod
+    def resolve(cls, dim: int, vocab=None, deny: Iterable | None = None,
+                allow: Iterable | None = None) -> "TokenFilter | None":
+        """A filter from dims (ints) or token names (needs ``vocab``); None when both lists are absent."""
+        if deny is None and allow is None:
+            return None
+        return cls(dim, frozenset(_dims(deny or (), dim, vocab, "deny")),
+                   None if allow is None else frozenset(_dims(allow, dim, vocab, "allow")))
+
+    def keep_mask(self) -> np.ndarray:
+        """bool[dim]: the dims a document may be indexed under."""
+        keep = np.ones(self.dim, bool) if self.allow is None else np.zeros(self.dim, bool)
+        if self.allow is not None:
+            keep[list(self.allow)] = True
+        keep[list(self.deny)] = False
+        return keep
+
+    def apply(self, batch: SparseBatch) -> SparseBatch:
+        """The batch without the filtered dims (rows keep their order; a row may become empty)."""
+        if batch.dim != self.dim:
+            raise ValueError(f"token filter is for dim {self.dim}, the batch has dim {batch.dim}")
+        keep = self.keep_mask()[batch.indices]  # per stored entry
+        rows = np.repeat(np.arange(len(batch)), batch.row_nnz())
+        indptr = np.concatenate([[0], np.cumsum(np.bincount(rows[keep], minlength=len(batch)))]).astype(batch.indptr.dtype)
+        return SparseBatch(indptr, batch.indices[keep], batch.values[keep], batch.dim, batch.vocab)
+
+    def to_dict(self) -> dict:
+        return {"deny": sorted(self.deny), "allow": None if self.allow is None else sorted(self.allow)}
+
+    @classmethod
+    def from_dict(cls, dim: int, d: dict | None) -> "TokenFilter | None":
+        if not d:
+            return None
+        return cls(dim, frozenset(int(x) for x in d.get("deny") or ()),
+                   None if d.get("allow") is None else frozenset(int(x) for x in d["allow"]))
+
+
+def _dims(items: Iterable, dim: int, vocab, what: str) -> list[int]:
+    if isinstance(items, str):
+        raise TypeError(f"{what}: give a list of tokens or dims, not one string")
+    out = []
+    for x in items:
+        if isinstance(x, str):
+            if vocab is None:
+                raise ValueError(f"{what}: token {x!r} needs an index with a vocabulary")
+            if x not in vocab:
+                raise ValueError(f"{what}: unknown token {x!r}")
+            out.append(vocab.id(x))
+        elif isinstance(x, (int, np.integer)) and not isinstance(x, bool) and 0 <= x < dim:
+            out.append(int(x))
+        else:
+            raise ValueError(f"{what}: {x!r} is not a dim in [0, {dim}) or a token")
+    return out
