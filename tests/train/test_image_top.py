@@ -161,3 +161,34 @@ def test_image_lr_scale_sets_the_tower_top_rate(make_model, tmp_path):
     scales = {id(p): g["lr_scale"] for g in opt.param_groups for p in g["params"]}
     assert top <= set(scales) and all(scales[i] == 0.1 for i in top)
     assert all(scales[id(p)] == 1.0 for p in m.image_transform.parameters())
+
+
+def test_pipeline_trains_the_top_and_evaluates_with_it(tmp_path, tiny_pairs, tiny_vocab, make_config):
+    """pipeline.train caches the trunk, trains the top and evaluates through it; a later evaluation of the
+    trained model reads final grids cached under the trained weights, equal to the trained top's output."""
+    import json
+
+    from tokenspace import pipeline
+    from tokenspace.data.manifest import Record, write_manifest
+
+    paths, texts = tiny_pairs
+    recs = [Record(f"i{i}", str(p), t, "train" if i % 3 else "val") for i, (p, t) in enumerate(zip(paths, texts))]
+    manifest = write_manifest(recs, tmp_path / "tiny.jsonl")
+    tiny_vocab.save(tmp_path / "vocab.txt")
+    make_config("stair", len(tiny_vocab), vocab=str(tmp_path / "vocab.txt"),
+                image_tower=dict(EFFNET, image_size=32)).save(tmp_path / "model.json")
+    r = Recipe.from_dict({"name": "top", "model": str(tmp_path / "model.json"), "batch_size": 4,
+                          "data": {"train": [f"{manifest}:train"], "eval": [f"{manifest}:val"]},
+                          "train_image_from": -1, "stages": [{"name": "joint", "steps": 3, "lr": 1e-2}]})
+    home = tmp_path / "home"
+    untrained = pipeline.build_seeded(r)
+    model = pipeline.train(r, tmp_path / "run", home=home, progress=False)
+    assert any('"eval"' in x for x in (tmp_path / "run" / "log.jsonl").read_text().splitlines())
+    val = pipeline.load_split(f"{manifest}:val")
+    at = model.image_tower.split_index(-1)
+    via_top = grids_from_trunk(model, pipeline.image_grids(model, val, home, False, at=at).grids, at)
+    cached = pipeline.image_grids(model, val, home, False).grids.astype(np.float32)
+    before = pipeline.image_grids(untrained, val, home, False).grids.astype(np.float32)
+    np.testing.assert_allclose(cached, via_top, atol=2e-3 * np.abs(via_top).max())  # float16 storage
+    assert np.abs(cached - before).max() > 0.05 * np.abs(before).max()  # the top moved; the cache followed
+    assert json.loads((tmp_path / "run" / "recipe.json").read_text())["train_image_from"] == -1
