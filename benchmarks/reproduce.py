@@ -622,6 +622,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS), metavar="SECTION",
                    help=f"sections to regenerate: {', '.join(SECTIONS)}")
     p.add_argument("--quick", action="store_true", help="tiny data, 3 steps per stage: checks the plumbing")
+    p.add_argument("--available-only", action="store_true",
+                   help="train nothing: use only the models already in --runs (rows of the others are left out)")
     p.add_argument("--results", type=Path, default=None, help="results markdown (default docs/results.md; "
                    "--quick: a temp file, quick numbers never land in the real doc)")
     p.add_argument("--json", type=Path, default=None, help="numbers file (default benchmarks/results/reproduce.json;"
@@ -641,6 +643,11 @@ def main(argv=None) -> int:
                                                    " " + shlex.join(sys.argv[1:] if argv is None else argv))
     t0 = time.time()
     needed = list(dict.fromkeys(r for s in a.only for r in NEEDS[s]))
+    if a.available_only:  # no training: the sections show the models that are already there
+        missing = [r for r in needed if not (runs_dir / r / "model" / "model.safetensors").exists()]
+        if missing:
+            log(f"--available-only: leaving out untrained {', '.join(missing)}")
+        needed = [r for r in needed if r not in missing]
     models = {r: trained(r, runs_dir, a.home, a.quick) for r in needed}
     log(f"models ready in {time.time() - t0:.0f}s")
     bench = Bench(models, home=a.home, progress=True, provenance={r: describe(r, a.quick) for r in needed})

@@ -220,3 +220,19 @@ def test_main_writes_doc_and_json(rp, models, plan, tmp_path, monkeypatch):
     assert rp.main(argv[:-2] + ["interpretability"]) == 0
     assert ResultsDoc(results).sections() == ["retrieval", "text-free", "interpretability"]
     assert set(json.loads(js.read_text())["sections"]) == {"retrieval", "text-free", "interpretability"}
+
+
+def test_available_only_trains_nothing_and_leaves_out_missing_models(rp, models, plan, tmp_path, monkeypatch):
+    runs = tmp_path / "runs"
+    (runs / "stair-emoji" / "model").mkdir(parents=True)
+    (runs / "stair-emoji" / "model" / "model.safetensors").write_bytes(b"")  # only this run is trained
+    asked = []
+    monkeypatch.setattr(rp, "trained", lambda run, runs_dir, home, quick: asked.append(run) or models[run])
+    monkeypatch.setattr(rp, "describe", lambda run, quick: f"tiny {run}")
+    monkeypatch.setattr(rp, "QUICK", plan)
+    results = tmp_path / "doc" / "results.md"
+    assert rp.main(["--quick", "--available-only", "--runs", str(runs), "--results", str(results),
+                    "--home", str(tmp_path / "home"), "--only", "text-free"]) == 0
+    assert asked == ["stair-emoji"]
+    body = ResultsDoc(results).section("text-free")
+    assert "STAIR 3-stage · token mask" in body and "single-stage" not in body
