@@ -129,8 +129,8 @@ def caption_pairs(grids, records: Sequence[Record]):
     """PairData with one pair per (image, caption): every caption of a COCO-style record is used.
 
     Each record contributes ``record.texts`` (empty captions skipped); pairs of one image never share
-    a batch and each epoch of the sampler draws one caption per image (as open_clip's COCO loaders
-    sample one of the five captions per image per epoch), so over training every caption is seen."""
+    a batch and each epoch of the sampler draws one caption per image at random (as the usual COCO
+    caption loaders do, one random caption per image per pass), so over training every caption is seen."""
     from tokenspace.train.trainer import PairData
 
     if len(grids) != len(records):
