@@ -25,7 +25,7 @@ def test_parse_shapes():
     assert parse_query("dog OR cat AND sun", VOCAB) == Or((Term(V["dog"], "dog"),
                                                             And((Term(V["cat"], "cat"), Term(V["sun"], "sun")))))
     assert parse_query("and", VOCAB) == Term(V["and"], "and")  # lower case is a token
-    assert parse_query('"AND"', VOCAB) == Term(V["AND"], "AND")  # quoted keyword is a token
+    assert parse_query('"AND"', VOCAB) == Term(V["and"], "and")  # quoted keyword: the word, tokenized
     assert parse_query("DOG", VOCAB) == Term(V["dog"], "dog")  # falls back to lower case
 
 

@@ -9,13 +9,15 @@ Grammar (keywords are upper case so that lower-case ``and``/``or``/``not`` stay 
     and_expr:= unary (("AND")? unary | "NOT" unary)*     # juxtaposition means AND; "a NOT b" = a AND NOT b
     unary   := "NOT" unary | "(" expr ")" | WORD | '"' any text '"'
 
-Leaves are resolved through a Vocabulary, in this order: the word itself, its lower-case form, then a
-greedy longest-match WordPiece split of the lower-case word (BERT's algorithm for one word). A word
-that splits into several pieces (``"skateboarding"`` -> ``skate ##board ##ing``) requires *all* its
-pieces (an AND of the pieces), the reading that keeps "NOT word" meaning "none of ... " simple and
-never matches a document on one generic sub-piece alone. Use double quotes for a token that looks
-like a keyword (``"AND"``) or contains spaces/parentheses. Unknown tokens and malformed queries raise
-ValueError naming the character position.
+Leaves are tokenized by the vocabulary's own tokenizer (``Vocabulary.tokenizer()``, the one the model
+encodes text with: lower case, accents stripped, WordPiece), so a word gets the ids a caption with
+that word gets. Entries no text tokenizes to (``##ing``, ``[unused3]``) and latent feature names
+(``f00012``) are typed as they are. A word that splits into several pieces (``"skateboarding"`` ->
+``skate ##board ##ing``) requires *all* its pieces (an AND of the pieces), the reading that keeps "NOT
+word" meaning "none of ... " simple and never matches a document on one generic sub-piece alone. Use
+double quotes for a word that looks like a keyword (``"AND"`` is the word "and") or contains
+spaces/parentheses. Unknown tokens and malformed queries raise ValueError naming the character
+position.
 """
 from __future__ import annotations
 
@@ -152,32 +154,24 @@ def _lex(text: str) -> list[tuple[str, str, int]]:
     return out
 
 
-def wordpiece(word: str, vocab) -> list[str] | None:
-    """Greedy longest-match-first WordPiece split of one word, or None if a piece is missing."""
-    pieces, start = [], 0
-    while start < len(word):
-        end, found = len(word), None
-        while end > start:
-            piece = word[start:end] if start == 0 else "##" + word[start:end]
-            if piece in vocab:
-                found = piece
-                break
-            end -= 1
-        if found is None:
-            return None
-        pieces.append(found)
-        start = end
-    return pieces
+def _tokenize(word: str, vocab) -> list[int] | None:
+    """The word's ids through the vocabulary's own tokenizer (the one the model encodes text with);
+    None when a piece is unknown or nothing is left (e.g. only control characters)."""
+    if "[UNK]" not in vocab:  # not a WordPiece vocabulary (Sparse CLIP's f00012 features): names only
+        return None
+    ids = vocab.token_ids(word)
+    return ids if ids and vocab.id("[UNK]") not in ids else None
 
 
 def _resolve(word: str, pos: int, vocab, text: str) -> Node:
-    for cand in (word, word.lower()):
-        if cand in vocab:
-            return Term(vocab.id(cand), cand)
-    pieces = wordpiece(word.lower(), vocab)
-    if not pieces:
+    # entries no text tokenizes to ("##ing", "[unused3]") and feature names are typed as they are
+    verbatim = word.startswith("##") or (word.startswith("[") and word.endswith("]")) or "[UNK]" not in vocab
+    if verbatim and word in vocab:
+        return Term(vocab.id(word), word)
+    ids = _tokenize(word, vocab)
+    if not ids:
         raise ValueError(f"unknown token {word!r} at position {pos} in query {text!r}")
-    leaves = tuple(Term(vocab.id(p), p) for p in pieces)
+    leaves = tuple(Term(i, vocab.tokens[i]) for i in ids)
     return leaves[0] if len(leaves) == 1 else And(leaves)
 
 
