@@ -146,3 +146,144 @@ def test_crash_before_manifest_keeps_previous_state(tmp_path, data, monkeypatch)
     survivor.save(root)  # the next commit cleans the leftovers up
     assert not any(p.name.startswith(".tmp") or p.name.endswith(".tmp") for p in root.iterdir())
     assert len(InvertedIndex.load(root)) == 400
+
+
+# ------------------------------------------------------------------ verify=False never hands the kernels bad arrays
+# Each array of a saved segment gets out-of-range values written in place (same size: the size check
+# passes, and verify=False skips the crc32), then a fresh process loads the index with verify=False and
+# searches (exact and approximate), gets rows and reads ids. A segfault kills only that process and
+# fails the test; a clean run must raise IndexCorruptError (or, for a value the format cannot tell
+# from a real one, answer normally).
+_EXERCISE = r"""
+import sys
+from tokenspace.index import IndexCorruptError, InvertedIndex
+from tokenspace.sparse import SparseBatch
+
+qs = SparseBatch.load(sys.argv[1])
+for root in sys.argv[2:]:
+    print(root, end=" ", flush=True)
+    try:
+        index = InvertedIndex.load(root, verify=False)
+        ids = index.ids()
+        for mode in ("exact", "approx"):
+            index.search(qs, k=20, mode=mode)
+        index.get(list(ids))
+    except IndexCorruptError:
+        print("corrupt", flush=True)
+        continue
+    print("ok", flush=True)
+"""
+
+_LISTS = {"fwd_indptr": "fwd_indices", "main_ptr": "main_docs", "res_ptr": "res_docs"}
+
+
+def _valid(name: str, b: np.ndarray, seg) -> bool:
+    """Slow reference: is the segment with array ``name`` replaced by ``b`` structurally sound (every
+    value the kernels index by in bounds, lists in order, ids decodable)? Plain Python loops."""
+    a = dict(seg.arrays, **{name: b})
+    n, dim, n_dense = seg.n, seg.dim, seg.dense.shape[0]
+    for ptr, items in _LISTS.items():
+        p, x = a[ptr].tolist(), a[items].tolist()
+        hi = dim if ptr == "fwd_indptr" else n
+        if p[0] != 0 or p[-1] != len(x) or any(p[i + 1] < p[i] for i in range(len(p) - 1)):
+            return False
+        for r in range(len(p) - 1):
+            row = x[p[r]:p[r + 1]]
+            if any(not 0 <= v < hi for v in row) or any(row[i + 1] <= row[i] for i in range(len(row) - 1)):
+                return False
+    ip, blob = a["ids_ptr"].tolist(), a["ids_blob"].tobytes()
+    if ip[0] != 0 or ip[-1] != len(blob) or any(ip[i + 1] < ip[i] for i in range(len(ip) - 1)):
+        return False
+    try:
+        [blob[ip[i]:ip[i + 1]].decode("utf-8") for i in range(n)]
+    except UnicodeDecodeError:
+        return False
+    if any(not -1 <= v < n_dense for v in a["dense_slot"].tolist()):
+        return False
+    if any(not 0 <= v <= n for v in a["df"].tolist()):
+        return False
+    return all(np.isfinite(v) and v >= 0 for k in ("wmax", "scale") for v in a[k].tolist())
+
+
+def _damages(name: str, a: np.ndarray, n: int, dim: int, rng) -> list[tuple[str, np.ndarray]]:
+    """(label, damaged copy) pairs: out-of-range values at the start, the end and random places."""
+    out = []
+    if a.size == 0:
+        return out
+    flat_positions = sorted({0, a.size - 1, *rng.integers(0, a.size, 3).tolist()})
+    if np.issubdtype(a.dtype, np.floating):
+        values = [np.nan, np.inf, -1.0, -np.inf]
+    elif a.dtype == np.uint8:
+        values = [255, 0x80, 0]
+    else:
+        info = np.iinfo(a.dtype)
+        values = [-1, n, dim, n + 1, dim + 7, info.max, info.min, int(a.max()) + 1]
+    for pos in flat_positions:
+        for v in values:
+            b = np.array(a)
+            b.reshape(-1)[pos] = v
+            if not np.array_equal(b, a, equal_nan=True):
+                out.append((f"{name}[{pos}]={v}", b))
+    if a.ndim == 1 and a.size > 2 and np.issubdtype(a.dtype, np.integer):  # order broken, values in range
+        b = np.array(a)
+        i = int(rng.integers(1, a.size - 1))
+        b[i], b[i + 1] = b[i + 1], b[i]
+        if not np.array_equal(b, a):
+            out.append((f"{name}[{i}]<->[{i + 1}]", b))
+    return out
+
+
+@pytest.mark.parametrize("name", list(__import__("tokenspace.index.segment", fromlist=["ARRAYS"]).ARRAYS))
+def test_out_of_range_values_never_crash_a_verify_false_load(tmp_path, data, name):
+    import shutil
+    import subprocess
+    import sys
+
+    docs, ids, qs = data
+    base = tmp_path / "base"
+    InvertedIndex.build(docs, ids, top_n=6).save(base)  # top_n: residual lists exist too
+    qs.save(tmp_path / "qs.npz")
+    seg = InvertedIndex.load(base)._segments[0]
+    assert seg.dense.shape[0] > 0 and len(seg.res_docs) > 0 and len(seg.main_docs) > 0
+    original = np.load(base / "seg-000001" / f"{name}.npy")
+    cases = _damages(name, original, seg.n, seg.dim, np.random.default_rng(len(name)))
+    assert cases
+    roots, must_catch = {}, set()
+    for k, (label, arr) in enumerate(cases):
+        root = tmp_path / f"c{k}"
+        shutil.copytree(base, root)
+        with open(root / "seg-000001" / f"{name}.npy", "wb") as f:
+            np.lib.format.write_array(f, arr, allow_pickle=False)
+        assert (root / "seg-000001" / f"{name}.npy").stat().st_size == (base / "seg-000001" / f"{name}.npy").stat().st_size
+        roots[str(root)] = label
+        if not _valid(name, arr, seg):
+            must_catch.add(str(root))
+    p = subprocess.run([sys.executable, "-c", _EXERCISE, str(tmp_path / "qs.npz"), *roots],
+                       capture_output=True, text=True, timeout=600)
+    results = dict(line.split() for line in p.stdout.splitlines() if len(line.split()) == 2)
+    last = p.stdout.split()[-1] if p.stdout.split() else None
+    assert p.returncode == 0, (f"exit {p.returncode} (a crash) at {roots.get(last, last)}", p.stderr[-2000:])
+    assert set(results) == set(roots)
+    assert set(results.values()) <= {"ok", "corrupt"}
+    missed = [roots[r] for r in must_catch if results[r] != "corrupt"]
+    assert not missed, f"damage not caught: {missed}"
+    if name in ("fwd_indptr", "fwd_indices", "main_ptr", "main_docs", "res_ptr", "res_docs", "ids_ptr",
+                "dense_slot"):
+        assert must_catch  # the cases do reach outside the valid range
+
+
+@pytest.mark.parametrize("what", ["vocab", "ids"])
+def test_non_utf8_vocab_or_ids_is_index_corrupt(tmp_path, data, what):
+    docs, ids, _ = data
+    ids = [f"doc-é-{i}" for i in range(len(ids))]
+    InvertedIndex.build(docs, ids).save(tmp_path / "idx")
+    if what == "vocab":
+        p = tmp_path / "idx" / "vocab.txt"
+        p.write_bytes(b"\xff" + p.read_bytes()[1:])
+    else:
+        p = tmp_path / "idx" / "seg-000001" / "ids_blob.npy"
+        raw = bytearray(p.read_bytes())
+        raw[-3] = 0xFF  # inside the last id's bytes
+        p.write_bytes(bytes(raw))
+    with pytest.raises(IndexCorruptError, match="UTF-8"):
+        InvertedIndex.load(tmp_path / "idx", verify=False).ids()

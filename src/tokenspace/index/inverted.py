@@ -450,14 +450,21 @@ class InvertedIndex:
             raise IndexCorruptError(f"{root}: block size {man.get('block')} != {kernels.BLOCK}")
         vocab = None
         if man.get("vocab"):
-            tokens = (root / man["vocab"]["file"]).read_text(encoding="utf-8").split("\n")[:-1]
-            vocab = Vocabulary(tokens, name=man["vocab"]["name"])
+            vocab_file = root / man["vocab"]["file"]
+            tokens = storage.read_lines(vocab_file)
+            try:
+                vocab = Vocabulary(tokens, name=man["vocab"]["name"])
+            except ValueError as e:  # e.g. a flipped byte made two tokens equal
+                raise IndexCorruptError(f"{vocab_file}: {e}") from None
+            if len(vocab) != man["dim"]:
+                raise IndexCorruptError(f"{vocab_file}: {len(vocab)} tokens for dim {man['dim']}")
         index = cls(man["dim"], vocab, dense_fraction=man["dense_fraction"], top_n=man["top_n"] or None)
         index.token_filter = TokenFilter.from_dict(index.dim, man.get("token_filter"))
         for s in man["segments"]:
             arrays = {a: storage.load_array(root / f"{s['name']}/{a}.npy", mmap) for a in ARRAYS}
             seg = Segment(int(s["n"]), index.dim, int(s["top_n"]), arrays)
             _check_segment(seg, root / s["name"])
+            seg.check(root / s["name"])  # the values the kernels index by (bounds, order): O(size)
             seg.files = s["files"]
             index._segments.append(seg)
             dele = None

@@ -8,8 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+from numba import njit
 
 from tokenspace.index import kernels
+from tokenspace.index.storage import IndexCorruptError
 from tokenspace.sparse import SparseBatch
 
 # every array of a segment, in the order they are written; all are needed to search
@@ -77,25 +79,66 @@ class Segment:
         )
         return cls(n, dim, top_n, arrays, list(ids))
 
+    # ----------------------------------------------------------------- checks
+    def check(self, where) -> None:
+        """Every value the kernels use as an index, checked in one O(size) pass, so that no byte pattern
+        in a loaded file can make them read or write out of bounds (the loader has already checked
+        dtypes and shapes; verify=False skips only the checksums, never this). Raises IndexCorruptError
+        naming the file."""
+        a, n, dim = self.arrays, self.n, self.dim
+        n_dense = a["dense"].shape[0]
+        for ptr, items, hi in (("fwd_indptr", "fwd_indices", dim), ("main_ptr", "main_docs", n),
+                               ("res_ptr", "res_docs", n)):
+            # the kernels walk each list forward (posting lists chunk by chunk): out-of-order entries
+            # would index before the chunk's start, so order is checked with the bounds
+            bad = _check_lists(a[ptr], a[items], hi)
+            if bad == -1:
+                _corrupt(where, ptr, f"pointers must rise from 0 to {len(a[items])}")
+            if bad >= 0:
+                _corrupt(where, items, f"row {bad} holds values outside [0, {hi}) or out of order")
+        ids_ptr = a["ids_ptr"]
+        if ids_ptr[0] != 0 or ids_ptr[-1] != len(a["ids_blob"]) or bool(np.any(ids_ptr[1:] < ids_ptr[:-1])):
+            _corrupt(where, "ids_ptr", f"pointers must rise from 0 to {len(a['ids_blob'])}")
+        slot = a["dense_slot"]
+        if len(slot) and (int(slot.min()) < -1 or int(slot.max()) >= n_dense):
+            _corrupt(where, "dense_slot", f"slots must be in [-1, {n_dense})")
+        for name in ("wmax", "scale"):  # a NaN or negative step would poison every score
+            x = a[name]
+            if len(x) and not (bool(np.all(np.isfinite(x))) and x.min() >= 0):
+                _corrupt(where, name, "values must be finite and >= 0")
+        df = a["df"]
+        if len(df) and (int(df.min()) < 0 or int(df.max()) > n):
+            _corrupt(where, "df", f"document frequencies must be in [0, {n}]")
+        try:
+            self.ids_blob.tobytes().decode("utf-8")
+        except UnicodeDecodeError as e:
+            _corrupt(where, "ids_blob", f"not UTF-8 ({e.reason} at byte {e.start})")
+
     # ----------------------------------------------------------------- ids
     @property
     def ids(self) -> list[str]:
         """External ids of the docs, decoded once on first use (loading stays cheap)."""
         if self._ids is None:
-            blob = self.ids_blob.tobytes().decode("utf-8")
-            ptr = self.ids_ptr
-            if len(blob) == len(self.ids_blob):  # pure ASCII: byte offsets are char offsets
-                self._ids = [blob[ptr[i]:ptr[i + 1]] for i in range(self.n)]
-            else:
-                raw = self.ids_blob.tobytes()
-                self._ids = [raw[ptr[i]:ptr[i + 1]].decode("utf-8") for i in range(self.n)]
+            try:
+                blob = self.ids_blob.tobytes().decode("utf-8")
+                ptr = self.ids_ptr
+                if len(blob) == len(self.ids_blob):  # pure ASCII: byte offsets are char offsets
+                    self._ids = [blob[ptr[i]:ptr[i + 1]] for i in range(self.n)]
+                else:
+                    raw = self.ids_blob.tobytes()
+                    self._ids = [raw[ptr[i]:ptr[i + 1]].decode("utf-8") for i in range(self.n)]
+            except UnicodeDecodeError as e:  # an id cut inside a character: ids_ptr is damaged
+                raise IndexCorruptError(f"segment ids are not UTF-8 ({e.reason}): ids_ptr or ids_blob damaged") from None
         return self._ids
 
     def id_of(self, local: int) -> str:
         if self._ids is not None:
             return self._ids[local]
         a, b = self.ids_ptr[local], self.ids_ptr[local + 1]
-        return self.ids_blob[a:b].tobytes().decode("utf-8")
+        try:
+            return self.ids_blob[a:b].tobytes().decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise IndexCorruptError(f"segment id {local} is not UTF-8 ({e.reason}): ids_ptr or ids_blob damaged") from None
 
     # ----------------------------------------------------------------- access
     def rows(self, local: np.ndarray) -> SparseBatch:
@@ -137,3 +180,27 @@ class Segment:
 _KERNEL_ARRAYS = ("df", "scale", "dense_slot", "dense", "bmax", "main_ptr", "main_docs", "main_codes",
                   "res_ptr", "res_docs", "res_codes", "fwd_indptr", "fwd_indices", "fwd_values")
 _NO_MASK = np.zeros(0, np.uint8)
+
+
+def _corrupt(where, name: str, why: str):
+    raise IndexCorruptError(f"{where}/{name}.npy: {why} (file damaged)")
+
+
+@njit(cache=True, nogil=True)
+def _check_lists(ptr, items, hi):
+    """CSR structure: -1 when ``ptr`` does not rise from 0 to len(items); else the first row whose
+    items are outside [0, hi) or not strictly increasing; -2 when all is well."""
+    if ptr[0] != 0 or ptr[len(ptr) - 1] != len(items):
+        return -1
+    for r in range(len(ptr) - 1):  # all pointers first: the scan below must not leave items
+        if ptr[r + 1] < ptr[r]:
+            return -1
+    for r in range(len(ptr) - 1):
+        a, b = ptr[r], ptr[r + 1]
+        prev = -1
+        for p in range(a, b):
+            x = items[p]
+            if x <= prev or x >= hi:
+                return r
+            prev = x
+    return -2

@@ -147,6 +147,15 @@ def check_files(root: Path, entries: dict[str, dict], verify: bool) -> None:
                 raise IndexCorruptError(f"{root / rel}: crc32 mismatch (file altered or damaged)")
 
 
+def read_lines(path: Path) -> list[str]:
+    """The lines of a UTF-8 text file written by write_text (each line ends with a newline)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise IndexCorruptError(f"{path}: not UTF-8 ({e.reason} at byte {e.start})") from None
+    return text.split("\n")[:-1]
+
+
 def load_array(path: Path, mmap: bool) -> np.ndarray:
     try:
         return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
