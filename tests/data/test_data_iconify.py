@@ -2,6 +2,7 @@
 fixtures written here in the packages' own layouts."""
 import json
 
+import numpy as np
 from PIL import Image
 from test_data_builders import fake_emoji  # pytest puts this folder on sys.path
 
@@ -138,3 +139,16 @@ def test_name_index_marks_conflicts_ambiguous():
                      [{"hexcode": "1F603", "label": "Big Smile"}])
     assert idx["grin"] is None and idx["joy"] == "1F602" and idx["big-smile"] == "1F603"
     assert slug("flag: Côte d’Ivoire") == "flag-c-te-divoire"
+
+
+def test_svg_filters_are_rendered(tmp_path):
+    """A blurred square must come out blurred: cairosvg drops <filter> (hard edges, only 0/255 alpha)."""
+    from tokenspace.data.render import svg_to_png
+
+    svg = ('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 32 32"><filter id="b"><feGaussianBlur '
+           'stdDeviation="3"/></filter><rect x="8" y="8" width="16" height="16" fill="#000" filter="url(#b)"/></svg>')
+    out = tmp_path / "blur.png"
+    out.write_bytes(svg_to_png(svg, 64))
+    alpha = np.asarray(Image.open(out).convert("RGBA"))[..., 3]
+    soft = int(((alpha > 20) & (alpha < 235)).sum())
+    assert soft > 300, soft  # a wide soft edge, not a crisp square

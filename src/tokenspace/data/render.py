@@ -18,20 +18,35 @@ RENDER_SIZE = 224  # pixels on the longest side: the backbone's input size, so n
 MAX_WORKERS = 2
 
 
+def svg_to_png(svg: str, size: int) -> bytes:
+    """PNG bytes of an SVG document at ``size`` x ``size``.
+
+    cairosvg ignores SVG filters: Fluent 3D emoji (2,932 of 3,120 use ``<filter>`` blurs) come out with
+    hard seams and stray outlines. resvg implements them, so documents with a filter go through resvg;
+    the rest through cairosvg (on 60 icons each of noto, mdi, game-icons and ph the two agree to a mean
+    absolute difference below 1/255, at about the same CPU time: docs/data.md).
+    """
+    if "<filter" in svg:
+        import resvg_py
+
+        return bytes(resvg_py.svg_to_bytes(svg_string=svg, width=size, height=size))
+    import cairosvg
+
+    return cairosvg.svg2png(bytestring=svg.encode("utf-8"), output_width=size, output_height=size)
+
+
 def render_one(job: tuple[str, str, int]) -> str | None:
     """Render ``(svg text, out path, size)``; returns an error message or None."""
     svg, out, size = job
     try:
-        import cairosvg
-
+        png = svg_to_png(svg, size)
         out = Path(out)
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-        cairosvg.svg2png(bytestring=svg.encode("utf-8"), write_to=str(tmp), output_width=size,
-                         output_height=size)
+        tmp.write_bytes(png)
         os.replace(tmp, out)
         return None
-    except Exception as e:  # cairosvg raises many types on bad documents
+    except Exception as e:  # cairosvg and resvg raise many types on bad documents
         return f"{type(e).__name__}: {e}"[:200]
 
 
