@@ -192,7 +192,7 @@ def test_openclipart_subsample(tmp_path):
     assert build_openclipart(root, max_items=5)[0] == sub  # deterministic subsample
 
 
-def test_build_manifests_idempotent(tmp_path, monkeypatch):
+def test_build_manifests_idempotent(tmp_path, monkeypatch, capsys):
     from tokenspace import assets
     from tokenspace.data import build
 
@@ -206,7 +206,8 @@ def test_build_manifests_idempotent(tmp_path, monkeypatch):
         return tmp_path / "data" / name
 
     monkeypatch.setattr(assets, "path", fake_path)
-    out = build_manifests(tmp_path, progress=False)
+    out = build_manifests(tmp_path, progress=True)
+    assert "get it with: tokenspace assets install iconify-mdi" in capsys.readouterr().err  # named, not fatal
     assert {"emoji", "openclipart"} <= set(out) and not {"icons", "mnist", "fashion-mnist"} & set(out)
     assert out["emoji"].parent == tmp_path / "manifests" / f"v{build.BUILDER_VERSION}"
     emoji = read_manifest(out["emoji"])

@@ -179,6 +179,10 @@ def build_manifests(home=None, out_dir=None, progress: bool = True, force: bool 
     if any(n in CONCEPT_DATASETS for n in wanted):
         targets = [n for n in CONCEPT_DATASETS if concept_buildable[n]]
         if targets and (force or not all(_up_to_date(out_dir / f"{n}.jsonl", want) for n in targets)):
+            for n in EMOJI_ASSETS + ICON_ASSETS:
+                if n not in present:  # built without it; say how to add it
+                    _log(progress, f"{n} is not installed (building without it); get it with: "
+                                   f"{assets.ASSETS[n].command()}")
             _build_concepts(home, out_dir, present, params, progress)
         for n in targets:
             out[n] = out_dir / f"{n}.jsonl"
