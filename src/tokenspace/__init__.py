@@ -6,9 +6,10 @@ __version__ = "0.1.0"
 __all__ = ["SparseBatch", "Vocabulary", "load", "__version__"]
 
 
-def load(path_or_name):
-    """A trained model folder (or a model config name for a fresh model). Imported lazily: the
-    package root must stay torch-free so the index side can import it."""
+def load(path_or_name, pretrained: bool | None = None):
+    """A trained model: a saved folder or a release model name. A config name (an architecture with
+    untrained heads, e.g. ``"stair-emoji"``) needs ``pretrained=False`` said explicitly. Imported lazily:
+    the package root must stay torch-free so the index side can import it."""
     from tokenspace.models.registry import load as _load
 
-    return _load(path_or_name)
+    return _load(path_or_name, pretrained=pretrained)

@@ -46,6 +46,8 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "ModelConfig":
+        # a saved folder's config.json also says what it holds for hub tooling (models/card.py)
+        d = {k: v for k, v in d.items() if k not in ("model_type", "architectures", "tokenspace_version")}
         known = {f.name for f in fields(cls)}
         unknown = set(d) - known
         if unknown:

@@ -32,6 +32,7 @@ from tokenspace.vocab import Vocabulary, WordPieceTokenizer
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 VOCAB_FILE = "vocab.txt"
+TOKENIZER_FILE = "tokenizer.json"
 
 
 class DualEncoder(nn.Module):
@@ -161,17 +162,30 @@ class DualEncoder(nn.Module):
         return self.vocab.decode(batch, top_k=top_k)
 
     # ------------------------------------------------------------------ persistence
-    def save_pretrained(self, path: str | os.PathLike) -> Path:
-        """Write config.json, model.safetensors and vocab.txt into a folder, atomically (temp + rename)."""
+    def save_pretrained(self, save_directory: str | os.PathLike, *, push_to_hub: bool = False,
+                        card: dict | None = None) -> Path:
+        """Write the model folder, atomically (temp + rename): config.json (with ``model_type`` and
+        ``architectures``), model.safetensors, vocab.txt, the tokenizer files transformers'
+        AutoTokenizer loads, and a README.md model card (``card``: ``models.card.run_info`` of the
+        training run, or ``data`` / ``command`` / ``notes``). The keyword names follow transformers';
+        ``push_to_hub=True`` is refused: tokenspace never uploads (upload the folder yourself)."""
         from safetensors.torch import save_model
 
-        path = Path(path)
+        from tokenspace.models.card import hf_config_keys, render_card, write_tokenizer_files
+
+        if push_to_hub:
+            raise ValueError("tokenspace does not upload models: save the folder, then upload it with "
+                             "your hub's own client (e.g. `hf upload`)")
+        path = Path(save_directory)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=path.parent))
         try:
-            self.portable_config().save(tmp / CONFIG_FILE)
+            config = {**hf_config_keys(self), **self.portable_config().to_dict()}
+            (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
             save_model(self, str(tmp / WEIGHTS_FILE))
             self.tokenizer.vocab.save(tmp / VOCAB_FILE)
+            write_tokenizer_files(tmp, self.tokenizer.vocab, self.config.max_text_len)
+            (tmp / "README.md").write_text(render_card(self, card), encoding="utf-8")
             (tmp / "tokenspace.json").write_text(json.dumps({"family": self.family, "format": 1}) + "\n")
             if path.exists():
                 old = path.with_name(path.name + ".old")
@@ -223,7 +237,8 @@ class DualEncoder(nn.Module):
         if not (path / CONFIG_FILE).exists() or not (path / WEIGHTS_FILE).exists():
             raise FileNotFoundError(f"{path} is not a tokenspace model folder (needs {CONFIG_FILE}, {WEIGHTS_FILE})")
         config = ModelConfig.load(path / CONFIG_FILE)
-        config.vocab = str(path / VOCAB_FILE)
+        # the shipped tokenizer.json when there is one (Tokenizer.from_file), else the vocabulary
+        config.vocab = str(path / (TOKENIZER_FILE if (path / TOKENIZER_FILE).exists() else VOCAB_FILE))
         model = build_model(config)
         missing, unexpected = load_model(model, str(path / WEIGHTS_FILE), strict=False)
         if missing or unexpected:

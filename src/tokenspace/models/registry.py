@@ -56,13 +56,67 @@ def build_model(config: ModelConfig | str, vocab: Vocabulary | None = None) -> D
     return cls(config, vocab)
 
 
-def load(path_or_name: str | Path) -> DualEncoder:
-    """A trained model folder (``save_pretrained``) or, failing that, a fresh model from a config."""
+# families whose every weight comes from pretrained assets (no training step): a config name is usable
+TRAINING_FREE = {"tagger"}
+
+
+def release_dirs() -> list[Path]:
+    """Where release models (trained folders loadable by name) live: ``models/`` of a source checkout,
+    then ``$TOKENSPACE_HOME/models``."""
+    from tokenspace import assets
+
+    repo = Path(__file__).resolve().parents[3] / "models"
+    return [d for d in (repo, Path(assets.default_home()) / "models") if d.is_dir()]
+
+
+def release_path(name: str) -> Path | None:
+    for d in release_dirs():
+        p = d / name
+        if (p / "config.json").is_file():
+            return p
+    return None
+
+
+def list_releases() -> list[str]:
+    return sorted({p.parent.name for d in release_dirs() for p in d.glob("*/config.json")})
+
+
+def load(path_or_name: str | Path, pretrained: bool | None = None) -> DualEncoder:
+    """A trained model: a saved folder (``save_pretrained``) or a release name (``list_releases()``).
+
+    A config name (``list_models()``: ``"stair-emoji"``) is an architecture whose heads are untrained;
+    it loads only with ``pretrained=False`` said explicitly (as open_clip's
+    ``create_model(name, pretrained=None)``), so nobody decodes noise by mistake. Training-free families
+    (the tagger) take their weights from the asset cache and load by config name as they are.
+    """
+    if pretrained not in (None, True, False):
+        raise TypeError(f"pretrained must be True, False or None, got {pretrained!r}")
     p = Path(path_or_name)
     if p.is_dir():
+        if pretrained is False:
+            raise ValueError(f"{p} is a trained model folder; pretrained=False takes a config name")
         return DualEncoder.from_pretrained(p)
-    return build_model(str(path_or_name))
+    if len(p.parts) > 1 and p.suffix != ".json":
+        raise FileNotFoundError(f"no model folder at {p}")
+    release = release_path(str(path_or_name)) if p.name == str(path_or_name) else None
+    if release is not None:
+        if pretrained is not False:
+            return DualEncoder.from_pretrained(release)
+        config = ModelConfig.load(release / "config.json")  # its architecture, fresh
+        config.vocab = str(release / config.vocab) if config.vocab else None
+        return build_model(config)
+    config = ModelConfig.load(str(path_or_name))  # KeyError naming the known configs
+    if pretrained is False or config.family in TRAINING_FREE:
+        return build_model(config)
+    releases = list_releases()
+    raise ValueError(
+        f"{str(path_or_name)!r} is a model architecture (config), not trained weights: its heads are "
+        f"untrained and would encode noise. Load a trained model folder"
+        + (f" or a release model ({', '.join(releases)})" if releases else "")
+        + f", or pass pretrained=False for the untrained architecture "
+        f"(tokenspace.load({str(path_or_name)!r}, pretrained=False))")
 
 
 def list_models() -> list[str]:
+    """Config names (architectures); trained models by name are ``list_releases()``."""
     return list_configs()

@@ -303,7 +303,9 @@ class Trainer:
             set_grad_checkpointing(self.model, False)
         self.model.eval()
         if main:
-            self.model.save_pretrained(self.out / "model")
+            from tokenspace.models.card import run_info
+
+            self.model.save_pretrained(self.out / "model", card=run_info(self.out))  # card: recipe, metrics
         self.dist.barrier()
         return self.model
 

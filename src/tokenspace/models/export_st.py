@@ -1,0 +1,100 @@
+"""The STAIR text side as a sentence-transformers SparseEncoder folder (MLMTransformer + SpladePooling).
+
+STAIR's text encoder is SPLADE's architecture: a BERT masked language model, log(1 + ReLU(logits)) and
+a max over positions. ``export_sentence_transformers(model, out)`` writes it in the layout
+sentence-transformers saves (``modules.json``: the MLM at the folder root, then ``1_SpladePooling``,
+then ``2_Normalize`` for cosine models), so ``SparseEncoder(out).encode(texts)`` gives the vectors of
+``model.encode_texts(texts)``:
+
+* the MLM is a plain ``BertForMaskedLM`` (config.json + model.safetensors) holding the tower's BERT, its
+  MLM transform, the word embeddings (the tied decoder) and the MLM bias;
+* STAIR never emits bracketed entries ([CLS], [unused0], ...); SpladePooling has no output mask, so their
+  decoder bias is set to ``MASKED_BIAS`` (-1e4): the logit stays negative, ReLU makes it exactly 0;
+* STAIR's rows are L2-normalised (cosine similarity, eq. 2): a Normalize module does the same.
+
+sentence-transformers is not needed to write the folder (only to read it).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+from tokenspace.models.card import write_tokenizer_files
+
+MASKED_BIAS = -1.0e4  # far below any |h . e| of a trained BERT: ReLU(logit) = 0 for masked entries
+MLM = "sentence_transformers.sparse_encoder.models.MLMTransformer"
+SPLADE = "sentence_transformers.sparse_encoder.models.SpladePooling"
+NORMALIZE = "sentence_transformers.models.Normalize"
+
+
+def _mlm(model):
+    """A BertForMaskedLM carrying the text tower's weights (and the output mask in the bias)."""
+    from transformers import BertForMaskedLM
+
+    tower = model.text_tower
+    if type(tower).__name__ != "BertMLMTower":
+        raise ValueError(f"export-st needs a BERT masked-LM text tower, {model.config.name!r} has "
+                         f"{model.config.text_tower.get('type')!r}")
+    mlm = BertForMaskedLM(tower.bert.config)
+    mlm.bert.load_state_dict(tower.bert.state_dict())
+    mlm.cls.predictions.transform.load_state_dict(tower.mlm_transform.state_dict())
+    with torch.no_grad():
+        mlm.cls.predictions.decoder.weight.copy_(tower.word_embeddings)  # tied to the word embeddings
+        bias = tower.mlm_bias.detach().clone()
+        mask = getattr(model, "output_mask", None)
+        if mask is not None:
+            bias[mask.to(bias.device) == 0] = MASKED_BIAS
+        mlm.cls.predictions.bias.copy_(bias)
+        if mlm.cls.predictions.decoder.bias is not None:
+            mlm.cls.predictions.decoder.bias.copy_(bias)
+    return mlm.eval()
+
+
+def export_sentence_transformers(model, out: str | Path) -> Path:
+    """Write ``model``'s text side (STAIR) as a SparseEncoder folder at ``out`` (replaced atomically)."""
+    if model.family != "stair":
+        raise ValueError(f"export-st writes STAIR's SPLADE-style text side; a {model.family!r} model's text "
+                         "side is not an MLM with max pooling")
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp-st-", dir=out.parent))
+    try:
+        mlm = _mlm(model)
+        mlm.save_pretrained(str(tmp))  # config.json (model_type bert, BertForMaskedLM) + model.safetensors
+        vocab = model.tokenizer.vocab
+        write_tokenizer_files(tmp, vocab, model.config.max_text_len)
+        modules = [{"idx": 0, "name": "0", "path": "", "type": MLM},
+                   {"idx": 1, "name": "1", "path": "1_SpladePooling", "type": SPLADE}]
+        if model.similarity == "cosine":
+            modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": NORMALIZE})
+            (tmp / "2_Normalize").mkdir()
+        (tmp / "modules.json").write_text(json.dumps(modules, indent=2) + "\n")
+        (tmp / "sentence_bert_config.json").write_text(
+            json.dumps({"max_seq_length": model.config.max_text_len, "do_lower_case": False}, indent=2) + "\n")
+        (tmp / "1_SpladePooling").mkdir()
+        (tmp / "1_SpladePooling" / "config.json").write_text(json.dumps(
+            {"pooling_strategy": "max", "activation_function": "relu", "word_embedding_dimension": len(vocab)},
+            indent=2) + "\n")
+        (tmp / "config_sentence_transformers.json").write_text(json.dumps(
+            {"model_type": "SparseEncoder", "prompts": {"query": "", "document": ""},
+             "default_prompt_name": None, "similarity_fn_name": "dot"}, indent=2) + "\n")
+        (tmp / "README.md").write_text(
+            f"---\nlibrary_name: sentence-transformers\ntags:\n- sparse-encoder\n- splade\n- tokenspace\n---\n\n"
+            f"# {model.config.name}: text encoder\n\nThe text side of the tokenspace STAIR model "
+            f"`{model.config.name}` as a sentence-transformers SparseEncoder (MLM + SPLADE max pooling"
+            f"{' + L2 normalisation' if model.similarity == 'cosine' else ''}), written by "
+            f"`tokenspace export-st`. Its vectors equal `model.encode_texts(texts)`.\n\n"
+            "```python\nfrom sentence_transformers import SparseEncoder\n\n"
+            "encoder = SparseEncoder(\"path/to/this/folder\")\nvectors = encoder.encode([\"a red dog\"])\n```\n\n"
+            "Bracketed vocabulary entries ([CLS], [unused0], ...) carry a decoder bias of -1e4, so they are "
+            "never emitted (STAIR's output mask).\n", encoding="utf-8")
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out

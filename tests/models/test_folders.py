@@ -1,0 +1,149 @@
+"""Model folders the ecosystem opens, and loading by name.
+
+* A saved folder's config.json says what it holds (``model_type``/``architectures``), transformers'
+  AutoTokenizer loads its tokenizer files and gives the model's ids, and README.md is a model card.
+* ``export_sentence_transformers`` writes the STAIR text side as a SparseEncoder folder that
+  sentence-transformers loads and encodes to ``encode_texts``'s vectors (1e-5).
+* ``tokenspace.load(name)`` never returns untrained heads silently.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import tokenspace
+from tokenspace.models import registry
+from tokenspace.models.card import render_card, run_info
+
+TEXTS = ["a red dog", "the blue cat on a car with a big hat and a small ball", "Dogs!", "sun moon star"]
+
+
+def _same_weights(a, b) -> bool:
+    sa, sb = a.state_dict(), b.state_dict()
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+# ------------------------------------------------------------------------------- saved folders
+def test_saved_folder_says_what_it_holds_and_round_trips(make_model, tmp_path):
+    model = make_model("stair", seed=3)
+    folder = model.save_pretrained(tmp_path / "m")
+    config = json.loads((folder / "config.json").read_text())
+    assert config["model_type"] == "tokenspace" and config["architectures"] == ["StairModel"]
+    assert config["family"] == "stair"
+    names = {p.name for p in folder.iterdir()}
+    assert {"config.json", "model.safetensors", "vocab.txt", "tokenizer.json", "tokenizer_config.json",
+            "special_tokens_map.json", "README.md"} <= names
+    back = tokenspace.load(folder)
+    assert _same_weights(back, model)
+    assert back.vocab.tokenizer_file == folder / "tokenizer.json"  # read with Tokenizer.from_file
+    np.testing.assert_array_equal(back.encode_texts(TEXTS).to_dense(), model.encode_texts(TEXTS).to_dense())
+
+
+@pytest.mark.parametrize("family", ["stair", "sparse-clip", "visualsparta"])
+def test_auto_tokenizer_loads_the_folder_with_the_model_ids(make_model, tmp_path, family):
+    from transformers import AutoTokenizer
+
+    model = make_model(family)
+    folder = model.save_pretrained(tmp_path / "m")
+    hf = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    ours, mask = model.tokenizer.encode(TEXTS + ["word " * 40])  # the last one is truncated
+    theirs = hf(TEXTS + ["word " * 40], padding=True, truncation=True, max_length=model.config.max_text_len,
+                return_tensors="np")
+    np.testing.assert_array_equal(theirs["input_ids"], ours)
+    np.testing.assert_array_equal(theirs["attention_mask"], mask)
+    assert hf.model_max_length == model.config.max_text_len
+
+
+def test_model_card_has_data_recipe_metrics_and_licence(make_model, tmp_path):
+    model = make_model("stair")
+    card = (model.save_pretrained(tmp_path / "plain") / "README.md").read_text()
+    assert card.startswith("---\nlibrary_name: tokenspace\n")
+    for section in ("## Architecture", "## Training data", "## Recipe", "## Metrics", "## Licence"):
+        assert section in card
+    assert "Not recorded" in card and "Not measured" in card  # honest when nothing is known
+    # a training run's folder: recipe.json and log.jsonl feed the card
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "recipe.json").write_text(json.dumps({"model": "stair-emoji", "data": {"train": ["emoji:train"]}}))
+    (run / "log.jsonl").write_text("\n".join(json.dumps(r) for r in [
+        {"step": 10, "loss": 1.0}, {"step": 20, "stage": "joint", "eval": {"emoji:val": {"image_retrieval_recall@1": 0.25}}},
+        {"step": 30, "loss": 0.5}]) + "\n{cut by a cra")
+    info = run_info(run)
+    assert info["steps"] == 30 and info["metrics_step"] == 20
+    card = render_card(model, info)
+    assert '"emoji:train"' in card and "| emoji:val image_retrieval_recall@1 | 0.2500 |" in card
+    assert "evaluation at step 20" in card
+
+
+def test_save_pretrained_signature(make_model, tmp_path):
+    model = make_model("stair")
+    with pytest.raises(ValueError, match="does not upload"):
+        model.save_pretrained(tmp_path / "m", push_to_hub=True)
+    assert not (tmp_path / "m").exists()
+    assert model.save_pretrained(save_directory=tmp_path / "m", push_to_hub=False).is_dir()
+
+
+# ------------------------------------------------------------------------------- sentence-transformers
+def test_export_st_loads_in_sentence_transformers_with_the_same_vectors(make_model, tmp_path):
+    st = pytest.importorskip("sentence_transformers", reason="sentence-transformers is in the dev extra")
+    from tokenspace.models.export_st import export_sentence_transformers
+
+    model = make_model("stair", seed=1).eval()
+    with torch.no_grad():  # a trained-looking MLM bias: some bracketed entries would win without the mask
+        model.text_tower.mlm_bias.add_(torch.linspace(0.5, 2.0, len(model.vocab)))
+    out = export_sentence_transformers(model, tmp_path / "st")
+    encoder = st.SparseEncoder(str(out), device="cpu")
+    theirs = encoder.encode(TEXTS, convert_to_tensor=True).to_dense().numpy()
+    ours = model.encode_texts(TEXTS).to_dense()
+    assert theirs.shape == ours.shape and (ours > 0).any()
+    np.testing.assert_allclose(theirs, ours, atol=1e-5)
+    bracketed = [i for i, t in enumerate(model.vocab.tokens) if t.startswith("[") and t.endswith("]")]
+    assert (theirs[:, bracketed] == 0).all()
+
+
+def test_export_st_refuses_other_families(make_model, tmp_path):
+    from tokenspace.models.export_st import export_sentence_transformers
+
+    with pytest.raises(ValueError, match="STAIR"):
+        export_sentence_transformers(make_model("dense"), tmp_path / "st")
+
+
+# ------------------------------------------------------------------------------- loading by name
+def test_config_name_is_not_silently_untrained():
+    with pytest.raises(ValueError, match="pretrained=False") as e:
+        tokenspace.load("stair-emoji")
+    assert "untrained" in str(e.value)
+    with pytest.raises(ValueError, match="untrained"):
+        tokenspace.load("stair-emoji", pretrained=True)
+    with pytest.raises(KeyError, match="unknown model config"):
+        tokenspace.load("no-such-model")
+    with pytest.raises(FileNotFoundError, match="no model folder"):
+        tokenspace.load("runs/nothing/model")
+
+
+def test_pretrained_false_builds_the_architecture(make_config, tiny_vocab, tmp_path):
+    tiny_vocab.save(tmp_path / "vocab.txt")
+    cfg = make_config("stair", len(tiny_vocab), vocab=str(tmp_path / "vocab.txt"))
+    cfg.save(tmp_path / "tiny.json")
+    with pytest.raises(ValueError, match="pretrained=False"):
+        tokenspace.load(tmp_path / "tiny.json")
+    model = tokenspace.load(tmp_path / "tiny.json", pretrained=False)
+    assert model.family == "stair" and len(model.vocab) == len(tiny_vocab)
+
+
+def test_release_name_loads_trained_weights(make_model, tmp_path, monkeypatch):
+    trained = make_model("stair", seed=7)
+    trained.save_pretrained(tmp_path / "models" / "tiny-release")
+    monkeypatch.setattr(registry, "release_dirs", lambda: [tmp_path / "models"])
+    assert registry.list_releases() == ["tiny-release"]
+    loaded = tokenspace.load("tiny-release")
+    assert _same_weights(loaded, trained)
+    fresh = tokenspace.load("tiny-release", pretrained=False)  # its architecture, untrained
+    assert not _same_weights(fresh, trained)
+    with pytest.raises(ValueError, match="tiny-release"):  # the error names the releases there are
+        tokenspace.load("stair-emoji")
+    with pytest.raises(ValueError, match="trained model folder"):
+        tokenspace.load(tmp_path / "models" / "tiny-release", pretrained=False)
