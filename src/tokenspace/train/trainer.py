@@ -255,10 +255,17 @@ class Trainer:
             sampler.rng.bit_generator.state = rng_state
             sampler._queue = list(self._resume_queue)
         main = self.dist.is_main
+        global_step = sum(s.steps for s in r.stages[:start_stage]) + start_step
         if main:
             (self.out / "recipe.json").write_text(json.dumps(r.to_dict(), indent=2))
+            if resume:  # the rows a killed run wrote after its checkpoint are about to be redone
+                truncate_log(self.out / "log.jsonl", global_step)
         log = open(self.out / "log.jsonl", "a") if main else open(os.devnull, "w")  # noqa: SIM115 - closed in finally
-        global_step = sum(s.steps for s in r.stages[:start_stage]) + start_step
+
+        def sync_log() -> None:  # with every checkpoint: a kill then loses no row the resume skips
+            log.flush()
+            if main:
+                os.fsync(log.fileno())
         bar = tqdm(total=r.total_steps, initial=global_step, disable=not self.progress, desc=r.name)
         try:
             for si in range(start_stage, len(r.stages)):
@@ -285,10 +292,11 @@ class Trainer:
                     bar.set_postfix(stage=stage.name, loss=f"{rec['loss']:.3f}",
                                     nnz=f"{rec.get('nnz_image', 0):.0f}/{rec.get('nnz_text', 0):.0f}")
                     if r.checkpoint_every and global_step % r.checkpoint_every == 0:
+                        sync_log()
                         self._save_checkpoint(si, s + 1, opt, sampler)
                     if r.eval_every and global_step % r.eval_every == 0:
                         self._eval(log, global_step, stage.name)
-                log.flush()
+                sync_log()
                 self._save_checkpoint(si + 1, 0, None, sampler)
                 self._eval(log, global_step, stage.name)
         finally:
@@ -366,6 +374,24 @@ class Trainer:
         torch.set_rng_state(saved["torch_rng"].cpu())
         self._resume_queue = state.get("queue", [])
         return state["stage"], state["step"], saved["optimizer"], state["rng"], saved.get("scaler")
+
+
+def truncate_log(path: Path, step: int) -> None:
+    """Keep the log rows of steps <= ``step`` (a checkpoint's global step) and drop a torn last line, so
+    a resumed run's log.jsonl has each step once (rows are synced to disk before every checkpoint)."""
+    if not path.exists():
+        return
+    keep = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue  # a row cut short by the kill
+        if isinstance(row, dict) and row.get("step", 0) <= step:
+            keep.append(line)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(f"{line}\n" for line in keep), encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def set_grad_checkpointing(model: torch.nn.Module, enable: bool) -> None:
