@@ -1,5 +1,6 @@
 """Data: the JSONL manifest, image loading, readers (COCO, Karpathy, image folders) and the builders
-that turn the offline assets (emoji, OpenClipart) into manifests."""
+that turn the offline assets into manifests: emoji (every artist), named icon sets (Iconify),
+OpenClipart, and the photo test sets (Fashion-MNIST, MNIST, scikit-image samples). docs/data.md."""
 from tokenspace.data.build import build_manifests
 from tokenspace.data.coco import read_coco_captions, read_karpathy
 from tokenspace.data.folders import read_image_folder
