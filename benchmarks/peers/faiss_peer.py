@@ -43,7 +43,7 @@ class FaissPeer(Peer):
         return np.array([int(h.id) for h in hits], np.int64)
 
     def search_one(self, q_idx, q_val, k, qrow=None, **_):
-        return self._ids(self.index.search(self.queries[qrow][None], k, num_threads=1)[0])
+        return self._ids(self.index.search(self.queries[qrow][None], k, threads=1)[0])
 
     def search_batch(self, corpus, rows, k, threads, **_):
-        return [self._ids(h) for h in self.index.search(self.queries[rows], k, num_threads=threads)]
+        return [self._ids(h) for h in self.index.search(self.queries[rows], k, threads=threads)]

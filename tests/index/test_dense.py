@@ -35,7 +35,7 @@ def test_search_matches_numpy_argsort():
     index = DenseIndex.build(docs, ids)
     assert len(index) == 300
     _assert_same(index.search(queries, k=10), _reference(docs, ids, queries, 10))
-    _assert_same(index.search(queries, k=10, num_threads=2), _reference(docs, ids, queries, 10))
+    _assert_same(index.search(queries, k=10, threads=2), _reference(docs, ids, queries, 10))
     # k beyond the collection returns every document
     assert len(index.search(queries[:1], k=1000)[0]) == 300
 

@@ -11,9 +11,13 @@ import pytest
 pytest.importorskip("pymilvus", reason="pymilvus is not installed (the 'milvus' extra)")
 pytest.importorskip("milvus_lite", reason="milvus-lite is not installed (the 'milvus' extra)")
 
+import inspect
+
 from tokenspace.index import ExactIndex, InvertedIndex
+from tokenspace.index.dense import DenseIndex
 from tokenspace.index.milvus import MilvusIndex
 from tokenspace.sparse import SparseBatch
+from tokenspace.vocab import Vocabulary
 
 TOL = 1e-4  # Milvus sums in float32, in its own order
 
@@ -79,7 +83,7 @@ def test_get_restrict_and_empty_query(collection):
     with pytest.raises(KeyError):
         index.get(["no-such-id"])
     subset = [ids[5], ids[10], ids[20], ids[30]]
-    hits = index.search(queries[:3], k=10, restrict_ids=subset)
+    hits = index.search(queries[:3], k=10, subset=subset)
     assert all(h.id in subset for row in hits for h in row)
     sub_docs = docs[[5, 10, 20, 30]]
     _assert_same_topk(hits, _exact(sub_docs, subset, queries[:3], 10),
@@ -114,3 +118,70 @@ def test_add_delete_save_load(tmp_path):
     with pytest.raises(ValueError, match="exists"):
         MilvusIndex.build(docs, ids, uri=loaded.uri, collection="rw")
     loaded.close()
+
+
+# ----------------------------------------------------------------- parity with the embedded engine
+WORDS = ["[PAD]", "[UNK]"] + [f"w{i}" for i in range(38)]
+
+
+@pytest.fixture(scope="module")
+def worded(tmp_path_factory):
+    rng = np.random.default_rng(11)
+    vocab = Vocabulary(WORDS, name="words")
+    docs = _random_batch(rng, 300, len(WORDS), 0.15).with_vocab(vocab)
+    queries = _random_batch(rng, 12, len(WORDS), 0.2).with_vocab(vocab)
+    ids = [f"d{i}" for i in range(len(docs))]
+    path = tmp_path_factory.mktemp("milvus-words")
+    index = MilvusIndex.build(docs, ids, uri=str(path / "w.db"), collection="words",
+                              inverted_index_algo="DAAT_MAXSCORE")
+    yield index, InvertedIndex.build(docs, ids), docs, ids, queries, path
+    index.close()
+
+
+@pytest.mark.parametrize("options", [
+    {"where": "w1 OR w2"},
+    {"where": "(w3 OR w4) NOT w5"},
+    {"where": "NOT (w6 AND w7) AND w8"},
+    {"where": "NOT w9 NOT w10"},
+    {"must": ["w11", 12]},
+    {"must_not": ["w13", "w14"]},
+    {"must": ["w15"], "must_not": ["w16"], "where": "w17 OR NOT w18", "subset": [f"d{i}" for i in range(0, 300, 3)]},
+])
+def test_token_filters_give_the_embedded_engines_results(worded, options):
+    index, embedded, docs, ids, queries, _ = worded
+    true = _true_scores(docs, ids, queries)
+    ref = [[(h.id, h.score) for h in hits] for hits in embedded.search(queries, k=10, **options)]
+    got = index.search(queries, k=10, threads=2, **options)
+    assert any(ref), "the filter leaves some documents"
+    _assert_same_topk(got, ref, true, 10)
+
+
+def test_vocabulary_and_index_algorithm_saved_with_the_collection(worded):
+    index, embedded, docs, ids, queries, path = worded
+    assert index.stats()["inverted_index_algo"] == "DAAT_MAXSCORE"
+    index.save(path / "w.milvus.json")
+    loaded = MilvusIndex.load(path / "w.milvus.json")  # no vocab passed: it comes from the save file
+    assert loaded.vocab.tokens == WORDS and loaded.vocab.name == "words"
+    assert loaded.stats()["index_type"] == "SPARSE_INVERTED_INDEX"
+    ref = [[(h.id, h.score) for h in hits] for hits in embedded.search(queries, k=5, where="w1 NOT w2")]
+    _assert_same_topk(loaded.search(queries, k=5, where="w1 NOT w2"), ref, _true_scores(docs, ids, queries), 5)
+
+
+def test_wand_index_type(tmp_path):
+    rng = np.random.default_rng(5)
+    docs, queries = _random_batch(rng, 150, 40, 0.1), _random_batch(rng, 6, 40, 0.2)
+    ids = [str(i) for i in range(150)]
+    with MilvusIndex.build(docs, ids, uri=str(tmp_path / "wand.db"), index_type="SPARSE_WAND") as index:
+        assert index.stats()["index_type"] == "SPARSE_WAND"
+        _assert_same_topk(index.search(queries, k=10), _exact(docs, ids, queries, 10),
+                          _true_scores(docs, ids, queries), 10)
+    with pytest.raises(ValueError, match="index_type"):
+        MilvusIndex.build(docs, ids, uri=str(tmp_path / "bad.db"), index_type="HNSW")
+
+
+def test_one_search_protocol():
+    """The same keyword names on every engine, and no **options swallowing a misspelt one."""
+    for engine in (InvertedIndex, MilvusIndex, DenseIndex):
+        params = inspect.signature(engine.search).parameters
+        assert {"k", "where", "must", "must_not", "subset", "threads"} <= set(params), engine
+        assert not any(p.kind is p.VAR_KEYWORD for p in params.values()), engine

@@ -6,9 +6,12 @@ import torch: the index side of the project works on numpy arrays only.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, Sequence, runtime_checkable
 
 from tokenspace.sparse import SparseBatch
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tokenspace.index.query import Node
 
 
 @dataclass(frozen=True, order=True)
@@ -24,14 +27,24 @@ class Hit:
 
 @runtime_checkable
 class SparseIndex(Protocol):
+    """What every engine answers, with the same keyword names (InvertedIndex, MilvusIndex; DenseIndex
+    takes dense rows and no token filters). An engine may add its own keyword-only knobs (InvertedIndex's
+    ``mode``, Milvus' ``drop_ratio_search``); it never swallows unknown ones."""
+
     @classmethod
-    def build(cls, batch: SparseBatch, ids: Sequence[str], **options) -> "SparseIndex": ...
+    def build(cls, batch: SparseBatch, ids: Sequence[str]) -> "SparseIndex": ...
 
     def add(self, batch: SparseBatch, ids: Sequence[str]) -> None: ...
 
     def delete(self, ids: Sequence[str]) -> int: ...
 
-    def search(self, queries: SparseBatch, k: int = 10, **options) -> list[list[Hit]]: ...
+    def search(self, queries: SparseBatch, k: int = 10, *, where: "str | Node | None" = None,
+               must: Sequence | None = None, must_not: Sequence | None = None,
+               subset: Sequence[str] | None = None, threads: int = 1) -> list[list[Hit]]:
+        """Top-k by dot product per query row, best first. ``where``: boolean token query (a string
+        parsed over the vocabulary, or a query.Node); ``must`` / ``must_not``: dims or tokens a document
+        must all have / have none of; ``subset``: only these ids; ``threads``: parallelism."""
+        ...
 
     def get(self, ids: Sequence[str]) -> SparseBatch: ...
 

@@ -94,22 +94,36 @@ class DenseIndex:
                 del self._ids[h]
         return len(handles)
 
-    def search(self, queries: np.ndarray, k: int = 10, num_threads: int | None = None) -> list[list[Hit]]:
-        """Top-k by inner product for each query row, best first.
+    def search(self, queries: np.ndarray, k: int = 10, *, where=None, must: Sequence | None = None,
+               must_not: Sequence | None = None, subset: Sequence[str] | None = None,
+               threads: int | None = None) -> list[list[Hit]]:
+        """Top-k by inner product for each query row, best first (the SparseIndex keywords).
 
-        ``num_threads`` sets FAISS's OpenMP threads for this call (None keeps the current setting).
+        ``threads`` sets FAISS's OpenMP threads for this call (None keeps the current setting).
+        ``subset`` searches only those ids (exactly, on their stored rows; unknown ids raise KeyError).
+        Dense rows have no tokens: ``where`` / ``must`` / ``must_not`` are refused.
         """
-        if k <= 0:
+        if where is not None or must is not None or must_not is not None:
+            raise ValueError("DenseIndex rows have no tokens: where / must / must_not need a sparse index")
+        if not isinstance(k, (int, np.integer)) or k < 1:
             raise ValueError("k must be positive")
+        if threads is not None and (not isinstance(threads, (int, np.integer)) or threads < 1):
+            raise ValueError(f"threads must be a positive int, got {threads!r}")
         queries = _rows(queries, self.dim)
+        if subset is not None:
+            sub = [str(i) for i in subset]
+            rows = self.get(sub)  # [m, d]
+            scores = queries @ rows.T  # [nq, m]
+            order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+            return [[Hit(float(scores[q, j]), sub[j]) for j in order[q]] for q in range(len(queries))]
         if len(self) == 0 or len(queries) == 0:
             return [[] for _ in range(len(queries))]
         faiss = _faiss()
         before = faiss.omp_get_max_threads()
-        if num_threads is not None:
-            faiss.omp_set_num_threads(int(num_threads))
+        if threads is not None:
+            faiss.omp_set_num_threads(int(threads))
         try:
-            scores, handles = self._index.search(queries, min(k, len(self)))
+            scores, handles = self._index.search(queries, min(int(k), len(self)))
         finally:
             faiss.omp_set_num_threads(before)
         return [

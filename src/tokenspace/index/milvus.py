@@ -18,10 +18,19 @@ Where the collection lives is the ``uri``:
       index.save("images.milvus.json")          # flush; remembers uri + collection, never the token
       index = MilvusIndex.load("images.milvus.json")   # token from MILVUS_TOKEN or load(token=...)
 
-``save(path)`` writes a small JSON file (uri, collection, dim, vocabulary name): the vectors stay in
-Milvus. Milvus' accuracy knobs are passed through: ``drop_ratio_build`` (fraction of each document's
-smallest weights dropped at index time) and ``drop_ratio_search`` (same for queries); both default
-to 0, which is exact.
+``save(path)`` writes a small JSON file (uri, collection, dim, the vocabulary's tokens): the vectors
+stay in Milvus. Milvus' accuracy knobs are passed through: ``drop_ratio_build`` (fraction of each
+document's smallest weights dropped at index time) and ``drop_ratio_search`` (same for queries); both
+default to 0, which is exact. The sparse index algorithm is chosen with ``index_type``
+(SPARSE_INVERTED_INDEX or SPARSE_WAND) and ``inverted_index_algo`` (TAAT_NAIVE, DAAT_MAXSCORE,
+DAAT_WAND; None = the server's default).
+
+``search`` takes InvertedIndex's keywords (the SparseIndex protocol): ``where`` (a query.Node or a
+string parsed over the vocabulary), ``must`` / ``must_not`` (dims or tokens), ``subset`` (ids) and
+``threads``. Token filters run in Milvus on a ``tokens`` ARRAY field (the dims with weight > 0,
+at most MAX_TOKENS per document): a leaf is ``array_contains(tokens, d)``. Milvus Lite 2.5 rejects
+``not`` over an expression, so the tree is put in negation normal form and a negated leaf becomes
+``id not in [documents holding d]`` (one query per negated token).
 """
 from __future__ import annotations
 
@@ -34,12 +43,17 @@ from pathlib import Path
 import numpy as np
 
 from tokenspace.index.base import Hit
+from tokenspace.index.query import And, Node, Not, Or, Term, all_of, none_of, parse_query
 from tokenspace.sparse import INDEX_DTYPE, PTR_DTYPE, VALUE_DTYPE, SparseBatch
 
 FORMAT = "tokenspace-milvus"
 VERSION = 1
 ID_FIELD = "id"
 VEC_FIELD = "vec"
+TOK_FIELD = "tokens"
+MAX_TOKENS = 4096  # Milvus' largest ARRAY capacity
+INDEX_TYPES = ("SPARSE_INVERTED_INDEX", "SPARSE_WAND")
+ALGOS = ("TAAT_NAIVE", "DAAT_MAXSCORE", "DAAT_WAND")
 INSERT_ROWS = 2000  # rows per insert call: far below gRPC's 64 MB message limit at ~160 nnz per row
 SEARCH_ROWS = 256  # queries per search call (Milvus caps nq at 16,384)
 
@@ -70,12 +84,13 @@ def _row_dicts(batch: SparseBatch) -> list[dict[int, float]]:
 class MilvusIndex:
     """A handle on one Milvus collection; build()/load() make one, the methods talk to the server."""
 
-    def __init__(self, client, uri: str, collection: str, dim: int, vocab=None):
+    def __init__(self, client, uri: str, collection: str, dim: int, vocab=None, index_params: dict | None = None):
         self._client = client
         self.uri = uri
         self.collection = collection
         self.dim = int(dim)
         self.vocab = vocab
+        self.index_params = index_params or {}
 
     # ----------------------------------------------------------------- construction
     @staticmethod
@@ -95,6 +110,8 @@ class MilvusIndex:
         overwrite: bool = False,
         drop_ratio_build: float = 0.0,
         max_id_length: int = 512,
+        index_type: str = "SPARSE_INVERTED_INDEX",
+        inverted_index_algo: str | None = None,
     ) -> MilvusIndex:
         """Create the collection and insert ``batch``.
 
@@ -108,6 +125,10 @@ class MilvusIndex:
             uri = os.path.abspath(uri)  # Milvus Lite: make save()'s JSON independent of the cwd
         if not 0.0 <= drop_ratio_build < 1.0:
             raise ValueError("drop_ratio_build must be in [0, 1)")
+        if index_type not in INDEX_TYPES:
+            raise ValueError(f"index_type must be one of {INDEX_TYPES}, got {index_type!r}")
+        if inverted_index_algo is not None and inverted_index_algo not in ALGOS:
+            raise ValueError(f"inverted_index_algo must be one of {ALGOS} or None, got {inverted_index_algo!r}")
         client = cls._connect(uri, token)
         if client.has_collection(collection):
             if not overwrite:
@@ -121,12 +142,18 @@ class MilvusIndex:
         )
         schema.add_field(ID_FIELD, pymilvus.DataType.VARCHAR, is_primary=True, max_length=max_id_length)
         schema.add_field(VEC_FIELD, pymilvus.DataType.SPARSE_FLOAT_VECTOR)
+        # the dims each document holds, for token filters (where / must / must_not)
+        schema.add_field(TOK_FIELD, pymilvus.DataType.ARRAY, element_type=pymilvus.DataType.INT32,
+                         max_capacity=MAX_TOKENS)
+        index_params = {"index_type": index_type, "drop_ratio_build": float(drop_ratio_build)}
+        if inverted_index_algo is not None:
+            index_params["inverted_index_algo"] = inverted_index_algo
         params = client.prepare_index_params()
-        params.add_index(field_name=VEC_FIELD, index_type="SPARSE_INVERTED_INDEX", metric_type="IP",
-                         params={"drop_ratio_build": float(drop_ratio_build)})
+        params.add_index(field_name=VEC_FIELD, index_type=index_type, metric_type="IP",
+                         params={k: v for k, v in index_params.items() if k != "index_type"})
         # Strong consistency: a search right after add/delete sees them, as with the embedded engine
         client.create_collection(collection, schema=schema, index_params=params, consistency_level="Strong")
-        index = cls(client, uri, collection, batch.dim, batch.vocab)
+        index = cls(client, uri, collection, batch.dim, batch.vocab, index_params)
         index._insert(batch, ids, check_existing=False)  # a fresh collection holds no ids yet
         return index
 
@@ -144,8 +171,12 @@ class MilvusIndex:
             raise ValueError(f"{path}: collection {meta['collection']!r} not found at {meta['uri']}")
         if vocab is not None and len(vocab) != meta["dim"]:
             raise ValueError(f"vocabulary has {len(vocab)} entries, the index dim is {meta['dim']}")
+        if vocab is None and meta.get("tokens") is not None:
+            from tokenspace.vocab import Vocabulary
+
+            vocab = Vocabulary(meta["tokens"], name=meta.get("vocab") or "custom")
         client.load_collection(meta["collection"])
-        return cls(client, meta["uri"], meta["collection"], meta["dim"], vocab)
+        return cls(client, meta["uri"], meta["collection"], meta["dim"], vocab, meta.get("index_params"))
 
     # ----------------------------------------------------------------- protocol
     def add(self, batch: SparseBatch, ids: Sequence[str], check_existing: bool = True) -> None:
@@ -170,12 +201,31 @@ class MilvusIndex:
             if clash:
                 raise ValueError(f"ids already in the index: {sorted(clash)[:5]}")
             rows = _row_dicts(batch[s:s + INSERT_ROWS])
-            self._client.insert(self.collection, [{ID_FIELD: i, VEC_FIELD: v} for i, v in zip(chunk, rows)])
+            too_long = [i for i, v in zip(chunk, rows) if len(v) > MAX_TOKENS]
+            if too_long:
+                raise ValueError(f"document {too_long[0]!r} has more than {MAX_TOKENS} tokens (Milvus' ARRAY "
+                                 "capacity): prune it first (SparseBatch.prune_topk)")
+            self._client.insert(self.collection, [{ID_FIELD: i, VEC_FIELD: v, TOK_FIELD: sorted(v)}
+                                                  for i, v in zip(chunk, rows)])
+
+    def _query(self, expr: str, fields: list[str]) -> list[dict]:
+        """``client.query`` that returns [] for no match: pymilvus 2.5 fails to parse an empty result of a
+        collection with an ARRAY field ("Unsupported data type: 0"), so that error is checked with
+        count(*) and turned into the empty answer it stands for."""
+        try:
+            return self._client.query(self.collection, filter=expr, output_fields=fields)
+        except _pymilvus().MilvusException as e:
+            if "Unsupported data type" not in str(e):
+                raise
+            count = self._client.query(self.collection, filter=expr, output_fields=["count(*)"])
+            if int(count[0]["count(*)"]) != 0:
+                raise
+            return []
 
     def _existing(self, ids: Sequence[str]) -> set[str]:
         if not ids or len(self) == 0:
             return set()
-        found = self._client.query(self.collection, filter=_in_expr(ids), output_fields=[ID_FIELD])
+        found = self._query(_in_expr(ids), [ID_FIELD])
         return {r[ID_FIELD] for r in found}
 
     def delete(self, ids: Sequence[str]) -> int:
@@ -193,44 +243,110 @@ class MilvusIndex:
         self,
         queries: SparseBatch,
         k: int = 10,
+        *,
+        where: str | Node | None = None,
+        must: Sequence | None = None,
+        must_not: Sequence | None = None,
+        subset: Sequence[str] | None = None,
+        threads: int = 1,
         drop_ratio_search: float = 0.0,
-        restrict_ids: Sequence[str] | None = None,
         filter: str | None = None,
     ) -> list[list[Hit]]:
         """Top-k by dot product per query, best first; only documents sharing a token are returned.
 
-        ``restrict_ids`` limits the search to those ids; ``filter`` is a raw Milvus boolean expression
-        over the ``id`` field (both may be given; they are ANDed).
+        ``where`` / ``must`` / ``must_not`` / ``subset`` mean what they mean for InvertedIndex (token
+        filters and an id subset; unknown subset ids are ignored here). ``threads``: query chunks of
+        SEARCH_ROWS are sent on this many connections at once. ``filter`` is a raw Milvus boolean
+        expression over the ``id`` and ``tokens`` fields, ANDed with the rest.
         """
-        if k <= 0:
-            raise ValueError("k must be positive")
+        if not isinstance(k, (int, np.integer)) or k < 1:
+            raise ValueError(f"k must be a positive int, got {k!r}")
+        if not isinstance(threads, (int, np.integer)) or threads < 1:
+            raise ValueError(f"threads must be a positive int, got {threads!r}")
         if queries.dim != self.dim:
             raise ValueError(f"query dim {queries.dim} != index dim {self.dim}")
         if not 0.0 <= drop_ratio_search < 1.0:
             raise ValueError("drop_ratio_search must be in [0, 1)")
-        expr = []
-        if restrict_ids is not None:
-            if len(restrict_ids) == 0:
+        expr = self._filter(where, must, must_not)
+        if subset is not None:
+            if len(subset) == 0:
                 return [[] for _ in range(len(queries))]
-            expr.append(_in_expr(restrict_ids))
+            expr.append(_in_expr(subset))
         if filter:
             expr.append(f"({filter})")
         params = {"metric_type": "IP", "params": {"drop_ratio_search": float(drop_ratio_search)}}
-        out: list[list[Hit]] = []
         rows = _row_dicts(queries)
-        for s in range(0, len(rows), SEARCH_ROWS):
-            chunk = rows[s:s + SEARCH_ROWS]
+
+        def run(chunk: list[dict]) -> list[list[Hit]]:
             todo = [j for j, r in enumerate(chunk) if r]  # an empty query matches nothing
-            res = [[] for _ in chunk]
+            res: list[list[Hit]] = [[] for _ in chunk]
             if todo:
                 found = self._client.search(
-                    self.collection, data=[chunk[j] for j in todo], limit=k, anns_field=VEC_FIELD,
+                    self.collection, data=[chunk[j] for j in todo], limit=int(k), anns_field=VEC_FIELD,
                     search_params=params, filter=" and ".join(expr), output_fields=[],
                 )
                 for j, hits in zip(todo, found):
                     res[j] = [Hit(float(h["distance"]), str(h["id"])) for h in hits]
-            out.extend(res)
+            return res
+
+        chunks = [rows[s:s + SEARCH_ROWS] for s in range(0, len(rows), SEARCH_ROWS)]
+        if threads > 1 and len(chunks) > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(min(int(threads), len(chunks))) as pool:
+                parts = list(pool.map(run, chunks))
+        else:
+            parts = [run(c) for c in chunks]
+        return [hits for part in parts for hits in part]
+
+    # ----------------------------------------------------------------- token filters
+    def _dims(self, items, what: str) -> list[int]:
+        out = []
+        for x in items:
+            if isinstance(x, str):
+                if self.vocab is None:
+                    raise ValueError(f"{what}: token {x!r} needs an index with a vocabulary")
+                if x not in self.vocab:
+                    raise ValueError(f"{what}: unknown token {x!r}")
+                out.append(self.vocab.id(x))
+            elif isinstance(x, (int, np.integer)) and not isinstance(x, bool) and 0 <= x < self.dim:
+                out.append(int(x))
+            else:
+                raise ValueError(f"{what}: {x!r} is not a dim in [0, {self.dim}) or a token")
         return out
+
+    def _filter(self, where, must, must_not) -> list[str]:
+        """Milvus expressions for the token filters (ANDed by the caller)."""
+        trees = []
+        if must is not None:
+            trees.append(all_of(self._dims(must, "must")))
+        if must_not is not None:
+            trees.append(none_of(self._dims(must_not, "must_not")))
+        if where is not None:
+            if isinstance(where, str):
+                if self.vocab is None:
+                    raise ValueError("where= as a string needs an index with a vocabulary (or pass parse_query(...))")
+                where = parse_query(where, self.vocab)
+            for d in where.dims():
+                if not 0 <= d < self.dim:
+                    raise ValueError(f"where: dim {d} out of range [0, {self.dim})")
+            trees.append(where)
+        return [self._expr(t, False) for t in trees if t is not None]
+
+    def _expr(self, node: Node, negate: bool) -> str:
+        """The tree in negation normal form: NOT pushed to the leaves (De Morgan)."""
+        if isinstance(node, Term):
+            return self._without(node.dim) if negate else f"array_contains({TOK_FIELD}, {node.dim})"
+        if isinstance(node, Not):
+            return self._expr(node.child, not negate)
+        if isinstance(node, (And, Or)):
+            joiner = " or " if isinstance(node, And) == negate else " and "
+            return "(" + joiner.join(self._expr(c, negate) for c in node.children) + ")"
+        raise TypeError(f"not a query node: {node!r}")
+
+    def _without(self, dim: int) -> str:
+        holding = self._query(f"array_contains({TOK_FIELD}, {dim})", [ID_FIELD])
+        return f"{ID_FIELD} not in [" + ", ".join(_literal(r[ID_FIELD]) for r in holding) + "]"
 
     def get(self, ids: Sequence[str]) -> SparseBatch:
         """The stored vectors, in the order asked; unknown ids raise KeyError."""
@@ -238,7 +354,7 @@ class MilvusIndex:
         found: dict[str, dict] = {}
         for s in range(0, len(ids), INSERT_ROWS):
             chunk = ids[s:s + INSERT_ROWS]
-            for r in self._client.query(self.collection, filter=_in_expr(chunk), output_fields=[ID_FIELD, VEC_FIELD]):
+            for r in self._query(_in_expr(chunk), [ID_FIELD, VEC_FIELD]):
                 found[r[ID_FIELD]] = r[VEC_FIELD]
         missing = [i for i in ids if i not in found]
         if missing:
@@ -254,10 +370,13 @@ class MilvusIndex:
         return SparseBatch(indptr, np.array(cols, INDEX_DTYPE), np.array(vals, VALUE_DTYPE), self.dim, self.vocab)
 
     def save(self, path: str | os.PathLike) -> None:
-        """Flush the collection and write ``path`` (JSON: uri, collection, dim, vocabulary name)."""
+        """Flush the collection and write ``path`` (JSON: uri, collection, dim, index parameters, the
+        vocabulary's name and tokens, so ``load`` restores ``where=`` strings)."""
         self._client.flush(self.collection)
         meta = {"format": FORMAT, "version": VERSION, "uri": self.uri, "collection": self.collection,
-                "dim": self.dim, "vocab": self.vocab.name if self.vocab is not None else None}
+                "dim": self.dim, "index_params": self.index_params,
+                "vocab": self.vocab.name if self.vocab is not None else None,
+                "tokens": list(self.vocab.tokens) if self.vocab is not None else None}
         path = Path(path)
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
@@ -265,7 +384,7 @@ class MilvusIndex:
 
     def stats(self) -> dict:
         return {"engine": "milvus", "uri": self.uri, "collection": self.collection, "docs": len(self),
-                "dim": self.dim, "index_type": "SPARSE_INVERTED_INDEX", "metric": "IP"}
+                "dim": self.dim, "metric": "IP", **self.index_params}
 
     def __len__(self) -> int:
         # count(*) honours deletes; get_collection_stats' row_count does not until compaction
