@@ -57,3 +57,70 @@ def test_decompression_bomb_gets_413(client):
     r = client.post("/search/image", files={"file": ("bomb.png", buf.getvalue(), "image/png")})
     assert r.status_code == 413, r.text
     assert "pixels" in r.json()["detail"]
+
+
+# ------------------------------------------------------------------------------ slow clients (item 5)
+@pytest.fixture
+def live_server(served):
+    """The app under a real uvicorn server on a free port (a slow body needs a real socket), with a
+    1 s body timeout; yields the port."""
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+
+    from tokenspace.serve.app import build_app
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(build_app(served[0], body_timeout=1.0), host="127.0.0.1", port=port,
+                                           log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.started
+    yield port
+    server.should_exit = True
+    thread.join(timeout=30)
+
+
+def _raw_exchange(port: int, request: bytes, wait: float) -> bytes:
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=wait) as s:
+        s.sendall(request)
+        chunks = []
+        try:
+            while chunk := s.recv(65536):
+                chunks.append(chunk)
+        except TimeoutError:
+            pass  # no (complete) answer in time
+        return b"".join(chunks)
+
+
+@pytest.mark.parametrize("path,ctype,body", [
+    ("/search", "application/json", b'{"text": "red h'),
+    ("/search/image", "multipart/form-data; boundary=xx", b'--xx\r\nContent-Disposition: form-data; name="file"'),
+])
+def test_a_body_that_never_arrives_gets_408(live_server, path, ctype, body):
+    import time
+
+    head = (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: {ctype}\r\n"
+            f"Content-Length: 1000\r\n\r\n").encode()
+    t0 = time.monotonic()
+    answer = _raw_exchange(live_server, head + body, wait=10)
+    took = time.monotonic() - t0
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+    assert b"did not arrive" in answer and took < 8
+
+
+def test_a_complete_request_on_the_live_server_is_unaffected(live_server):
+    body = b'{"text": "a red dog", "k": 3}'
+    head = (f"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode()
+    answer = _raw_exchange(live_server, head + body, wait=30)
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:200]

@@ -2,10 +2,12 @@
 
 Each route parses its request, calls one SearchService method and turns the service's errors into
 status codes (400 bad tokens or boolean query, 404 unknown id, 413 too large, 415 not an image; 422
-for requests outside the schema's limits). OpenAPI docs are at /docs.
+for requests outside the schema's limits; 408 for a body that does not arrive in time). OpenAPI docs
+are at /docs.
 """
 from __future__ import annotations
 
+import logging
 import math
 from pathlib import Path
 from typing import Annotated
@@ -17,6 +19,7 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from tokenspace.serve import schemas
+from tokenspace.serve.body_timeout import BODY_TIMEOUT, BodyTimeout
 from tokenspace.serve.service import SearchService, ServiceError
 from tokenspace.serve.uploads import MAX_UPLOAD_BYTES, UploadError, decode_image
 
@@ -26,6 +29,7 @@ STATIC = Path(__file__).parent / "static"
 IMAGE_HEADERS = {"Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; sandbox",
                  "X-Content-Type-Options": "nosniff", "Cache-Control": "public, max-age=3600"}
 ERRORS = {code: {"model": schemas.Error} for code in (400, 404)}
+SLOW_BODY = {408: {"model": schemas.Error, "description": "the request body did not arrive in time"}}
 
 
 def create_app(model, index_dir=None, *, index=None, items=None) -> FastAPI:
@@ -46,11 +50,14 @@ def create_app(model, index_dir=None, *, index=None, items=None) -> FastAPI:
     return build_app(service)
 
 
-def build_app(service: SearchService, max_upload_bytes: int = MAX_UPLOAD_BYTES) -> FastAPI:
-    """The FastAPI app over a service; uploads larger than ``max_upload_bytes`` are refused (413)."""
+def build_app(service: SearchService, max_upload_bytes: int = MAX_UPLOAD_BYTES,
+              body_timeout: float = BODY_TIMEOUT) -> FastAPI:
+    """The FastAPI app over a service; uploads larger than ``max_upload_bytes`` are refused (413), a
+    request body that has not fully arrived ``body_timeout`` seconds after it started gets a 408."""
     app = FastAPI(title="tokenspace", version="1",
                   description="Search images by text in a sparse token space; every hit explained token by token.")
     app.state.service = service
+    app.add_middleware(BodyTimeout, seconds=body_timeout)
 
     @app.exception_handler(ServiceError)
     async def _service_error(request: Request, exc: ServiceError):
@@ -80,13 +87,13 @@ def build_app(service: SearchService, max_upload_bytes: int = MAX_UPLOAD_BYTES) 
     def stats():
         return service.stats()
 
-    @app.post("/search", response_model=schemas.SearchResponse, responses=ERRORS)
+    @app.post("/search", response_model=schemas.SearchResponse, responses={**ERRORS, **SLOW_BODY})
     def search(req: schemas.SearchRequest):
         """Images for a text; ``must``/``must_not``/``where`` filter, ``steer`` reweights the query."""
         return service.search_text(req.text, req.k, req.must, req.must_not, req.where, req.steer)
 
     @app.post("/search/image", response_model=schemas.SearchResponse,
-              responses={413: {"model": schemas.Error}, 415: {"model": schemas.Error}})
+              responses={413: {"model": schemas.Error}, 415: {"model": schemas.Error}, **SLOW_BODY})
     def search_image(file: Annotated[UploadFile, File(description="a PNG, JPEG, WebP or GIF image")],
                      k: Annotated[int, Query(ge=1, le=schemas.MAX_K)] = 10):
         """Images similar to an uploaded one."""
@@ -99,7 +106,7 @@ def build_app(service: SearchService, max_upload_bytes: int = MAX_UPLOAD_BYTES) 
         return service.explain(id, top_k)
 
     @app.post("/heatmap", response_class=Response, responses={
-        **ERRORS, 200: {"content": {"image/png": {}}, "description": "the image with the heatmap overlaid"}})
+        **ERRORS, **SLOW_BODY, 200: {"content": {"image/png": {}}, "description": "the image with the heatmap overlaid"}})
     def heatmap(req: schemas.HeatmapRequest):
         """Where the text's tokens fire on an indexed image (STAIR), as a PNG."""
         return Response(service.heatmap(req.id, req.text), media_type="image/png")
@@ -132,6 +139,6 @@ def run(model, index, host: str = "127.0.0.1", port: int = 8000) -> None:
     import uvicorn
 
     app = create_app(model, index)
-    print(f"[tokenspace] serving {app.state.service.stats()['size']} images on http://{host}:{port}  "
-          f"(API docs at /docs)", flush=True)
+    logging.getLogger(__name__).info("serving %d images on http://%s:%d  (API docs at /docs)",
+                                     app.state.service.stats()["size"], host, port)
     uvicorn.run(app, host=host, port=port, log_level="warning")
