@@ -73,8 +73,8 @@ def test_cli_index_build_and_search(make_model, manifest, tmp_path, capsys, monk
     assert main(["search", "--index", str(tmp_path / "idx"), "a red dog", "-k", "3"]) == 0
     out = capsys.readouterr().out
     assert "query: a red dog" in out and "matched:" in out
-    # malformed boolean filters are a clear error, not a traceback
-    assert main(["search", "--index", str(tmp_path / "idx"), "a dog", "--where", "dog AND (cat"]) == 2
+    # malformed boolean filters are a clear error (exit 1: a runtime error; 2 is for usage), not a traceback
+    assert main(["search", "--index", str(tmp_path / "idx"), "a dog", "--where", "dog AND (cat"]) == 1
     assert "error" in capsys.readouterr().err
 
 

@@ -15,8 +15,70 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
 import sys
 from pathlib import Path
+
+log = logging.getLogger("tokenspace")
+
+
+class CLIError(Exception):
+    """A runtime problem the user can fix, reported as one line (exit 1)."""
+
+
+def _positive_int(text: str) -> int:
+    n = int(text)  # argparse turns the ValueError into "invalid _positive_int value" (exit 2)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {n}")
+    return n
+
+
+_positive_int.__name__ = "positive integer"  # argparse names the type in its message
+
+
+def _port(text: str) -> int:
+    n = int(text)
+    if not 1 <= n <= 65535:
+        raise argparse.ArgumentTypeError(f"a TCP port is 1..65535, got {n}")
+    return n
+
+
+_port.__name__ = "port"
+
+
+def _positive_float(text: str) -> float:
+    x = float(text)
+    if not 0 < x < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text}")
+    return x
+
+
+_positive_float.__name__ = "positive number"
+
+
+def _load_model(ref: str):
+    """A model folder, or a config name (see `tokenspace.list_models()`); a missing folder is named."""
+    from tokenspace.models.registry import load
+
+    looks_like_path = os.sep in ref or ref.startswith(".") or Path(ref).suffix in (".json", ".safetensors")
+    if looks_like_path and not Path(ref).exists():
+        raise CLIError(f"no model at {ref}")
+    return load(ref)
+
+
+def _load_index(path: str, *, verify: bool = True, nonempty: bool = True):
+    """The InvertedIndex saved at ``path``; a missing or (when ``nonempty``) empty index is an error."""
+    from tokenspace.index import InvertedIndex
+    from tokenspace.index.storage import MANIFEST
+
+    if not (Path(path) / MANIFEST).exists():
+        what = "the folder holds no index" if Path(path).is_dir() else "no such folder"
+        raise CLIError(f"no index at {path} ({what}; build one with `tokenspace index build`)")
+    index = InvertedIndex.load(path, verify=verify)
+    if nonempty and len(index) == 0:
+        raise CLIError(f"the index at {path} is empty")
+    return index
 
 
 def _assets(args) -> int:
@@ -51,10 +113,16 @@ def _train(args) -> int:
         k, sep, v = kv.partition("=")
         if not sep:
             raise ValueError(f"--set takes KEY=VALUE, got {kv!r}")
-        overrides[k] = yaml.safe_load(v)  # the recipe's own syntax: numbers, lists, mappings
+        try:
+            overrides[k] = yaml.safe_load(v)  # the recipe's own syntax: numbers, lists, mappings
+        except yaml.YAMLError as e:
+            raise CLIError(f"--set {kv}: not a YAML value ({_yaml_problem(e)})") from None
     from tokenspace.train.recipe import Recipe
 
-    recipe = Recipe.load(args.recipe, **overrides)
+    try:
+        recipe = Recipe.load(args.recipe, **overrides)
+    except yaml.YAMLError as e:
+        raise CLIError(f"{args.recipe}: not valid YAML ({_yaml_problem(e)})") from None
     specs = recipe.data.get("train") or []
     specs = [specs] if isinstance(specs, str) else specs
     if recipe.train_image_tower or any(str(s).startswith("wds:") for s in specs):
@@ -67,15 +135,31 @@ def _train(args) -> int:
     return 0
 
 
+def _yaml_problem(e) -> str:
+    """PyYAML's multi-line message as "expected ',' or ']' at line 2, column 6"."""
+    mark = getattr(e, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return f"{getattr(e, 'problem', None) or _one_line(e)}{where}"
+
+
 def _encode(args) -> int:
+    import tarfile
+
     from tokenspace.data.webdataset import TarCollection
     from tokenspace.encode import encode_to_index
-    from tokenspace.models.registry import load
 
-    model = load(args.model)
-    collection = TarCollection.open(args.shards)
+    try:
+        collection = TarCollection.open(args.shards)
+    except tarfile.TarError as e:
+        raise CLIError(f"--shards {' '.join(args.shards)}: not a readable uncompressed tar ({e})") from None
+    if len(collection) == 0:
+        raise CLIError(f"--shards {' '.join(args.shards)}: no complete (image + text) samples "
+                       f"({collection.skipped} incomplete)")
+    model = _load_model(args.model)
     index = encode_to_index(model, collection, args.index, args.work or f"{args.index}.parts",
                             args.part_size, args.batch_size)
+    if len(index) == 0:
+        raise CLIError(f"none of the {len(collection)} samples has a readable image: {args.index} is empty")
     print(f"indexed {len(index)} of {len(collection)} samples "
           f"({collection.skipped} incomplete samples skipped); rerun the same command to resume")
     return 0
@@ -83,9 +167,8 @@ def _encode(args) -> int:
 
 def _eval(args) -> int:
     from tokenspace import pipeline
-    from tokenspace.models.registry import load
 
-    model = load(args.model)
+    model = _load_model(args.model)
     results = pipeline.evaluate(model, args.data, home=args.home)
     for spec, metrics in results.items():
         print(spec)
@@ -101,10 +184,11 @@ def _index(args) -> int:
 
     if args.action == "build":
         from tokenspace import pipeline
-        from tokenspace.models.registry import load
 
-        model = load(args.model)
+        model = _load_model(args.model)
         vectors, ids, records = pipeline.encode_collection(model, args.data, home=args.home)
+        if not ids:
+            raise CLIError(f"no readable images in {' '.join(args.data)}: nothing to index")
         if args.top_n:
             vectors = vectors.prune_topk(args.top_n)
         index = InvertedIndex.build(vectors, ids)
@@ -112,36 +196,34 @@ def _index(args) -> int:
         pipeline.write_collection_meta(args.out, records, Path(args.model).resolve())
         print(json.dumps(index.stats(), indent=2, default=str))
         return 0
-    index = InvertedIndex.load(args.index)
+    index = _load_index(args.index, nonempty=args.action != "stats")
     if args.action == "stats":
         print(json.dumps(index.stats(), indent=2, default=str))
         return 0
     from tokenspace.index import export
 
-    ids = list(index.ids()) if hasattr(index, "ids") else None
+    ids = list(index.ids())
     vectors = index.get(ids)
     if args.format == "jsonl":
-        export.write_impact_jsonl(vectors, ids, args.out)
+        out = export.write_jsonl(vectors, ids, args.out)
     elif args.format == "jsonl-int":
-        export.write_impact_jsonl(vectors, ids, args.out, quantize=True)
+        out = export.write_jsonl_quantized(vectors, ids, args.out, scale=args.scale)
     else:
-        export.write_rank_features(vectors, ids, args.out)
-    print(f"wrote {args.out}")
+        out = export.write_rank_features(vectors, ids, args.out)
+    print(f"wrote {len(ids)} documents to {args.out}" + (f" ({len(out)} files)" if isinstance(out, list) else ""))
     return 0
 
 
 def _search(args) -> int:
     from tokenspace import pipeline
     from tokenspace.explain.hits import contributions, format_hit
-    from tokenspace.index import InvertedIndex
-    from tokenspace.models.registry import load
 
+    index = _load_index(args.index)
     meta = pipeline.read_collection_meta(args.index)
     model_path = args.model or meta.get("model")
     if not model_path:
-        raise SystemExit("no --model given and the index does not name one")
-    model = load(model_path)
-    index = InvertedIndex.load(args.index)
+        raise CLIError(f"no --model given and the index at {args.index} does not name one")
+    model = _load_model(model_path)
     if args.image:
         queries = model.encode_images([args.image])
     else:
@@ -167,9 +249,7 @@ def _search(args) -> int:
 
 
 def _decode(args) -> int:
-    from tokenspace.models.registry import load
-
-    model = load(args.model)
+    model = _load_model(args.model)
     batch = model.encode_images(args.image) if args.image else model.encode_texts(args.text)
     for name, row in zip(args.image or args.text, model.decode(batch, top_k=args.k)):
         print(f"{name}:")
@@ -197,112 +277,144 @@ def _serve(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="tokenspace", description=__doc__.split("\n")[0])
+    from tokenspace import __version__
+
+    p = argparse.ArgumentParser(prog="tokenspace", description=__doc__.split("\n")[0],
+                                epilog="exit codes: 0 ok, 1 runtime error (one line on stderr), 2 usage error")
+    p.add_argument("--version", action="version", version=f"tokenspace {__version__}")
     p.add_argument("--home", default=None, help="asset cache (default $TOKENSPACE_HOME or ~/.cache/tokenspace)")
-    sub = p.add_subparsers(dest="cmd", required=True)
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
+                   help="messages on stderr (default info; debug also prints the traceback of an error)")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
     a = sub.add_parser("assets", help="install or check the offline weights and datasets")
-    a.add_argument("action", choices=["install", "status"])
+    a.add_argument("action", choices=["install", "status"], help="install: fetch into the cache; status: check it")
     a.add_argument("names", nargs="*", help="asset names (default: all required ones)")
     a.add_argument("--optional", action="store_true", help="also install optional assets")
-    a.add_argument("--quiet", action="store_true")
+    a.add_argument("--quiet", action="store_true", help="no progress messages")
     a.add_argument("--fast", action="store_true", help="status: skip sha256 checks")
     a.set_defaults(fn=_assets)
 
     d = sub.add_parser("data", help="build the dataset manifests")
-    d.add_argument("action", choices=["build"])
-    d.add_argument("--out", default=None)
-    d.add_argument("--force", action="store_true")
-    d.add_argument("--seed", type=int, default=0)
-    d.add_argument("--openclipart-max-items", type=int, default=None)
+    d.add_argument("action", choices=["build"], help="build: write the manifests of the installed datasets")
+    d.add_argument("--out", default=None, help="manifest folder (default: the one under --home)")
+    d.add_argument("--force", action="store_true", help="rebuild manifests that already exist")
+    d.add_argument("--seed", type=int, default=0, help="seed of the split assignment (default 0)")
+    d.add_argument("--openclipart-max-items", type=_positive_int, default=None,
+                   help="cap the OpenClipart manifest at this many items")
     d.add_argument("--only", nargs="+", default=None, metavar="DATASET",
                    help="build only these (emoji icons openclipart fashion-mnist mnist photos); default: all")
     d.set_defaults(fn=_data)
 
     t = sub.add_parser("train", help="train a model from a recipe")
     t.add_argument("--recipe", required=True, help="recipe name (configs/recipes) or YAML path")
-    t.add_argument("--out", required=True, help="run folder")
-    t.add_argument("--resume", action="store_true")
-    t.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a recipe field")
+    t.add_argument("--out", required=True, help="run folder (checkpoints, log.jsonl, model/)")
+    t.add_argument("--resume", action="store_true", help="continue from the run folder's last checkpoint")
+    t.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override a recipe field with a YAML value (repeatable), e.g. --set batch_size=64")
     t.set_defaults(fn=_train)
 
     e = sub.add_parser("eval", help="retrieval metrics of a model on data specs")
-    e.add_argument("--model", required=True)
-    e.add_argument("--data", nargs="+", required=True, help="DATASET:SPLIT[:LIMIT] specs")
+    e.add_argument("--model", required=True, help="model folder or config name")
+    e.add_argument("--data", nargs="+", required=True, help="DATASET:SPLIT[:LIMIT] specs (or MANIFEST.jsonl:SPLIT)")
     e.add_argument("--json", default=None, help="also write the metrics here")
     e.set_defaults(fn=_eval)
 
     en = sub.add_parser("encode", help="encode webdataset shards into an index, in resumable parts")
-    en.add_argument("--model", required=True)
+    en.add_argument("--model", required=True, help="model folder or config name")
     en.add_argument("--shards", nargs="+", required=True, help="tar paths, globs or {000..099} ranges")
-    en.add_argument("--index", required=True)
+    en.add_argument("--index", required=True, help="index folder (created, or extended on a rerun)")
     en.add_argument("--work", default=None, help="folder for the encoded parts (default INDEX.parts)")
-    en.add_argument("--part-size", type=int, default=8192)
-    en.add_argument("--batch-size", type=int, default=256)
+    en.add_argument("--part-size", type=_positive_int, default=8192,
+                    help="images per part, the unit of resumption (default 8192)")
+    en.add_argument("--batch-size", type=_positive_int, default=256, help="images per model call (default 256)")
     en.set_defaults(fn=_encode)
 
     i = sub.add_parser("index", help="build, inspect or export an inverted index")
-    isub = i.add_subparsers(dest="action", required=True)
-    ib = isub.add_parser("build")
-    ib.add_argument("--model", required=True)
-    ib.add_argument("--data", nargs="+", required=True)
-    ib.add_argument("--out", required=True)
-    ib.add_argument("--top-n", type=int, default=None, help="keep each image's n heaviest tokens")
-    ist = isub.add_parser("stats")
-    ist.add_argument("index")
-    iex = isub.add_parser("export")
-    iex.add_argument("index")
-    iex.add_argument("--format", choices=["jsonl", "jsonl-int", "opensearch"], default="jsonl")
-    iex.add_argument("--out", required=True)
+    isub = i.add_subparsers(dest="action", required=True, metavar="ACTION")
+    ib = isub.add_parser("build", help="encode a collection's images and index them")
+    ib.add_argument("--model", required=True, help="model folder or config name")
+    ib.add_argument("--data", nargs="+", required=True, help="DATASET:SPLIT[:LIMIT] specs (or MANIFEST.jsonl:SPLIT)")
+    ib.add_argument("--out", required=True, help="index folder to write")
+    ib.add_argument("--top-n", type=_positive_int, default=None, help="keep each image's n heaviest tokens")
+    ist = isub.add_parser("stats", help="print an index's statistics as JSON")
+    ist.add_argument("index", help="index folder")
+    iex = isub.add_parser("export", help="write the index's vectors in another engine's format")
+    iex.add_argument("index", help="index folder")
+    iex.add_argument("--format", choices=["jsonl", "jsonl-int", "opensearch"], default="jsonl",
+                     help="jsonl: float impacts (Seismic); jsonl-int: integer impacts (Anserini/pyserini); "
+                          "opensearch: rank_features mapping + bulk files (default jsonl)")
+    iex.add_argument("--out", required=True, help="output file (jsonl formats) or folder (opensearch)")
+    iex.add_argument("--scale", type=_positive_float, default=100.0,
+                     help="jsonl-int: integer impact = max(1, round(weight x scale)) (default 100)")
     i.set_defaults(fn=_index)
 
     s = sub.add_parser("search", help="search an index by text (or image), explaining every hit")
-    s.add_argument("--index", required=True)
+    s.add_argument("--index", required=True, help="index folder")
     s.add_argument("--model", default=None, help="default: the model the index was built with")
-    s.add_argument("query", nargs="*")
+    s.add_argument("query", nargs="*", help="query texts (one search each)")
     s.add_argument("--image", default=None, help="search by an image file instead")
-    s.add_argument("-k", type=int, default=5)
+    s.add_argument("-k", type=_positive_int, default=5, help="hits per query (default 5)")
     s.add_argument("--where", default=None, help="boolean filter, e.g. 'dog AND (beach OR sand) NOT cat'")
     s.set_defaults(fn=_search)
 
     dc = sub.add_parser("decode", help="top tokens of images or texts")
-    dc.add_argument("--model", required=True)
-    dc.add_argument("--image", nargs="*", default=None)
-    dc.add_argument("--text", nargs="*", default=None)
-    dc.add_argument("-k", type=int, default=15)
+    dc.add_argument("--model", required=True, help="model folder or config name")
+    dc.add_argument("--image", nargs="*", default=None, help="image files")
+    dc.add_argument("--text", nargs="*", default=None, help="texts")
+    dc.add_argument("-k", type=_positive_int, default=15, help="tokens per input (default 15)")
     dc.set_defaults(fn=_decode)
 
     dm = sub.add_parser("demo", help="train STAIR and the dense baseline, index, search, report")
-    dm.add_argument("--out", default="runs/demo")
+    dm.add_argument("--out", default="runs/demo", help="demo folder (default runs/demo)")
     dm.add_argument("--quick", action="store_true", help="a tiny run to check the plumbing")
     dm.add_argument("--serve", action="store_true", help="then serve the page on the demo index (Ctrl-C stops)")
-    dm.add_argument("--port", type=int, default=8000)
+    dm.add_argument("--port", type=_port, default=8000, help="--serve: TCP port (default 8000)")
     dm.set_defaults(fn=_demo)
 
     sv = sub.add_parser("serve", help="HTTP API and web page")
-    sv.add_argument("--model", required=True)
-    sv.add_argument("--index", required=True)
-    sv.add_argument("--host", default="127.0.0.1")
-    sv.add_argument("--port", type=int, default=8000)
+    sv.add_argument("--model", required=True, help="model folder or config name")
+    sv.add_argument("--index", required=True, help="index folder written by `tokenspace index build`")
+    sv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    sv.add_argument("--port", type=_port, default=8000, help="TCP port (default 8000)")
     sv.set_defaults(fn=_serve)
     return p
 
 
+def _one_line(e: BaseException) -> str:
+    """An exception as one line: multi-line messages (YAML's) collapsed."""
+    msg = e.args[0] if isinstance(e, KeyError) and e.args else e
+    text = " ".join(str(msg).split())
+    return text if isinstance(e, (CLIError, OSError, ValueError, KeyError)) else f"{type(e).__name__}: {text}"
+
+
+def setup_logging(level: str = "info") -> None:
+    """The CLI's handler: library modules log through logging.getLogger(__name__) under "tokenspace"."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("[tokenspace] %(message)s"))
+    root = logging.getLogger("tokenspace")
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    root.propagate = False
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)  # usage errors: argparse prints the usage and exits 2
+    setup_logging(args.log_level)
     if args.cmd == "search" and not args.query and not args.image:
-        print("tokenspace search: give a query text or --image", file=sys.stderr)
-        return 2
+        parser.exit(2, "tokenspace search: error: give a query text or --image\n")
     if args.cmd == "decode" and not args.image and not args.text:
-        print("tokenspace decode: give --image or --text", file=sys.stderr)
-        return 2
+        parser.exit(2, "tokenspace decode: error: give --image or --text\n")
     try:
         return args.fn(args)
-    except (ValueError, KeyError, FileNotFoundError) as e:
-        # bad input gets one clear line, not a traceback
-        msg = e.args[0] if isinstance(e, KeyError) and e.args else e
-        print(f"tokenspace {args.cmd}: error: {msg}", file=sys.stderr)
-        return 2
+    except KeyboardInterrupt:
+        print(f"tokenspace {args.cmd}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 - a user never sees a traceback; --log-level debug shows it
+        log.debug("traceback of the error below", exc_info=True)
+        print(f"tokenspace {args.cmd}: error: {_one_line(e)}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -57,6 +57,8 @@ def encode_parts(model, collection, work_dir, part_size: int = 8192, batch_size:
     ``work_dir``; ``on_part(k, batch, ids)`` runs after each part is on disk. Returns the part count."""
     from tokenspace.data.images import ImageLoadError
 
+    if part_size < 1 or batch_size < 1:
+        raise ValueError(f"part_size and batch_size must be >= 1, got {part_size} and {batch_size}")
     work = Path(work_dir)
     work.mkdir(parents=True, exist_ok=True)
     n_parts = (len(collection) + part_size - 1) // part_size
