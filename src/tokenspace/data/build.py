@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -48,15 +49,25 @@ def _log(progress: bool, msg: str) -> None:
         print(f"[tokenspace data] {msg}", file=sys.stderr, flush=True)
 
 
+_PRESENT: dict[tuple, tuple[float, dict]] = {}
+PRESENT_TTL = 60.0  # seconds; verifying ~25 asset folders (file counts, sizes) takes 1-3 s
+
+
 def _present(names, home: Path) -> dict[str, Path]:
-    """The installed (size-verified) assets among ``names``."""
+    """The installed (size-verified) assets among ``names``, remembered for a minute per process, so
+    a run that loads several data specs verifies the asset folders once."""
+    key = (str(home), tuple(names))
+    hit = _PRESENT.get(key)
+    if hit is not None and time.monotonic() - hit[0] < PRESENT_TTL:
+        return dict(hit[1])
     out = {}
     for n in names:
         try:
             out[n] = assets.path(n, home)
         except assets.AssetMissingError:
             pass
-    return out
+    _PRESENT[key] = (time.monotonic(), out)
+    return dict(out)
 
 
 def finish(records: list[Record], report: dict, dropped: Counter, jobs: dict, render: bool = True,
@@ -167,16 +178,16 @@ def build_manifests(home=None, out_dir=None, progress: bool = True, force: bool 
     if not (test_fraction >= 0 and val_fraction >= 0 and test_fraction + val_fraction <= 1):
         raise ValueError("test_fraction and val_fraction must be >= 0 and sum to at most 1")
     out: dict[str, Path] = {}
-    present = _present(EMOJI_ASSETS + ICON_ASSETS + ("openclipart",), home)
-    params = {"seed": seed, "test_fraction": test_fraction, "val_fraction": val_fraction,
-              "openclipart_max_items": openclipart_max_items}
-    want = {"builder_version": BUILDER_VERSION, "params": params, "sources": _specs(present)}
-    concept_buildable = {
-        "emoji": all(n in present for n in emoji_mod.REQUIRED),
-        "icons": any(n in present for n in ICON_ASSETS),
-        "openclipart": "openclipart" in present,
-    }
     if any(n in CONCEPT_DATASETS for n in wanted):
+        present = _present(EMOJI_ASSETS + ICON_ASSETS + ("openclipart",), home)
+        params = {"seed": seed, "test_fraction": test_fraction, "val_fraction": val_fraction,
+                  "openclipart_max_items": openclipart_max_items}
+        want = {"builder_version": BUILDER_VERSION, "params": params, "sources": _specs(present)}
+        concept_buildable = {
+            "emoji": all(n in present for n in emoji_mod.REQUIRED),
+            "icons": any(n in present for n in ICON_ASSETS),
+            "openclipart": "openclipart" in present,
+        }
         targets = [n for n in CONCEPT_DATASETS if concept_buildable[n]]
         if targets and (force or not all(_up_to_date(out_dir / f"{n}.jsonl", want) for n in targets)):
             for n in EMOJI_ASSETS + ICON_ASSETS:
