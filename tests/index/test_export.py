@@ -28,6 +28,7 @@ from tokenspace.index.export import (
     write_jsonl,
     write_jsonl_quantized,
     write_queries_jsonl,
+    write_queries_tsv,
     write_rank_features,
 )
 from tokenspace.sparse import SparseBatch
@@ -113,10 +114,9 @@ def test_queries_file_formats(tmp_path):
     b = _batch(vocab=False)
     f = write_queries_jsonl(b, ["q0", "q1", "q2"], tmp_path / "queries.jsonl")
     assert f.read_text().splitlines()[0] == '{"id": "q0", "vector": {"0": 0.5, "2": 1.25, "5": 0.3}}'
-    t = write_queries_jsonl(b, ["q0", "q1", "q2"], tmp_path / "topics.jsonl", scale=100)
-    assert t.read_text().splitlines()[1] == '{"qid": "q1", "vector": {"1": 200, "3": 1}}'
-    back, ids = read_jsonl(t, dim=6)
-    assert ids == ["q0", "q1", "q2"] and back.to_dense()[1, 3] == 1
+    t = write_queries_tsv(b, ["q0", "q1", "q2"], tmp_path / "queries.tsv", scale=4)
+    # each token repeated round(w * 4) times (0.004 * 4 lifted to 1); an empty query keeps its line
+    assert t.read_text() == "q0\t0 0 2 2 2 2 2 5\nq1\t1 1 1 1 1 1 1 1 3\nq2\t\n"
 
 
 def test_rank_features_mapping_and_bulk(tmp_path):
@@ -153,7 +153,9 @@ def test_bad_arguments(tmp_path):
     with pytest.raises(ValueError, match="whitespace"):
         write_jsonl_quantized(tab, ["a"], tmp_path / "x.jsonl")
     with pytest.raises(ValueError, match="whitespace"):
-        write_queries_jsonl(tab, ["a"], tmp_path / "x.jsonl", scale=10)
+        write_queries_tsv(tab, ["a"], tmp_path / "x.tsv", scale=10)
+    with pytest.raises(ValueError, match="tab or newline"):
+        write_queries_tsv(_batch(vocab=False), ["a", "b\tc", "d"], tmp_path / "x.tsv")
     (tmp_path / "bad.jsonl").write_text('{"id": "a", "vector": {"1": 1}}\n{"id": "b"}\n')
     with pytest.raises(ValueError, match="bad.jsonl:2"):
         read_jsonl(tmp_path / "bad.jsonl", dim=3)
@@ -217,35 +219,88 @@ def _anserini_pseudo_document(line: str) -> tuple[str, Counter]:
     return str(doc["id"]), Counter(text.split())
 
 
-def test_anserini_reader_rules_keep_every_weight_and_ranking(tmp_path):
-    docs, queries = _corpus(seed=3)
-    rng = np.random.default_rng(4)  # continuous weights in (0, 1): asInt() alone would make them all 0
+def _anserini_topic(line: str) -> tuple[str, Counter]:
+    """TsvString topic reader (id, then the text after the first tab) + whitespace bag of words."""
+    qid, _, text = line.rstrip("\n").partition("\t")
+    return qid, Counter(text.split())
+
+
+def _anserini_files(tmp_path, seed=3):
+    docs, queries = _corpus(seed=seed)
+    rng = np.random.default_rng(seed + 1)  # continuous weights in (0, 1): asInt() alone would make them all 0
     docs = SparseBatch.from_dense((docs.to_dense() > 0) * rng.uniform(0.001, 1, (len(docs), docs.dim)),
                                   vocab=docs.vocab)
     doc_ids = [f"img{i:04d}" for i in range(len(docs))]
     q_ids = [f"q{i}" for i in range(len(queries))]
     (tmp_path / "collection").mkdir()  # Anserini indexes every .json/.jsonl file of this folder
     doc_file = write_jsonl_quantized(docs, doc_ids, tmp_path / "collection" / "docs.jsonl", scale=100)
-    q_file = write_queries_jsonl(queries, q_ids, tmp_path / "queries.jsonl", scale=100)
+    q_file = write_queries_tsv(queries, q_ids, tmp_path / "queries.tsv", scale=100)
+    return docs, doc_ids, q_ids, doc_file, q_file
 
-    vocab = docs.vocab
+
+def _integer_reference(doc_file, q_file, vocab, doc_ids):
+    """InvertedIndex's top-10 on the integer vectors Anserini reads, and their exact dot products."""
     seen = [_anserini_pseudo_document(line) for line in doc_file.read_text(encoding="utf-8").splitlines()]
-    assert [d for d, _ in seen] == doc_ids
+    topics = [_anserini_topic(line) for line in q_file.read_text(encoding="utf-8").splitlines()]
+    d_int = SparseBatch.from_dicts([tf for _, tf in seen], vocab=vocab)
+    q_int = SparseBatch.from_dicts([tf for _, tf in topics], vocab=vocab)
+    exact = q_int.to_dense().astype(np.float64) @ d_int.to_dense().astype(np.float64).T
+    return seen, topics, _top10(InvertedIndex.build(d_int, doc_ids), q_int), exact
+
+
+def test_anserini_reader_rules_keep_every_weight_and_ranking(tmp_path):
+    docs, doc_ids, q_ids, doc_file, q_file = _anserini_files(tmp_path)
+    vocab = docs.vocab
+    seen, topics, ours, exact = _integer_reference(doc_file, q_file, vocab, doc_ids)
+    assert [d for d, _ in seen] == doc_ids and [q for q, _ in topics] == q_ids
     dense = docs.to_dense()
     for i, (_, tf) in enumerate(seen):
         # every nonzero weight is a term with frequency >= 1, and exactly quantize(w)
         assert set(tf) == {vocab.tokens[j] for j in np.flatnonzero(dense[i])}
         assert all(tf[vocab.tokens[j]] == quantize(dense[i, j : j + 1], 100)[0] for j in np.flatnonzero(dense[i]))
-
-    topics = [json.loads(line) for line in q_file.read_text(encoding="utf-8").splitlines()]
-    assert [t["qid"] for t in topics] == q_ids  # JsonStringVector reads qid as text, vector as the map
-    # impact scoring: sum over query terms of query weight x document term frequency
-    d_int = SparseBatch.from_dicts([tf for _, tf in seen], vocab=vocab)
-    q_int = SparseBatch.from_dicts([t["vector"] for t in topics], vocab=vocab)
-    exact = q_int.to_dense().astype(np.float64) @ d_int.to_dense().astype(np.float64).T
+    # impact scoring (sum over query terms of query count x document term frequency), ranked
     anserini = [[(doc_ids[j], exact[q, j]) for j in np.argsort(-exact[q], kind="stable")[:10]]
                 for q in range(len(topics))]
-    _assert_same_top10(_top10(InvertedIndex.build(d_int, doc_ids), q_int), anserini, exact, doc_ids)
+    _assert_same_top10(ours, anserini, exact, doc_ids)
+
+
+def _java21():
+    import os
+    import shutil
+    import subprocess
+
+    for java in filter(None, [os.environ.get("TOKENSPACE_JAVA"), shutil.which("java")]):
+        out = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
+        major = out.split('"')[1].split(".")[0] if '"' in out else "0"
+        if major.isdigit() and int(major) >= 21:
+            return java
+    return None
+
+
+def test_anserini_jar_reads_the_files(tmp_path):
+    """The real engine, where it is installed: TOKENSPACE_ANSERINI_JAR = an Anserini fatjar (pyserini's
+    wheel ships one: pyserini/resources/jars/), Java >= 21 (TOKENSPACE_JAVA or java on PATH)."""
+    import os
+    import subprocess
+
+    jar, java = os.environ.get("TOKENSPACE_ANSERINI_JAR"), _java21()
+    if not jar or not java:
+        pytest.skip("set TOKENSPACE_ANSERINI_JAR (and Java >= 21) to run Anserini itself")
+    docs, doc_ids, _, doc_file, q_file = _anserini_files(tmp_path)
+    run = tmp_path / "run.txt"
+    subprocess.run([java, "-cp", jar, "io.anserini.index.IndexCollection", "-collection", "JsonVectorCollection",
+                    "-input", str(doc_file.parent), "-index", str(tmp_path / "idx"), "-generator",
+                    "DefaultLuceneDocumentGenerator", "-threads", "1", "-impact", "-pretokenized"],
+                   check=True, capture_output=True)
+    subprocess.run([java, "-cp", jar, "io.anserini.search.SearchCollection", "-index", str(tmp_path / "idx"),
+                    "-topics", str(q_file), "-topicReader", "TsvString", "-output", str(run), "-impact",
+                    "-pretokenized", "-hits", "10", "-threads", "1"], check=True, capture_output=True)
+    theirs: dict[str, list] = {}
+    for line in run.read_text().splitlines():
+        qid, _, doc, _, score, _ = line.split()
+        theirs.setdefault(qid, []).append((doc, float(score)))
+    _, topics, ours, exact = _integer_reference(doc_file, q_file, docs.vocab, doc_ids)
+    _assert_same_top10(ours, [theirs.get(q, []) for q, _ in topics], exact, doc_ids)
 
 
 def _check_rank_features_source(source: dict, field: str) -> None:

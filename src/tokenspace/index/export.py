@@ -11,8 +11,10 @@
   nonzero weight stays nonzero; ``|q / scale - w| <= 0.5 / scale`` except for ``w < 0.5 / scale``,
   lifted to ``1 / scale``. ``scale=100`` by default (pyserini's convention for SPLADE). Token names
   must not contain whitespace (they would split into two terms): such a token is an error. Queries
-  go in a topics file ``{"qid": "q1", "vector": {"dog": 125}}`` read by Anserini's
-  ``-topicReader JsonStringVector`` (``write_queries_jsonl(..., scale=100)``).
+  go in a TSV topics file, ``q1<TAB>dog dog dog cat``: each token repeated its integer weight times,
+  which Anserini's bag-of-words query over the pretokenized field turns into term boosts
+  (``write_queries_tsv``; ``-topicReader TsvString -impact -pretokenized``). Checked with Anserini
+  1.7.1 (pyserini 1.6.0's jar): same top-10 ids and scores as InvertedIndex on the same integers.
 * OpenSearch / Elasticsearch ``rank_features``: an index mapping (JSON) and bulk NDJSON files
   (``{"index": {"_index", "_id"}}`` action line + source line per document), sent with
   ``curl -H 'Content-Type: application/x-ndjson' --data-binary @bulk-00000.ndjson URL/_bulk``. The
@@ -129,27 +131,48 @@ def write_jsonl_quantized(
     """Integer impact JSONL (Anserini/pyserini ``JsonVectorCollection``): weights ``quantize(w, scale)``.
 
     Every nonzero weight stays nonzero (at least 1). Anserini indexes a folder of ``.json``/``.jsonl``
-    files: put this file alone in one (``write_queries_jsonl`` goes beside that folder, not in it).
+    files: put this file alone in one (``write_queries_tsv`` goes beside that folder, not in it)::
+
+        java -cp anserini-fatjar.jar io.anserini.index.IndexCollection -collection JsonVectorCollection \\
+            -input collection/ -index idx/ -generator DefaultLuceneDocumentGenerator -impact -pretokenized
+        java -cp anserini-fatjar.jar io.anserini.search.SearchCollection -index idx/ -topics queries.tsv \\
+            -topicReader TsvString -output run.txt -impact -pretokenized -hits 10
     """
     _check_scale(scale)
     _check_whitespace_free(batch, token_names(batch))
     return _write_jsonl(batch, ids, path, scale=scale, id_key="id")
 
 
-def write_queries_jsonl(
-    batch: SparseBatch, ids: Sequence[str], path: str | os.PathLike, scale: float | None = None
-) -> Path:
-    """The query file matching a document export.
+def write_queries_jsonl(batch: SparseBatch, ids: Sequence[str], path: str | os.PathLike) -> Path:
+    """Seismic's query file: float ``{"id", "vector"}`` lines, the documents' format."""
+    return _write_jsonl(batch, ids, path, scale=None, id_key="id")
 
-    ``scale=None``: float ``{"id", "vector"}`` lines, as Seismic's documents and queries. With a scale
-    (the documents' scale): Anserini's ``JsonStringVector`` topics, ``{"qid", "vector"}`` with integer
-    weights quantised exactly as the documents.
-    """
-    if scale is None:
-        return _write_jsonl(batch, ids, path, scale=None, id_key="id")
+
+def write_queries_tsv(
+    batch: SparseBatch, ids: Sequence[str], path: str | os.PathLike, scale: float = DEFAULT_SCALE
+) -> Path:
+    """Anserini's query file for an integer impact index: ``qid<TAB>tok tok ...``, each token repeated
+    ``quantize(w, scale)`` times (use the documents' scale). Read with ``-topicReader TsvString
+    -impact -pretokenized``: the score is then the dot product of the two integer vectors."""
     _check_scale(scale)
-    _check_whitespace_free(batch, token_names(batch))
-    return _write_jsonl(batch, ids, path, scale=scale, id_key="qid")
+    ids = _check_ids(batch, ids)
+    bad = [i for i in ids if not i or any(c in i for c in "\t\r\n")]
+    if bad:
+        raise ValueError(f"query id {bad[0]!r} is empty or holds a tab or newline (the TSV separators)")
+    names = token_names(batch)
+    _check_whitespace_free(batch, names)
+    if batch.nnz and not np.all(np.isfinite(batch.values)):
+        raise ValueError("cannot export non-finite weights")
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8", newline="\n") as f:
+        for qid, i in zip(ids, range(len(batch))):
+            idx, val = batch.row(i)
+            keep = val > 0
+            reps = quantize(val[keep], scale).tolist()
+            f.write(qid + "\t" + " ".join(" ".join([names[j]] * r) for j, r in zip(idx[keep].tolist(), reps)) + "\n")
+    os.replace(tmp, path)
+    return path
 
 
 def _write_jsonl(batch, ids, path, scale, id_key) -> Path:
@@ -250,5 +273,6 @@ __all__ = [
     "write_jsonl",
     "write_jsonl_quantized",
     "write_queries_jsonl",
+    "write_queries_tsv",
     "write_rank_features",
 ]
