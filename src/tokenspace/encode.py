@@ -113,6 +113,8 @@ def encode_to_index(model, collection, index_dir, work_dir, part_size: int = 819
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
+    import sys
+    import tarfile
 
     from tokenspace.data.webdataset import TarCollection
     from tokenspace.models.registry import load
@@ -125,9 +127,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--part-size", type=int, default=8192)
     p.add_argument("--batch-size", type=int, default=256)
     a = p.parse_args(argv)
-    model = load(a.model)
-    collection = TarCollection.open(a.shards)
-    index = encode_to_index(model, collection, a.index, a.work, a.part_size, a.batch_size)
+    try:
+        model = load(a.model)
+        collection = TarCollection.open(a.shards)
+        index = encode_to_index(model, collection, a.index, a.work, a.part_size, a.batch_size)
+    except (ValueError, KeyError, OSError, RuntimeError, tarfile.TarError) as e:  # one line, no traceback
+        print(f"tokenspace.encode: error: {e.args[0] if isinstance(e, KeyError) and e.args else e}", file=sys.stderr)
+        return 1
     print(f"indexed {len(index)} of {len(collection)} samples ({collection.skipped} incomplete samples skipped)")
     return 0
 

@@ -255,3 +255,12 @@ def test_assets_status_and_data_build_on_an_empty_home(tmp_path):
     assert r.code in (0, 1)
     if r.code == 1:
         r.error_line()
+
+
+def test_python_m_tokenspace_encode_reports_bad_input_in_one_line(world, tmp_path):
+    p = subprocess.run([sys.executable, "-m", "tokenspace.encode", "--model", str(world.model), "--shards",
+                        str(world.shards), "--index", str(tmp_path / "i"), "--work", str(tmp_path / "w"),
+                        "--part-size", "0"], capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, TOKENSPACE_HOME=str(world.home)))
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    assert p.stderr.strip().count("\n") == 0 and "part_size" in p.stderr

@@ -124,3 +124,17 @@ def test_a_complete_request_on_the_live_server_is_unaffected(live_server):
             f"Content-Length: {len(body)}\r\n\r\n").encode()
     answer = _raw_exchange(live_server, head + body, wait=30)
     assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+
+
+# ------------------------------------------------------------------------------ schema vs behaviour (item 6)
+@pytest.mark.parametrize("body", [{"text": " "}, {"text": "\t\n"}, {"text": "a red dog"}, {"text": "x" * 501}])
+def test_the_schema_and_the_service_agree_on_what_is_valid(client, body):
+    """A body the OpenAPI schema calls valid is not refused as invalid (422), and one it calls invalid is."""
+    jsonschema_rs = pytest.importorskip("jsonschema_rs")  # schemathesis's validator (pydantic's regex flavour)
+
+    spec = client.get("/openapi.json").json()
+    ref = spec["paths"]["/search"]["post"]["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    schema = dict(spec["components"]["schemas"][ref.rsplit("/", 1)[1]], components=spec["components"])
+    valid = jsonschema_rs.Draft202012Validator(schema).is_valid(body)
+    r = client.post("/search", json=body)
+    assert (r.status_code != 422) == valid, (valid, r.status_code, r.text)
