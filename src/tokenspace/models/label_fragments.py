@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from tokenspace.models.classwords import emitted, read_lemma_file, read_wnids
+from tokenspace.models.tagger import load_classifier_head
 from tokenspace.models.towers import resolve_weights
 
 
@@ -48,8 +49,6 @@ def label_token_table(tokenizer, wnids, lemmas, max_tokens: int) -> tuple[torch.
 class LabelFragments(nn.Module):
     def __init__(self, spec: dict, in_channels: int, width: int, tokenizer):
         super().__init__()
-        from tokenspace.models.tagger import load_classifier_head
-
         self.k = int(spec.get("k", 16))
         self.max_label_tokens = int(spec.get("max_label_tokens", 4))
         if self.k < 1 or self.max_label_tokens < 1:

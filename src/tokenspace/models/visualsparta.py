@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from tokenspace.models.dual import DualEncoder
+from tokenspace.models.label_fragments import LabelFragments
 from tokenspace.models.maxproj import max_projection
 from tokenspace.models.pooling import grid_to_cells
 from tokenspace.sparse import SparseBatch
@@ -59,8 +60,6 @@ class VisualSpartaModel(DualEncoder):
         # eqs. 6-7 label fragments from the backbone's ImageNet classifier: an option, off in the paper configs
         self.labels = None
         if ex.get("label_fragments"):
-            from tokenspace.models.label_fragments import LabelFragments
-
             self.labels = LabelFragments(ex["label_fragments"], self.image_tower.out_channels, width, self.tokenizer)
 
     # ------------------------------------------------------------------ training-time pieces
