@@ -130,6 +130,10 @@ def test_bad_options_are_rejected(assets_dir, vocab):
         build(assets_dir, vocab, text="clip")
     with pytest.raises(ValueError, match="decay"):
         build(assets_dir, vocab, hypernym_levels=1, hypernym_decay=0.0)
+    with pytest.raises(ValueError, match="hypernym_levels"):
+        build(assets_dir, vocab, hypernym_levels=-1)
+    with pytest.raises(ValueError, match="top_classes"):
+        build(assets_dir, vocab, top_classes=0)
 
 
 def test_classifier_head_read_from_a_checkpoint(assets_dir, vocab, tmp_path):

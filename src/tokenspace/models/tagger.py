@@ -78,6 +78,8 @@ def load_classifier_head(ref: str, n_classes: int, n_features: int) -> dict[str,
 
 def build_class_table(tokenizer, classes_ref: str, wordnet_ref: str | None, levels: int, decay: float):
     """(token_ids [U], table [classes, U]) from the class list and (optionally) WordNet."""
+    if levels < 0:
+        raise ValueError(f"hypernym_levels must be >= 0, not {levels}")
     folder = resolve_weights(classes_ref)
     wnids = read_wnids(folder)
     graph = NounGraph.from_dict_dir(resolve_weights(wordnet_ref)) if wordnet_ref else None
