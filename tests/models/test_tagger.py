@@ -134,6 +134,8 @@ def test_bad_options_are_rejected(assets_dir, vocab):
         build(assets_dir, vocab, hypernym_levels=-1)
     with pytest.raises(ValueError, match="top_classes"):
         build(assets_dir, vocab, top_classes=0)
+    with pytest.raises(ValueError, match="unknown tagger options"):
+        build(assets_dir, vocab, hypernym_level=3)
 
 
 def test_classifier_head_read_from_a_checkpoint(assets_dir, vocab, tmp_path):

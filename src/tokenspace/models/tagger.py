@@ -41,6 +41,8 @@ from tokenspace.models.maxproj import max_projection
 from tokenspace.models.pooling import grid_to_cells
 from tokenspace.models.towers import TEXT_TOWERS, TextTower, register, resolve_weights
 
+EXTRA_KEYS = {"classes", "wordnet", "classifier", "hypernym_levels", "hypernym_decay", "pool", "top_classes",
+              "scale", "text", "table_tokens", "n_classes"}
 POOLS = ("cells", "image", "both")
 TEXT_SIDES = ("splade", "bag")
 
@@ -94,6 +96,9 @@ class TaggerModel(DualEncoder):
     def __init__(self, config, vocab, tokenizer_vocab=None):
         super().__init__(config, vocab, tokenizer_vocab)
         ex = config.extra or {}
+        unknown = set(ex) - EXTRA_KEYS
+        if unknown:  # a misspelt option must not silently fall back to its default
+            raise ValueError(f"unknown tagger options {sorted(unknown)}; known: {sorted(EXTRA_KEYS)}")
         self.pool = ex.get("pool", "cells")
         self.text_side = ex.get("text", "splade")
         self.top_classes = int(ex.get("top_classes", 5))
