@@ -10,6 +10,7 @@
     tokenspace decode --model DIR ...        top tokens of an image or a text
     tokenspace demo                          the main job: train, index, search, report
     tokenspace serve --model M --index I     the HTTP API and web page
+    tokenspace export-st MODEL OUT           STAIR's text side as a sentence-transformers SparseEncoder
 """
 from __future__ import annotations
 
@@ -57,14 +58,34 @@ def _positive_float(text: str) -> float:
 _positive_float.__name__ = "positive number"
 
 
-def _load_model(ref: str):
-    """A model folder, or a config name (see `tokenspace.list_models()`); a missing folder is named."""
+def _load_model(ref: str, device: str = "cpu"):
+    """A model folder or a release name (`tokenspace.models.registry.list_releases()`), on ``device``;
+    a missing folder is named. A config name is an untrained architecture: refused (library message)."""
     from tokenspace.models.registry import load
 
     looks_like_path = os.sep in ref or ref.startswith(".") or Path(ref).suffix in (".json", ".safetensors")
     if looks_like_path and not Path(ref).exists():
         raise CLIError(f"no model at {ref}")
-    return load(ref)
+    dev = _device(device)
+    model = load(ref)
+    return model.to(dev) if dev.type != "cpu" else model
+
+
+def _device(name: str):
+    """--device as a torch.device that exists here (cpu, cuda, cuda:1, mps)."""
+    import torch
+
+    try:
+        dev = torch.device(name)
+    except RuntimeError as e:
+        raise CLIError(f"--device {name}: not a torch device ({_one_line(e)})") from None
+    available = {"cpu": lambda: True, "cuda": torch.cuda.is_available,
+                 "mps": lambda: getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()}
+    if not available.get(dev.type, lambda: False)():
+        raise CLIError(f"--device {name}: not available on this machine")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise CLIError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return dev
 
 
 def _load_index(path: str, *, verify: bool = True, nonempty: bool = True):
@@ -155,7 +176,7 @@ def _encode(args) -> int:
     if len(collection) == 0:
         raise CLIError(f"--shards {' '.join(args.shards)}: no complete (image + text) samples "
                        f"({collection.skipped} incomplete)")
-    model = _load_model(args.model)
+    model = _load_model(args.model, args.device)
     index = encode_to_index(model, collection, args.index, args.work or f"{args.index}.parts",
                             args.part_size, args.batch_size)
     if len(index) == 0:
@@ -168,7 +189,7 @@ def _encode(args) -> int:
 def _eval(args) -> int:
     from tokenspace import pipeline
 
-    model = _load_model(args.model)
+    model = _load_model(args.model, args.device)
     results = pipeline.evaluate(model, args.data, home=args.home)
     for spec, metrics in results.items():
         print(spec)
@@ -185,7 +206,7 @@ def _index(args) -> int:
     if args.action == "build":
         from tokenspace import pipeline
 
-        model = _load_model(args.model)
+        model = _load_model(args.model, args.device)
         vectors, ids, records = pipeline.encode_collection(model, args.data, home=args.home)
         if not ids:
             raise CLIError(f"no readable images in {' '.join(args.data)}: nothing to index")
@@ -204,6 +225,8 @@ def _index(args) -> int:
 
     ids = list(index.ids())
     vectors = index.get(ids)
+    if args.queries:
+        _export_queries(args)
     if args.format == "jsonl":
         out = export.write_jsonl(vectors, ids, args.out)
     elif args.format == "jsonl-int":
@@ -212,6 +235,28 @@ def _index(args) -> int:
         out = export.write_rank_features(vectors, ids, args.out)
     print(f"wrote {len(ids)} documents to {args.out}" + (f" ({len(out)} files)" if isinstance(out, list) else ""))
     return 0
+
+
+def _export_queries(args) -> None:
+    """--queries FILE: one text a line, encoded with the index's model, written beside --out."""
+    from tokenspace import pipeline
+    from tokenspace.index import export
+
+    if args.format == "opensearch":
+        raise CLIError("--queries: OpenSearch takes queries as rank_feature clauses, not a file")
+    texts = [t.strip() for t in Path(args.queries).read_text(encoding="utf-8").splitlines() if t.strip()]
+    if not texts:
+        raise CLIError(f"--queries {args.queries}: no query text in the file")
+    model_ref = args.model or pipeline.read_collection_meta(args.index).get("model")
+    if not model_ref:
+        raise CLIError(f"--queries needs --model: the index at {args.index} does not name its model")
+    queries = _load_model(model_ref).encode_texts(texts)
+    qids = [f"q{n}" for n in range(1, len(texts) + 1)]
+    if args.format == "jsonl":
+        path = export.write_queries_jsonl(queries, qids, Path(args.out).with_name("queries.jsonl"))
+    else:  # Anserini reads only .json/.jsonl files of the collection folder: a .tsv beside them is safe
+        path = export.write_queries_tsv(queries, qids, Path(args.out).with_name("queries.tsv"), scale=args.scale)
+    print(f"wrote {len(texts)} queries (q1..q{len(texts)}, in file order) to {path}")
 
 
 def _search(args) -> int:
@@ -272,8 +317,19 @@ def _demo(args) -> int:
 def _serve(args) -> int:
     from tokenspace.serve.app import run
 
-    run(model=args.model, index=args.index, host=args.host, port=args.port)
+    run(model=_load_model(args.model, args.device), index=args.index, host=args.host, port=args.port)
     return 0
+
+
+def _export_st(args) -> int:
+    from tokenspace.models.export_st import export_sentence_transformers
+
+    out = export_sentence_transformers(_load_model(args.model), args.out)
+    print(f"wrote a sentence-transformers SparseEncoder folder: {out}")
+    return 0
+
+
+DEVICE_HELP = "torch device for the model: cpu (default), cuda, cuda:N or mps"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -315,28 +371,31 @@ def build_parser() -> argparse.ArgumentParser:
     t.set_defaults(fn=_train)
 
     e = sub.add_parser("eval", help="retrieval metrics of a model on data specs")
-    e.add_argument("--model", required=True, help="model folder or config name")
+    e.add_argument("--model", required=True, help="model folder or release name")
     e.add_argument("--data", nargs="+", required=True, help="DATASET:SPLIT[:LIMIT] specs (or MANIFEST.jsonl:SPLIT)")
     e.add_argument("--json", default=None, help="also write the metrics here")
+    e.add_argument("--device", default="cpu", help=DEVICE_HELP)
     e.set_defaults(fn=_eval)
 
     en = sub.add_parser("encode", help="encode webdataset shards into an index, in resumable parts")
-    en.add_argument("--model", required=True, help="model folder or config name")
+    en.add_argument("--model", required=True, help="model folder or release name")
     en.add_argument("--shards", nargs="+", required=True, help="tar paths, globs or {000..099} ranges")
     en.add_argument("--index", required=True, help="index folder (created, or extended on a rerun)")
     en.add_argument("--work", default=None, help="folder for the encoded parts (default INDEX.parts)")
     en.add_argument("--part-size", type=_positive_int, default=8192,
                     help="images per part, the unit of resumption (default 8192)")
     en.add_argument("--batch-size", type=_positive_int, default=256, help="images per model call (default 256)")
+    en.add_argument("--device", default="cpu", help=DEVICE_HELP)
     en.set_defaults(fn=_encode)
 
     i = sub.add_parser("index", help="build, inspect or export an inverted index")
     isub = i.add_subparsers(dest="action", required=True, metavar="ACTION")
     ib = isub.add_parser("build", help="encode a collection's images and index them")
-    ib.add_argument("--model", required=True, help="model folder or config name")
+    ib.add_argument("--model", required=True, help="model folder or release name")
     ib.add_argument("--data", nargs="+", required=True, help="DATASET:SPLIT[:LIMIT] specs (or MANIFEST.jsonl:SPLIT)")
     ib.add_argument("--out", required=True, help="index folder to write")
     ib.add_argument("--top-n", type=_positive_int, default=None, help="keep each image's n heaviest tokens")
+    ib.add_argument("--device", default="cpu", help=DEVICE_HELP)
     ist = isub.add_parser("stats", help="print an index's statistics as JSON")
     ist.add_argument("index", help="index folder")
     iex = isub.add_parser("export", help="write the index's vectors in another engine's format")
@@ -347,6 +406,10 @@ def build_parser() -> argparse.ArgumentParser:
     iex.add_argument("--out", required=True, help="output file (jsonl formats) or folder (opensearch)")
     iex.add_argument("--scale", type=_positive_float, default=100.0,
                      help="jsonl-int: integer impact = max(1, round(weight x scale)) (default 100)")
+    iex.add_argument("--queries", default=None, metavar="FILE",
+                     help="also encode these query texts (one a line) into a query file beside --out: "
+                          "queries.jsonl (jsonl, Seismic) or queries.tsv (jsonl-int, Anserini)")
+    iex.add_argument("--model", default=None, help="--queries: model folder (default: the index's own)")
     i.set_defaults(fn=_index)
 
     s = sub.add_parser("search", help="search an index by text (or image), explaining every hit")
@@ -359,7 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=_search)
 
     dc = sub.add_parser("decode", help="top tokens of images or texts")
-    dc.add_argument("--model", required=True, help="model folder or config name")
+    dc.add_argument("--model", required=True, help="model folder or release name")
     dc.add_argument("--image", nargs="*", default=None, help="image files")
     dc.add_argument("--text", nargs="*", default=None, help="texts")
     dc.add_argument("-k", type=_positive_int, default=15, help="tokens per input (default 15)")
@@ -373,11 +436,17 @@ def build_parser() -> argparse.ArgumentParser:
     dm.set_defaults(fn=_demo)
 
     sv = sub.add_parser("serve", help="HTTP API and web page")
-    sv.add_argument("--model", required=True, help="model folder or config name")
+    sv.add_argument("--model", required=True, help="model folder or release name")
     sv.add_argument("--index", required=True, help="index folder written by `tokenspace index build`")
     sv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     sv.add_argument("--port", type=_port, default=8000, help="TCP port (default 8000)")
+    sv.add_argument("--device", default="cpu", help=DEVICE_HELP)
     sv.set_defaults(fn=_serve)
+
+    st = sub.add_parser("export-st", help="the STAIR text encoder as a sentence-transformers SparseEncoder folder")
+    st.add_argument("model", help="STAIR model folder or release name")
+    st.add_argument("out", help="folder to write (replaced)")
+    st.set_defaults(fn=_export_st)
     return p
 
 

@@ -238,7 +238,7 @@ def vocabulary_embeddings(model, batch_size: int = 2048) -> np.ndarray:
     outs = []
     with torch.no_grad():
         for s in range(0, len(vocab), batch_size):
-            ids = torch.arange(s, min(s + batch_size, len(vocab)), dtype=torch.int64)[:, None]
+            ids = torch.arange(s, min(s + batch_size, len(vocab)), dtype=torch.int64, device=model.device)[:, None]
             ids = torch.cat([torch.full_like(ids, cls_id), ids, torch.full_like(ids, sep_id)], dim=1)  # [b, 3]
             emb = model.normalize(model.text_embed(ids, torch.ones_like(ids))).float()
             outs.append(emb.cpu().numpy())

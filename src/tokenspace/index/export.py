@@ -164,6 +164,7 @@ def write_queries_tsv(
     if batch.nnz and not np.all(np.isfinite(batch.values)):
         raise ValueError("cannot export non-finite weights")
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8", newline="\n") as f:
         for qid, i in zip(ids, range(len(batch))):
@@ -178,6 +179,7 @@ def write_queries_tsv(
 def _write_jsonl(batch, ids, path, scale, id_key) -> Path:
     ids = _check_ids(batch, ids)
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     key = _dump(id_key)
     with open(tmp, "w", encoding="utf-8", newline="\n") as f:
