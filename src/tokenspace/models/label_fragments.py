@@ -49,6 +49,9 @@ def label_token_table(tokenizer, wnids, lemmas, max_tokens: int) -> tuple[torch.
 class LabelFragments(nn.Module):
     def __init__(self, spec: dict, in_channels: int, width: int, tokenizer):
         super().__init__()
+        unknown = set(spec) - {"classes", "classifier", "k", "max_label_tokens", "n_classes"}
+        if unknown:
+            raise ValueError(f"unknown label_fragments options {sorted(unknown)}")
         self.k = int(spec.get("k", 16))
         self.max_label_tokens = int(spec.get("max_label_tokens", 4))
         if self.k < 1 or self.max_label_tokens < 1:
