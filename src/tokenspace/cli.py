@@ -253,9 +253,11 @@ def _export_queries(args) -> None:
     queries = _load_model(model_ref).encode_texts(texts)
     qids = [f"q{n}" for n in range(1, len(texts) + 1)]
     if args.format == "jsonl":
-        path = export.write_queries_jsonl(queries, qids, Path(args.out).with_name("queries.jsonl"))
-    else:  # Anserini reads only .json/.jsonl files of the collection folder: a .tsv beside them is safe
-        path = export.write_queries_tsv(queries, qids, Path(args.out).with_name("queries.tsv"), scale=args.scale)
+        path = Path(args.queries_out or Path(args.out).with_name("queries.jsonl"))
+        export.write_queries_jsonl(queries, qids, path)
+    else:  # Anserini parses every file of the collection folder: the topics go beside that folder
+        path = Path(args.queries_out or Path(args.out).resolve().parent.parent / "queries.tsv")
+        export.write_queries_tsv(queries, qids, path, scale=args.scale)
     print(f"wrote {len(texts)} queries (q1..q{len(texts)}, in file order) to {path}")
 
 
@@ -407,8 +409,10 @@ def build_parser() -> argparse.ArgumentParser:
     iex.add_argument("--scale", type=_positive_float, default=100.0,
                      help="jsonl-int: integer impact = max(1, round(weight x scale)) (default 100)")
     iex.add_argument("--queries", default=None, metavar="FILE",
-                     help="also encode these query texts (one a line) into a query file beside --out: "
-                          "queries.jsonl (jsonl, Seismic) or queries.tsv (jsonl-int, Anserini)")
+                     help="also encode these query texts (one a line) into a query file: queries.jsonl "
+                          "beside --out (jsonl, Seismic) or queries.tsv beside --out's folder (jsonl-int, "
+                          "Anserini, which parses every file of the collection folder)")
+    iex.add_argument("--queries-out", default=None, metavar="PATH", help="--queries: write the query file here")
     iex.add_argument("--model", default=None, help="--queries: model folder (default: the index's own)")
     i.set_defaults(fn=_index)
 

@@ -55,10 +55,14 @@ def test_index_export_writes_the_query_file_beside(world, tmp_path):
     lines = [json.loads(x) for x in (tmp_path / "s" / "queries.jsonl").read_text().splitlines()]
     assert [q["id"] for q in lines] == ["q1", "q2"] and all(q["vector"] for q in lines)
     r = world.run("index", "export", world.index, "--format", "jsonl-int", "--out",
-                  tmp_path / "a" / "docs.jsonl", "--queries", queries, "--scale", "10")
+                  tmp_path / "a" / "collection" / "docs.jsonl", "--queries", queries, "--scale", "10")
     assert r.code == 0, r.err
+    assert [p.name for p in (tmp_path / "a" / "collection").iterdir()] == ["docs.jsonl"]  # Anserini reads all
     tsv = (tmp_path / "a" / "queries.tsv").read_text().splitlines()
     assert [t.split("\t")[0] for t in tsv] == ["q1", "q2"] and all(t.split("\t")[1] for t in tsv)
+    r = world.run("index", "export", world.index, "--format", "jsonl", "--out", tmp_path / "s" / "docs.jsonl",
+                  "--queries", queries, "--queries-out", tmp_path / "elsewhere" / "q.jsonl")
+    assert r.code == 0 and (tmp_path / "elsewhere" / "q.jsonl").exists()
     r = world.run("index", "export", world.index, "--format", "opensearch", "--out", tmp_path / "o",
                   "--queries", queries)
     assert r.code == 1 and "--queries" in r.error_line()

@@ -232,7 +232,7 @@ def _anserini_files(tmp_path, seed=3):
                                   vocab=docs.vocab)
     doc_ids = [f"img{i:04d}" for i in range(len(docs))]
     q_ids = [f"q{i}" for i in range(len(queries))]
-    (tmp_path / "collection").mkdir()  # Anserini indexes every .json/.jsonl file of this folder
+    (tmp_path / "collection").mkdir()  # Anserini parses every file of this folder: the docs alone
     doc_file = write_jsonl_quantized(docs, doc_ids, tmp_path / "collection" / "docs.jsonl", scale=100)
     q_file = write_queries_tsv(queries, q_ids, tmp_path / "queries.tsv", scale=100)
     return docs, doc_ids, q_ids, doc_file, q_file

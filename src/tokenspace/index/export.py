@@ -130,8 +130,8 @@ def write_jsonl_quantized(
 ) -> Path:
     """Integer impact JSONL (Anserini/pyserini ``JsonVectorCollection``): weights ``quantize(w, scale)``.
 
-    Every nonzero weight stays nonzero (at least 1). Anserini indexes a folder of ``.json``/``.jsonl``
-    files: put this file alone in one (``write_queries_tsv`` goes beside that folder, not in it)::
+    Every nonzero weight stays nonzero (at least 1). Anserini indexes a folder and parses every file
+    in it as JSON: put this file alone in one (``write_queries_tsv`` goes beside that folder)::
 
         java -cp anserini-fatjar.jar io.anserini.index.IndexCollection -collection JsonVectorCollection \\
             -input collection/ -index idx/ -generator DefaultLuceneDocumentGenerator -impact -pretokenized
