@@ -10,6 +10,7 @@ key includes a digest of the tower's weights: a model whose tower was trained ge
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -67,7 +68,14 @@ def cache_image_grids(model, paths: Sequence[str | os.PathLike], cache_dir: str 
     tower.eval()  # eval-mode BatchNorm (and no drop-connect): the cache must not depend on the caller's mode
     try:
         key = cache_key(model.config.image_tower, tower.image_size, paths, weights_digest(tower), at)
-        return _fill(model, paths, Path(cache_dir) / key, batch_size, progress, at)
+        root = Path(cache_dir) / key
+        root.mkdir(parents=True, exist_ok=True)
+        # one filler per cache: two processes filling one folder would each save their own `ok` mask
+        # over the other's (rows the other had done read back as unreadable); the second one waits,
+        # then finds the cache complete
+        with open(root / ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            return _fill(model, paths, root, batch_size, progress, at)
     finally:
         tower.train(was_training)
 
