@@ -56,14 +56,32 @@ def stage_times(log_path: Path) -> dict[str, float]:
     return {s: last[s] / count[s] for s in last}
 
 
-def run_variant(name: str, out_root: Path, home=None, seed: int = 0) -> dict:
+def scaled(recipe, scale: float):
+    """The recipe with every step count (stages, lr and FLOPs warm-ups) times ``scale``: a like-with-like
+    comparison at a fraction of the budget when the machine is too busy for the full one."""
+    from dataclasses import replace
+
+    if scale == 1:
+        return recipe
+    n = lambda x: max(1, round(x * scale)) if x else 0  # noqa: E731
+    d = recipe.to_dict()
+    if d.get("plan"):
+        d["plan"] = {**d["plan"], "dense_steps": n(d["plan"]["dense_steps"]), "warmup_steps": n(d["plan"]["warmup_steps"])}
+        d["stages"] = []
+    else:
+        d["stages"] = [{**s, "steps": n(s["steps"]), "warmup_steps": n(s["warmup_steps"])} for s in d["stages"]]
+    d["flops_warmup"] = n(d["flops_warmup"])
+    return replace(type(recipe).from_dict(d), name=f"{recipe.name}@{scale:g}")
+
+
+def run_variant(name: str, out_root: Path, home=None, seed: int = 0, scale: float = 1.0) -> dict:
     from tokenspace import pipeline
     from tokenspace.train.recipe import Recipe
 
     recipe_name, over, what = VARIANTS[name]
     over = {**over, "data": DATA, "seed": seed}
-    recipe = Recipe.load(recipe_name, **over)
-    out = out_root / f"{name}-s{seed}"
+    recipe = scaled(Recipe.load(recipe_name, **over), scale)
+    out = out_root / f"{name}-s{seed}-x{scale:g}"
     t0 = time.time()
     pipeline.train(recipe, out, home=home, progress=False)
     wall = time.time() - t0
@@ -72,7 +90,7 @@ def run_variant(name: str, out_root: Path, home=None, seed: int = 0) -> dict:
     r1 = lambda k: round(100 * ev[k], 1)  # noqa: E731
     keys = {f"{d}_r{k}": f"{m}_retrieval_recall@{k}" for d, m in (("t2i", "image"), ("i2t", "text")) for k in (1, 5, 10)}
     ids = "\n".join(r.id for spec in (DATA["train"], DATA["eval"]) for r in pipeline.load_data(spec, home))
-    rec = {"variant": name, "seed": seed, "data_sha1": hashlib.sha1(ids.encode()).hexdigest()[:12], "recipe": recipe_name, "overrides": {k: v for k, v in over.items() if k != "data"},
+    rec = {"variant": name, "seed": seed, "scale": scale, "data_sha1": hashlib.sha1(ids.encode()).hexdigest()[:12], "recipe": recipe_name, "overrides": {k: v for k, v in over.items() if k != "data"},
            "what": what, "stages": [[s.name, s.steps, s.lr] for s in recipe.stages], "steps": recipe.total_steps,
            "wall_s": round(wall, 1), "sec_per_step": {k: round(v, 3) for k, v in stage_times(out / "log.jsonl").items()}}
     for k, src in keys.items():
@@ -120,7 +138,7 @@ def table(rows: list[dict]) -> str:
     lines = [head, "|" + "---|" * 2 + "---:|" * 10]
     for r in rows:
         last = list(r["sec_per_step"].values())[-1]
-        lines.append(f"| {r['variant']} (seed {r['seed']}) | {r['what']} | {r['steps']} | {r.get('t2i_r1')} | "
+        lines.append(f"| {r['variant']} (seed {r['seed']}, x{r.get('scale', 1):g}) | {r['what']} | {r['steps']} | {r.get('t2i_r1')} | "
                      f"{r.get('t2i_r10')} | {r.get('i2t_r1')} | {r.get('i2t_r10')} | {r['mean_recall']} | "
                      f"{r.get('nnz_image', '—')} | {r.get('nnz_text', '—')} | {last} | {r['wall_s'] / 60:.1f} |")
     return "\n".join(lines)
@@ -130,6 +148,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--variants", nargs="*", default=[], choices=sorted(VARIANTS))
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--scale", type=float, default=1.0, help="multiply every step count (like with like)")
     ap.add_argument("--out", default="benchmarks/results/stair_training.json")
     ap.add_argument("--runs", default="runs/exp/stair_training")
     ap.add_argument("--home", default=None)
@@ -139,12 +158,12 @@ def main() -> None:
     args = ap.parse_args()
     path = Path(args.out)
     doc = json.loads(path.read_text()) if path.exists() else {"runs": [], "batch_sweep": []}
-    done = {(r["variant"], r["seed"]) for r in doc["runs"]}
+    done = {(r["variant"], r["seed"], r.get("scale", 1.0)) for r in doc["runs"]}
     for name in args.variants:
-        if (name, args.seed) in done:
+        if (name, args.seed, args.scale) in done:
             print(f"{name} seed {args.seed}: done already", flush=True)
             continue
-        rec = run_variant(name, Path(args.runs), args.home, args.seed)
+        rec = run_variant(name, Path(args.runs), args.home, args.seed, args.scale)
         rec["measured"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         doc["runs"].append(rec)
         path.parent.mkdir(parents=True, exist_ok=True)
