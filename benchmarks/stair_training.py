@@ -132,6 +132,42 @@ def batch_sweep(batches: list[int], steps: int, variants: list[str], home=None) 
     return out
 
 
+def tower_costs(image_size: int = 128) -> list[dict]:
+    """What each train_image_from option trains of EfficientNet-Lite0 (parameters, multiply-adds per
+    image of its conv layers) and what its cache holds per image: static counts, no timing."""
+    import torch
+
+    from tokenspace.models.towers import build_image_tower
+
+    t = build_image_tower({"type": "efficientnet-lite0", "weights": None, "image_size": image_size}).eval()
+    macs: dict[str, int] = {}
+
+    def hook(name):
+        def count(m, _inp, out):
+            macs[name] = out.numel() * m.kernel_size[0] * m.kernel_size[1] * (m.in_channels // m.groups)
+        return count
+
+    for name, m in t.named_modules():
+        if isinstance(m, torch.nn.Conv2d):
+            m.register_forward_hook(hook(name))
+    x = torch.zeros(1, 3, image_size, image_size)
+    with torch.no_grad():
+        t(x)
+    total, n_params = sum(macs.values()), sum(p.numel() for p in t.parameters())
+    rows = []
+    for option, at in (("head", 16), (-1, 15), (-2, 14), (-5, 11)):
+        top = sum(v for k, v in macs.items() if k.startswith("net._conv_head")
+                  or any(k.startswith(f"net._blocks.{b}.") for b in range(at, t.n_blocks)))
+        with torch.no_grad():
+            cached = t.trunk(x, at).shape[1:]
+        rows.append({"train_image_from": option, "blocks": f"{at}-{t.n_blocks - 1} + head" if at < 16 else "head",
+                     "params_M": round(sum(p.numel() for p in t.top_parameters(at)) / 1e6, 2),
+                     "params_share": round(sum(p.numel() for p in t.top_parameters(at)) / n_params, 3),
+                     "macs_M": round(top / 1e6, 1), "macs_share": round(top / total, 3),
+                     "cached_per_image": list(cached)})
+    return rows
+
+
 def table(rows: list[dict]) -> str:
     head = ("| variant | what | steps | T→I R@1 | T→I R@10 | I→T R@1 | I→T R@10 | mean R | nnz img | nnz txt "
             "| s/step (stage 3) | wall (min) |")
@@ -152,6 +188,7 @@ def main() -> None:
     ap.add_argument("--out", default="benchmarks/results/stair_training.json")
     ap.add_argument("--runs", default="runs/exp/stair_training")
     ap.add_argument("--home", default=None)
+    ap.add_argument("--tower-costs", action="store_true", help="static parameter / multiply-add counts")
     ap.add_argument("--batch-sweep", nargs="*", type=int, default=[])
     ap.add_argument("--sweep-variants", nargs="*", default=["base", "last1"], choices=sorted(VARIANTS))
     ap.add_argument("--steps", type=int, default=12, help="steps per batch size in the sweep")
@@ -169,6 +206,10 @@ def main() -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(doc, indent=1))
         print(json.dumps(rec), flush=True)
+    if args.tower_costs:
+        doc["tower_costs"] = tower_costs()
+        path.write_text(json.dumps(doc, indent=1))
+        print(json.dumps(doc["tower_costs"], indent=1))
     if args.batch_sweep:
         doc["batch_sweep"] += batch_sweep(args.batch_sweep, args.steps, args.sweep_variants, args.home)
         path.write_text(json.dumps(doc, indent=1))
