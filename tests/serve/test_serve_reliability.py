@@ -138,3 +138,11 @@ def test_the_schema_and_the_service_agree_on_what_is_valid(client, body):
     valid = jsonschema_rs.Draft202012Validator(schema).is_valid(body)
     r = client.post("/search", json=body)
     assert (r.status_code != 422) == valid, (valid, r.status_code, r.text)
+
+
+def test_malformed_multipart_is_a_documented_400(client):
+    """Found by the fuzz test: Starlette refuses a broken multipart body with 400; the schema must say so."""
+    r = client.post("/search/image", content=b"--xx\r\n1899--xx--\r\n",
+                    headers={"content-type": "multipart/form-data; boundary=xx"})
+    assert r.status_code == 400 and r.json()["detail"]
+    assert "400" in client.get("/openapi.json").json()["paths"]["/search/image"]["post"]["responses"]

@@ -93,7 +93,8 @@ def build_app(service: SearchService, max_upload_bytes: int = MAX_UPLOAD_BYTES,
         return service.search_text(req.text, req.k, req.must, req.must_not, req.where, req.steer)
 
     @app.post("/search/image", response_model=schemas.SearchResponse,
-              responses={413: {"model": schemas.Error}, 415: {"model": schemas.Error}, **SLOW_BODY})
+              responses={400: {"model": schemas.Error, "description": "malformed multipart body"},
+                         413: {"model": schemas.Error}, 415: {"model": schemas.Error}, **SLOW_BODY})
     def search_image(file: Annotated[UploadFile, File(description="a PNG, JPEG, WebP or GIF image")],
                      k: Annotated[int, Query(ge=1, le=schemas.MAX_K)] = 10):
         """Images similar to an uploaded one."""
