@@ -11,7 +11,7 @@ vocabulary and the images of a collection that activate it most.
 * The word list (``concept_vocabulary``) follows the paper: the first lemma of every WordNet synset
   (Debian ``wordnet-base``, asset ``wordnet``: 86,571 distinct lemmas) merged with the 20K most common
   English words (the paper uses Oikarinen & Weng's list; ours is ``wordfreq``'s ``top_n_list("en",
-  20000)``, entries without a letter dropped): 95,174 words here against the paper's 98,619.
+  20000)``, 19,963 after dropping entries without a letter): 95,137 words here against the paper's 98,619.
 
 A feature is **multimodal** when its two lists agree: with captions for the images, when at least
 ``min_agreement`` of its top images have a caption that contains one of its top words. Without
