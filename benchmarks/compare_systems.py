@@ -287,7 +287,11 @@ def cmd_expansion(a) -> None:
 def cmd_features(a) -> None:
     from tokenspace.explain.features import concept_vocabulary, name_model_features
 
-    model = train_run(scaled(Recipe.load(SYSTEMS["sparse-clip"]), a.scale), a.runs / "sparse-clip", True)
+    if a.model:  # an already trained model folder (e.g. tokenspace train --recipe sparse-clip-emoji)
+        model, source, out = DualEncoder.from_pretrained(a.model), f"Model `{a.model}`", a.model.parent
+    else:
+        model = train_run(scaled(Recipe.load(SYSTEMS["sparse-clip"]), a.scale), a.runs / "sparse-clip", True)
+        source, out = "The sparse-clip run of the systems table", a.runs / "sparse-clip"
     words = concept_vocabulary(common_limit=a.common_words)  # wordfreq top-N + WordNet (paper Sec. 3.2)
     if a.max_words:
         words = words[: a.max_words]
@@ -299,9 +303,9 @@ def cmd_features(a) -> None:
     log(f"naming {len(model.vocab)} features with {len(words)} words and {len(records)} images")
     table = name_model_features(model, words, np.concatenate(grids), [r.id for r in records],
                                 [r.text for r in records], top_k=10, agreement_k=5)
-    js, _ = table.save(a.runs / "sparse-clip" / "features")
+    js, _ = table.save(out / "features")
     s = table.summary()
-    body = (f"The sparse-clip run of the systems table; {len(words)} words (wordfreq's {a.common_words} most common "
+    body = (f"{source}; {len(words)} words (wordfreq's {a.common_words} most common "
             f"English words + first WordNet lemma per synset), ranked by raw (unnormalised) activations as in "
             f"the paper's Fig. 9; {len(records)} test images ({' + '.join(TEST_SPECS)}). A feature is multimodal "
             f"when >= 50% of its 5 top images have a caption containing one of its 5 top words. Named (live) "
@@ -323,6 +327,7 @@ def main(argv=None) -> None:
     p.add_argument("--expansions", default="1,4,16,32")
     p.add_argument("--common-words", type=int, default=20000)
     p.add_argument("--max-words", type=int, default=0)
+    p.add_argument("--model", type=Path, default=None, help="features: name this trained model folder")
     p.add_argument("--doc", type=Path, default=DOC, help="results markdown (smoke runs: a scratch file)")
     a = p.parse_args(argv)
     DOC, IMG = a.doc, a.doc.parent / "img"
