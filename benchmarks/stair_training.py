@@ -22,7 +22,7 @@ DATA = {"train": ["emoji:train", "openclipart:train:2000"], "eval": ["emoji:val"
 
 # name -> (recipe, overrides, what it is)
 VARIANTS = {
-    "base": ("stair-emoji", {}, "stair-emoji as is (tuned: revive 0.1; 50/25/225; frozen tower, head on cached grids)"),
+    "base": ("stair-emoji", {}, "stair-emoji as is (tuned: revive 0.1; stages 2:1:9 in the dense budget; frozen tower)"),
     "head": ("stair-emoji", {"train_image_from": "head"}, "base + the tower's conv head (1x1 320->1280 + BN) trained"),
     "last1": ("stair-emoji", {"train_image_from": -1}, "base + block 15 (stage 7) + conv head trained"),
     "last2": ("stair-emoji", {"train_image_from": -2}, "base + blocks 14-15 + conv head trained"),
@@ -32,14 +32,14 @@ VARIANTS = {
                  "base + FLOPs as at batch 16,384 (flops_reference_batch; same lambda)"),
     "perstage": ("stair-emoji", {"loss": {"lambda": 1e-3, "flops_warmup": 100, "flops_warmup_per_stage": True}},
                  "base + lambda's quadratic warm-up restarting in every stage (the paper's reading)"),
-    "split": ("stair-emoji-split", {}, "tuned STAIR, paper compute split: 67/33/300 (stage 3 = dense budget)"),
+    "split": ("stair-emoji-split", {}, "tuned STAIR, paper compute split (stage 3 = the dense budget, stages 1+2 on top)"),
     "split-last1": ("stair-emoji-split", {"train_image_from": -1}, "split + block 15 + conv head trained"),
-    "paper": ("stair-emoji-paper", {}, "paper-faithful STAIR: eq. 4-5 head, 150/150/300 at 1e-3/1e-3/1e-4, "
-                                       "lambda ramp per stage (no revive gradient)"),
+    "paper": ("stair-emoji-paper", {}, "paper-faithful STAIR (stair-emoji-paper): eq. 4-5 head, paper split 1:1:2, "
+                                       "lr 1e-3/1e-3/1e-4, lambda ramp per stage"),
     "paper-equal": ("stair-emoji-paper", {"plan": {"dense_steps": 300, "split": "equal", "ratio": [1, 1, 2], "lr": 1e-3,
                                                    "stage3_lr": 1e-4, "warmup_steps": 5}},
-                    "paper-faithful STAIR in the dense budget: 75/75/150"),
-    "dense": ("dense-emoji", {}, "dense baseline, same towers and data, 300 steps"),
+                    "paper-faithful STAIR, stages 1:1:2 in the dense budget"),
+    "dense": ("dense-emoji", {}, "dense-emoji: the dense baseline, same towers, data and budget"),
     "dense-last1": ("dense-emoji", {"train_image_from": -1}, "dense + block 15 + conv head trained"),
 }
 
