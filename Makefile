@@ -3,7 +3,7 @@ PY      ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
-EXTRAS  ?= serve,dev,milvus,dense
+EXTRAS  ?= serve,dev,milvus,dense,explain
 
 .PHONY: install e2e-deps demo test bench assets reproduce serve lint clean
 

@@ -194,39 +194,40 @@ def test_pipeline_trains_the_top_and_evaluates_with_it(tmp_path, tiny_pairs, tin
     assert json.loads((tmp_path / "run" / "recipe.json").read_text())["train_image_from"] == -1
 
 
-def _fill_in_child(model, paths, cache_dir, delay, start_after, out, loads):
+def test_one_cache_has_one_filler_at_a_time(make_model, tiny_pairs, tmp_path, monkeypatch):
+    """A slow filler and a second one that starts while it runs, on the same cache. Without a lock both
+    fill rows and each saves its own `ok` mask over the other's, so one can read back rows as unreadable
+    (seen: 32 of 4,768 OpenClipart rows dropped); with it, the second waits and reads a complete cache.
+    Threads, not forked processes: flock locks an open file description, so two threads that each open
+    the lock file contend as two processes do, and a thread cannot be left hanging after the test (a
+    forked child of a process with torch's thread pool can deadlock and keep pytest from exiting)."""
+    import threading
     import time
 
     import tokenspace.data.images as images
 
-    real = images.load_image
-
-    def counted(p):
-        with loads.get_lock():
-            loads.value += 1
-        time.sleep(delay)
-        return real(p)
-
-    images.load_image = counted
-    time.sleep(start_after)
-    out.put(int(cache_image_grids(model, paths, cache_dir, batch_size=1, progress=False).ok.sum()))
-
-
-def test_one_cache_has_one_filler_at_a_time(make_model, tiny_pairs, tmp_path):
-    """A slow filler and a second one that starts while it runs, on the same cache. Without a lock both
-    fill rows and each saves its own `ok` mask over the other's, so one can read back rows as unreadable
-    (seen: 32 of 4,768 OpenClipart rows dropped); with it, the second waits and reads a complete cache."""
-    import multiprocessing as mp
-
     m = make_model().eval()
     paths = [str(p) for p in tiny_pairs[0]]
-    ctx = mp.get_context("fork")
-    out, loads = ctx.Queue(), ctx.Value("i", 0)
-    procs = [ctx.Process(target=_fill_in_child, args=(m, paths, tmp_path, d, s, out, loads))
-             for d, s in ((0.15, 0.0), (0.0, 0.5))]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(60)
-    assert [out.get(timeout=5) for _ in procs] == [len(paths)] * 2
-    assert loads.value == len(paths)  # every image decoded once: the second filler found the cache done
+    real, loads, count = images.load_image, [], threading.Lock()
+
+    def slow_load(p):
+        with count:
+            loads.append(p)
+        time.sleep(0.1)
+        return real(p)
+
+    monkeypatch.setattr(images, "load_image", slow_load)
+    results: dict[int, int] = {}
+
+    def fill(n, start_after):
+        time.sleep(start_after)
+        results[n] = int(cache_image_grids(m, paths, tmp_path, batch_size=1, progress=False).ok.sum())
+
+    threads = [threading.Thread(target=fill, args=(n, s), daemon=True) for n, s in ((0, 0.0), (1, 0.3))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads), "a filler did not finish"
+    assert results == {0: len(paths), 1: len(paths)}
+    assert len(loads) == len(paths)  # every image decoded once: the second filler found the cache done

@@ -1,0 +1,49 @@
+"""Atomic file writes: write beside the target, fsync, then rename over it, so a reader (or a run killed
+half-way) sees the old file or the new one, never half of one. The one place that does this: index
+segments, manifests, caches, checkpoints and reports all write through here."""
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+from typing import IO, Iterator
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """A temporary path in the target's folder for any writer (np.save, torch.save, a library's own
+    save): on success it replaces ``path``; on any error it is removed and ``path`` is left as it was.
+    The temporary name keeps the target's suffix, so writers that append one (np.save) do not."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=f".tmp{path.suffix}")
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        yield tmp
+        with open(tmp, "rb+") as f:  # the writer may not have synced: the rename must not outrun the data
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike, mode: str = "w", **kwargs) -> Iterator[IO]:
+    """``open(path, mode)`` that lands all at once when the block ends without an error."""
+    if not mode.startswith("w"):
+        raise ValueError(f"atomic_open writes a whole file: mode must start with 'w', not {mode!r}")
+    with atomic_path(path) as tmp, open(tmp, mode, **kwargs) as f:
+        yield f
+
+
+def write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8") -> None:
+    with atomic_open(path, "w", encoding=encoding) as f:
+        f.write(text)
+
+
+def write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    with atomic_open(path, "wb") as f:
+        f.write(data)

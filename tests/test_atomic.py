@@ -1,0 +1,37 @@
+import numpy as np
+import pytest
+
+from tokenspace.atomic import atomic_open, atomic_path, write_bytes, write_text
+
+
+def test_write_replaces_the_whole_file(tmp_path):
+    p = tmp_path / "sub" / "a.json"
+    write_text(p, "old")
+    write_text(p, "new")
+    assert p.read_text() == "new"
+    write_bytes(p, b"\x00\x01")
+    assert p.read_bytes() == b"\x00\x01"
+    assert [q.name for q in p.parent.iterdir()] == ["a.json"]  # no temporary left behind
+
+
+def test_an_error_leaves_the_old_file_and_no_temporary(tmp_path):
+    p = tmp_path / "a.txt"
+    write_text(p, "old")
+    with pytest.raises(RuntimeError), atomic_open(p) as f:
+        f.write("half of the ne")
+        raise RuntimeError("killed half-way")
+    assert p.read_text() == "old"
+    assert [q.name for q in tmp_path.iterdir()] == ["a.txt"]
+
+
+def test_writers_that_append_a_suffix_keep_the_target_name(tmp_path):
+    p = tmp_path / "grids.npy"
+    with atomic_path(p) as tmp:
+        np.save(tmp, np.arange(3))
+    np.testing.assert_array_equal(np.load(p), np.arange(3))
+    assert [q.name for q in tmp_path.iterdir()] == ["grids.npy"]
+
+
+def test_only_whole_file_modes(tmp_path):
+    with pytest.raises(ValueError, match="mode must start with 'w'"), atomic_open(tmp_path / "x", "a"):
+        pass
