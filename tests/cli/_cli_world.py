@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-WORDS = ["a", "red", "blue", "green", "dog", "cat", "car", "tree", "heart", "and"]
+# "broken": the README's `--where "heart AND NOT broken"` (tests/cli/test_readme.py)
+WORDS = ["a", "red", "blue", "green", "dog", "cat", "car", "tree", "heart", "and", "broken"]
 COLORS = {"red": (220, 30, 30), "blue": (30, 30, 220), "green": (30, 200, 30)}
 SHAPES = ["dog", "cat", "car", "tree"]
 

@@ -1,0 +1,115 @@
+"""The README's "Using it" section, run as written on the tiny world of _cli_world.py: its Python block
+verbatim (in a folder holding the files it names, with the tiny model where it loads a model folder),
+and its shell block line by line with only the data swapped for tiny data (dataset specs, the recipe,
+the shard pattern; `serve` gets a free port and is stopped once it answers). `assets install` is the one
+line not run: it installs the real offline assets (GBs); tests/test_assets.py covers it. A README
+edit that breaks any line fails here."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from _cli_world import Ran
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def _blocks(lang: str) -> list[str]:
+    text = README.read_text()
+    section = text.split("\n## Using it", 1)[1].split("\n## ", 1)[0]
+    return re.findall(rf"```{lang}\n(.*?)```", section, flags=re.S)
+
+
+def _run(argv: list[str], cwd: Path, home: Path, timeout: float = 600) -> Ran:
+    env = dict(os.environ, TOKENSPACE_HOME=str(home), PYTHONUNBUFFERED="1")
+    p = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+    assert "Traceback" not in p.stderr and "Traceback" not in p.stdout, p.stderr
+    return Ran(p.returncode, p.stdout, p.stderr)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _model_folders(code: str) -> list[str]:
+    """Model folders the block loads by path (release names load from models/ as they are)."""
+    return [m for m in re.findall(r"load\(\"([^\"]+)\"\)", code) if "/" in m]
+
+
+def test_the_python_block_runs_verbatim(world, tmp_path):
+    (code,) = _blocks("python")
+    for folder in _model_folders(code):
+        shutil.copytree(world.model, tmp_path / folder)
+    for name in re.findall(r"\"([\w-]+\.png)\"", code):
+        shutil.copy(world.images[len(name) % len(world.images)], tmp_path / name)
+    # the block's own names, checked after it ran: one result list per query, decode per row
+    check = ("\nassert isinstance(hits, list) and len(hits) == 1 and len(hits[0]) >= 1, hits"
+             "\nprint('ok', len(imgs), index.size if hasattr(index, 'size') else len(index))\n")
+    r = _run([sys.executable, "-c", code + check], tmp_path, world.home)
+    assert r.code == 0 and r.out.startswith("ok 2"), r.err
+
+
+def _tiny(line: str, world) -> str:
+    """The README's data swapped for the tiny world's; everything else as written."""
+    swaps = {
+        "--recipe stair-emoji": f"--recipe {world.recipe}",
+        "openclipart:test:300": f"{world.manifest}:train:3",
+        "emoji:test": f"{world.manifest}:test",
+        "'shards/{000..099}.tar'": str(world.shards),
+    }
+    for a, b in swaps.items():
+        line = line.replace(a, b)
+    return line
+
+
+def test_the_shell_block_runs_line_by_line_on_tiny_data(world, tmp_path):
+    (block,) = _blocks("bash")
+    lines = [ln.split("  #")[0].strip() for ln in block.splitlines()]
+    lines = [ln for ln in lines if ln and not ln.startswith("#")]
+    assert lines and all(ln.startswith("tokenspace ") for ln in lines), lines
+    script = Path(sys.executable).with_name("tokenspace")
+    ran = []
+    for line in lines:
+        argv = shlex.split(_tiny(line, world))
+        if argv[1:3] == ["assets", "install"]:
+            continue
+        argv[0] = str(script)
+        if argv[1] == "serve":
+            _serve(argv + ["--port", str(_free_port())], tmp_path, world.home)
+        else:
+            r = _run(argv, tmp_path, world.home)
+            assert r.code == 0, f"{line}\n{r.err}"
+        ran.append(argv[1])
+    # the walk-through ends with a running page over an index it built itself
+    assert {"train", "eval", "index", "search", "decode", "encode", "serve"} <= set(ran), ran
+
+
+def _serve(argv: list[str], cwd: Path, home: Path) -> None:
+    port = argv[-1]
+    env = dict(os.environ, TOKENSPACE_HOME=str(home))
+    proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline, body = time.monotonic() + 120, None
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/stats", timeout=5) as resp:
+                    body = json.loads(resp.read())
+                break
+            except OSError:
+                time.sleep(0.5)
+        assert body is not None and body["size"] > 0, proc.stderr.read() if proc.poll() is not None else "timeout"
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert "Traceback" not in err
