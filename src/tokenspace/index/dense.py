@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tokenspace import atomic
 from tokenspace.index.base import Hit
 
 FORMAT = "tokenspace-dense-flat"
@@ -147,11 +148,10 @@ class DenseIndex:
         handles = sorted(self._ids)
         meta = {"format": FORMAT, "version": VERSION, "dim": self.dim, "next": self._next,
                 "handles": handles, "ids": [self._ids[h] for h in handles]}
-        # write both under temp names, then rename: a crash leaves the previous save intact
-        faiss.write_index(self._index, str(path / "flat.faiss.tmp"))
-        (path / "ids.json.tmp").write_text(json.dumps(meta), encoding="utf-8")
-        os.replace(path / "flat.faiss.tmp", path / "flat.faiss")
-        os.replace(path / "ids.json.tmp", path / "ids.json")
+        # each file lands whole (a crash leaves the previous one); ids.json goes last
+        with atomic.atomic_path(path / "flat.faiss") as tmp:
+            faiss.write_index(self._index, str(tmp))
+        atomic.write_text(path / "ids.json", json.dumps(meta))
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> DenseIndex:

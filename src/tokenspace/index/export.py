@@ -30,6 +30,7 @@ JSON escaping (quotes, backslashes, control characters) is the standard library'
 """
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -38,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tokenspace import atomic
 from tokenspace.sparse import SparseBatch
 
 DEFAULT_SCALE = 100
@@ -165,14 +167,12 @@ def write_queries_tsv(
         raise ValueError("cannot export non-finite weights")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8", newline="\n") as f:
+    with atomic.atomic_open(path, "w", encoding="utf-8", newline="\n") as f:
         for qid, i in zip(ids, range(len(batch))):
             idx, val = batch.row(i)
             keep = val > 0
             reps = quantize(val[keep], scale).tolist()
             f.write(qid + "\t" + " ".join(" ".join([names[j]] * r) for j, r in zip(idx[keep].tolist(), reps)) + "\n")
-    os.replace(tmp, path)
     return path
 
 
@@ -180,12 +180,11 @@ def _write_jsonl(batch, ids, path, scale, id_key) -> Path:
     ids = _check_ids(batch, ids)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
     key = _dump(id_key)
-    with open(tmp, "w", encoding="utf-8", newline="\n") as f:
+    # a crash never leaves a half-written export under the final name
+    with atomic.atomic_open(path, "w", encoding="utf-8", newline="\n") as f:
         f.writelines(f'{{{key}: {_dump(doc_id)}, "vector": {row}}}\n'
                      for doc_id, row in zip(ids, _row_fragments(batch, scale)))
-    os.replace(tmp, path)  # a crash never leaves a half-written export under the final name
     return path
 
 
@@ -227,21 +226,14 @@ def write_rank_features(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = [out / "mapping.json"]
-    written[0].write_text(json.dumps(mapping, indent=2) + "\n", encoding="utf-8")
-    f = None
-    try:
-        rows = _row_fragments(batch, None, names=names, min_value=FLOAT32_MIN_NORMAL)
-        for n, (doc_id, row) in enumerate(zip(ids, rows)):
-            if n % docs_per_file == 0:
-                if f is not None:
-                    f.close()
-                written.append(out / f"bulk-{n // docs_per_file:05d}.ndjson")
-                f = open(written[-1], "w", encoding="utf-8", newline="\n")  # noqa: SIM115 - closed below
-            f.write(_dump({"index": {"_index": index, "_id": doc_id}}) + "\n")
-            f.write(f"{{{_dump(field)}: {row}}}\n")
-    finally:
-        if f is not None:
-            f.close()
+    atomic.write_text(written[0], json.dumps(mapping, indent=2) + "\n")
+    rows = zip(ids, _row_fragments(batch, None, names=names, min_value=FLOAT32_MIN_NORMAL))
+    for start in range(0, len(ids), docs_per_file):
+        written.append(out / f"bulk-{start // docs_per_file:05d}.ndjson")
+        with atomic.atomic_open(written[-1], "w", encoding="utf-8", newline="\n") as f:
+            for doc_id, row in itertools.islice(rows, docs_per_file):
+                f.write(_dump({"index": {"_index": index, "_id": doc_id}}) + "\n")
+                f.write(f"{{{_dump(field)}: {row}}}\n")
     return written
 
 

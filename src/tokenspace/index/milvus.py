@@ -42,6 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tokenspace import atomic
 from tokenspace.index.base import Hit
 from tokenspace.index.query import And, Node, Not, Or, Term, all_of, none_of, parse_query
 from tokenspace.sparse import INDEX_DTYPE, PTR_DTYPE, VALUE_DTYPE, SparseBatch
@@ -378,9 +379,7 @@ class MilvusIndex:
                 "vocab": self.vocab.name if self.vocab is not None else None,
                 "tokens": list(self.vocab.tokens) if self.vocab is not None else None}
         path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
+        atomic.write_text(path, json.dumps(meta, indent=2) + "\n")
 
     def stats(self) -> dict:
         return {"engine": "milvus", "uri": self.uri, "collection": self.collection, "docs": len(self),

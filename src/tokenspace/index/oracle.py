@@ -7,12 +7,12 @@ small collections.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
+from tokenspace import atomic
 from tokenspace.index.base import Hit
 from tokenspace.index.query import parse_query
 from tokenspace.sparse import SparseBatch
@@ -101,9 +101,7 @@ class ExactIndex:
         root = Path(path)
         root.mkdir(parents=True, exist_ok=True)
         SparseBatch.concat(self._batches).save(root / "docs.npz")
-        tmp = root / "meta.json.tmp"
-        tmp.write_text(json.dumps({"ids": self._ids, "deleted": sorted(self._deleted), "dim": self.dim}))
-        os.replace(tmp, root / "meta.json")
+        atomic.write_text(root / "meta.json", json.dumps({"ids": self._ids, "deleted": sorted(self._deleted), "dim": self.dim}))
 
     @classmethod
     def load(cls, path, mmap: bool = False) -> "ExactIndex":

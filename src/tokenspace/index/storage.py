@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tokenspace import atomic
+
 FORMAT = "tokenspace-inverted"
 VERSION = 1
 MANIFEST = "MANIFEST.json"
@@ -84,12 +86,7 @@ def write_segment(root: Path, name: str, arrays: dict[str, np.ndarray]) -> dict:
 
 
 def write_text(path: Path, text: str) -> dict:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    atomic.write_text(path, text)
     return {"bytes": path.stat().st_size, "crc32": file_crc32(path)}
 
 
@@ -102,13 +99,8 @@ def write_manifest(root: Path, body: dict) -> None:
     """Atomically replace MANIFEST.json: this rename is the commit."""
     body = dict(body, format=FORMAT, version=VERSION)
     doc = dict(body, manifest_crc32=_manifest_crc(body))
-    tmp = root / (MANIFEST + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, root / MANIFEST)
-    _fsync_dir(root)
+    atomic.write_text(root / MANIFEST, json.dumps(doc, indent=1, sort_keys=True))
+    _fsync_dir(root)  # the rename itself must reach the disk before the commit counts
 
 
 def read_manifest(root: Path) -> dict:
@@ -168,8 +160,15 @@ def remove_unreferenced(root: Path, keep: set[str]) -> None:
     for p in root.iterdir():
         if p.name in (MANIFEST, "vocab.txt") or p.name in keep:
             continue
-        if p.name.startswith((".tmp-", "seg-")) or p.name.endswith(".tmp"):
+        # temporaries: segment folders (.tmp-*), tokenspace.atomic's files (.<stem>.*.tmp<suffix>) and
+        # the older <name>.tmp
+        if p.name.startswith((".tmp-", "seg-")) or p.name.endswith(".tmp") or _atomic_temp(p.name):
             if p.is_dir():
                 shutil.rmtree(p, ignore_errors=True)
             else:
                 p.unlink(missing_ok=True)
+
+
+def _atomic_temp(name: str) -> bool:
+    """A temporary file left by tokenspace.atomic when a write was killed (.<stem>.<random>.tmp<suffix>)."""
+    return name.startswith(".") and ".tmp" in name
