@@ -47,17 +47,32 @@ def test_approx_recall(setup, opts, bound):
     assert exact_scores_ok(got, docs, qs, ids)  # reported scores are true dot products
 
 
-def test_top_n_index(setup):
+def test_approx_top_n_index(setup):
     docs, qs, ids, want = setup
-    index = InvertedIndex.build(docs, ids, top_n=12)
+    index = InvertedIndex.build(docs, ids, approx_top_n=12)
     assert recall(index.search(qs, k=10), want) == 1.0  # exact mode also reads the pruned postings
     got = index.search(qs, k=10, mode="approx", alpha=1.0, query_mass=1.0, rerank=100)
     r = recall(got, want)
     assert 0.8 <= r <= 1.0, r
     assert exact_scores_ok(got, docs, qs, ids)
     # the cut really removes postings: fewer approx candidates than exact on heavy pruning
-    tiny = InvertedIndex.build(docs, ids, top_n=1).search(qs, k=10, mode="approx", alpha=1.0, query_mass=1.0)
+    tiny = InvertedIndex.build(docs, ids, approx_top_n=1).search(qs, k=10, mode="approx", alpha=1.0, query_mass=1.0)
     assert recall(tiny, want) < 1.0
+
+
+def test_top_n_is_the_deprecated_name_of_approx_top_n(setup):
+    docs, qs, ids, _ = setup
+    new = InvertedIndex.build(docs, ids, approx_top_n=3)
+    with pytest.warns(DeprecationWarning, match="approx_top_n"):
+        old = InvertedIndex.build(docs, ids, top_n=3)
+    with pytest.warns(DeprecationWarning, match="approx_top_n"):
+        assert old.top_n == 3
+    assert old.approx_top_n == 3 and old.stats()["approx_top_n"] == 3
+    opts = dict(k=10, mode="approx", alpha=1.0, query_mass=1.0)
+    assert old.search(qs, **opts) == new.search(qs, **opts)
+    assert new.search(qs, **opts) != InvertedIndex.build(docs, ids).search(qs, **opts)  # it does prune
+    with pytest.raises(TypeError, match="approx_top_n= only"):
+        InvertedIndex(docs.dim, top_n=3, approx_top_n=3)
 
 
 def test_alpha_skips_blocks():

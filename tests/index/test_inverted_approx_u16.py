@@ -1,5 +1,6 @@
-"""Approximate mode's 16-bit first pass (kernels.search_one_u16): no overflow, the float fallback for
-long queries and queries without dense columns, and agreement with a float64 reference."""
+"""Approximate mode's 16-bit first pass (kernels.search_one with a uint16 accumulator): no overflow, the
+float fallback for long queries and queries without dense columns, and agreement with a float64
+reference."""
 from __future__ import annotations
 
 import numpy as np

@@ -22,11 +22,11 @@ def data():
 
 def test_roundtrip_mmap_and_incremental_commit(tmp_path, data):
     docs, ids, qs = data
-    index = InvertedIndex.build(docs[:250], ids[:250], top_n=6)
+    index = InvertedIndex.build(docs[:250], ids[:250], approx_top_n=6)
     index.save(tmp_path / "idx")
     loaded = InvertedIndex.load(tmp_path / "idx")
     assert isinstance(loaded._segments[0].dense, np.memmap) or isinstance(loaded._segments[0].dense.base, np.memmap)
-    assert loaded.vocab.tokens == VOCAB.tokens and loaded.top_n == 6
+    assert loaded.vocab.tokens == VOCAB.tokens and loaded.approx_top_n == 6
     assert loaded.search(qs, k=9) == index.search(qs, k=9)
     assert loaded.search(qs, k=9, mode="approx") == index.search(qs, k=9, mode="approx")
     # add after load = a new segment; delete = tombstones; save again only writes the new files
@@ -241,7 +241,7 @@ def test_out_of_range_values_never_crash_a_verify_false_load(tmp_path, data, nam
 
     docs, ids, qs = data
     base = tmp_path / "base"
-    InvertedIndex.build(docs, ids, top_n=6).save(base)  # top_n: residual lists exist too
+    InvertedIndex.build(docs, ids, approx_top_n=6).save(base)  # residual lists exist too
     qs.save(tmp_path / "qs.npz")
     seg = InvertedIndex.load(base)._segments[0]
     assert seg.dense.shape[0] > 0 and len(seg.res_docs) > 0 and len(seg.main_docs) > 0

@@ -13,6 +13,7 @@ one dim with the query) are returned, hence a hit list may be shorter than k.
 from __future__ import annotations
 
 import os
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Sequence
@@ -29,12 +30,8 @@ from tokenspace.sparse import SparseBatch
 from tokenspace.vocab import Vocabulary
 
 MODES = ("exact", "approx")
-# approximate-mode defaults, measured on bench-1M (benchmarks/engine_quick.py, 300 queries one at a
-# time): recall@10 0.997 vs exact. rerank None = 5 * k. Why these: on that corpus (random Zipf tokens,
-# top documents are the ones sharing many query terms, not the heaviest postings of any one term) a
-# cut to 0.9 of the query mass plus 5k exact reranks keeps recall >= 0.99 (0.997), while 0.85 / 5k fell
-# to 0.986 and the old 0.95 / 2k gave 0.991 at about the same speed (docs/benchmarks.md). Block
-# skipping (alpha) barely fires there (random data: loose block bounds) but can on clustered data.
+# approximate-mode defaults (rerank None = RERANK_PER_K * k); how they were chosen: docs/benchmarks.md,
+# "Approximate-mode defaults: tuning history"
 APPROX_DEFAULTS = {"query_mass": 0.9, "alpha": 0.9, "rerank": None}
 RERANK_PER_K = 5
 
@@ -43,17 +40,19 @@ class InvertedIndex:
     """Embedded sparse inverted index over a fixed dim; implements the SparseIndex protocol."""
 
     def __init__(self, dim: int, vocab: Vocabulary | None = None, *, dense_fraction: float = 0.125,
-                 top_n: int | None = None, deny: Sequence | None = None, allow: Sequence | None = None):
+                 approx_top_n: int | None = None, deny: Sequence | None = None, allow: Sequence | None = None,
+                 top_n: int | None = None):
         if vocab is not None and len(vocab) != dim:
             raise ValueError(f"vocabulary has {len(vocab)} entries but dim is {dim}")
         if not (isinstance(dense_fraction, (int, float)) and dense_fraction > 0):
             raise ValueError(f"dense_fraction must be > 0 (> 1 disables dense columns), got {dense_fraction!r}")
-        if top_n is not None and (not isinstance(top_n, (int, np.integer)) or top_n < 1):
-            raise ValueError(f"top_n must be a positive int or None, got {top_n!r}")
+        approx_top_n = _renamed("top_n", top_n, "approx_top_n", approx_top_n)
+        if approx_top_n is not None and (not isinstance(approx_top_n, (int, np.integer)) or approx_top_n < 1):
+            raise ValueError(f"approx_top_n must be a positive int or None, got {approx_top_n!r}")
         self.dim = int(dim)
         self.vocab = vocab
         self.dense_fraction = float(dense_fraction)
-        self.top_n = int(top_n) if top_n else 0
+        self.approx_top_n = int(approx_top_n) if approx_top_n else 0  # 0: approx reads every term
         # index-side token blacklist / whitelist (STAIR App. D), applied to every document added
         self.token_filter = TokenFilter.resolve(self.dim, vocab, deny, allow)
         self._segments: list[Segment] = []
@@ -69,22 +68,25 @@ class InvertedIndex:
     # ----------------------------------------------------------------- build / add / delete
     @classmethod
     def build(cls, batch: SparseBatch, ids: Sequence[str], *, dense_fraction: float = 0.125,
-              top_n: int | None = None, vocab: Vocabulary | None = None, deny: Sequence | None = None,
-              allow: Sequence | None = None) -> "InvertedIndex":
+              approx_top_n: int | None = None, vocab: Vocabulary | None = None, deny: Sequence | None = None,
+              allow: Sequence | None = None, top_n: int | None = None) -> "InvertedIndex":
         """Index ``batch`` (non-negative weights, sorted unique dims per row) under string ``ids``.
 
         dense_fraction: terms in at least this fraction of a segment's docs are stored as dense uint8
             columns (faster to scan, n bytes each); > 1 disables them.
-        top_n: VisualSparta-style index-time pruning for the approximate mode: approx search reads
-            only each document's top_n heaviest terms; exact search also reads the rest (kept in
-            separate lists), so exact results are unchanged. None keeps every term in the main lists.
+        approx_top_n: VisualSparta-style index-time pruning for the approximate mode only: approx
+            search reads each document's approx_top_n heaviest terms; every term is still stored
+            (in separate lists) and exact search reads them all, so exact results are unchanged.
+            None: approx reads every term too. (Was ``top_n``, still accepted with a
+            DeprecationWarning; to drop terms for good, prune the batch: SparseBatch.prune_topk.)
         vocab: names of the dims (defaults to batch.vocab); stored with the index, used by ``where=``.
         deny / allow: index-side token blacklist / whitelist (STAIR App. D; dims or token names): denied
             dims are dropped from every document before indexing, and with ``allow`` only those dims
             are kept. Stored with the index; every later ``add`` applies it too (token_filter.py).
         """
         index = cls(batch.dim, vocab if vocab is not None else batch.vocab,
-                    dense_fraction=dense_fraction, top_n=top_n, deny=deny, allow=allow)
+                    dense_fraction=dense_fraction, deny=deny, allow=allow,
+                    approx_top_n=_renamed("top_n", top_n, "approx_top_n", approx_top_n))
         index.add(batch, ids)
         return index
 
@@ -103,7 +105,7 @@ class InvertedIndex:
             return
         if self.token_filter is not None:
             batch = self.token_filter.apply(batch)
-        seg = Segment.build(batch, ids, dense_fraction=self.dense_fraction, top_n=self.top_n)
+        seg = Segment.build(batch, ids, dense_fraction=self.dense_fraction, approx_top_n=self.approx_top_n)
         base = self._total()
         self._segments.append(seg)
         self._deleted.append(None)
@@ -135,7 +137,8 @@ class InvertedIndex:
         """Merge all segments into one without the deleted documents (internal order is kept)."""
         ids = self.ids()
         batch = self.get(ids) if ids else None
-        fresh = InvertedIndex(self.dim, self.vocab, dense_fraction=self.dense_fraction, top_n=self.top_n or None)
+        fresh = InvertedIndex(self.dim, self.vocab, dense_fraction=self.dense_fraction,
+                              approx_top_n=self.approx_top_n or None)
         fresh.token_filter = self.token_filter
         if batch is not None:
             fresh.add(batch, ids)
@@ -169,7 +172,7 @@ class InvertedIndex:
             (a true top-k doc is lost only if its cut-query score is not among the rerank best) and
             about 1-2 us per extra doc at 1M docs. With query_mass=1, alpha=1 and rerank >= the
             number of docs, approx equals exact.
-        Also in approx mode the index-time ``top_n`` lists are used alone (see build).
+        Also in approx mode only each document's ``approx_top_n`` heaviest terms are read (see build).
         must / must_not: dims (ints, or tokens when the index has a vocabulary) that a document must
             all have / must have none of (weight > 0).
         where: boolean query tree (query.Node) or string parsed with parse_query over the index vocab.
@@ -188,20 +191,20 @@ class InvertedIndex:
         bad = kernels.check_rows(queries.indptr, queries.indices, queries.values)
         if bad >= 0:
             raise ValueError(f"query row {bad} must have strictly increasing dims and finite weights >= 0")
-        qm, al, cap = self._knobs(mode, k, query_mass, alpha, rerank)
+        qm, al, rr = self._knobs(mode, k, query_mass, alpha, rerank)
         masks = self._masks(must, must_not, where, subset)
         nq = len(queries)
         per_seg = []
         base = 0
         for si, seg in enumerate(self._segments):
-            kk, cc = min(int(k), seg.n), min(cap, seg.n)
+            kk = min(int(k), seg.n)
             out_docs = np.zeros((nq, kk), np.int64)
             out_scores = np.zeros((nq, kk), np.float32)
             out_count = np.zeros(nq, np.int64)
             mask = masks[si]
             if mask is None or mask.any():
-                self._run(seg, queries, kk, cc, al, mode == "exact", qm, mask, out_docs, out_scores,
-                          out_count, threads)
+                options = kernels.search_options(kk, min(rr, seg.n), mode == "exact", al, qm, mask)
+                self._run(seg, queries, options, out_docs, out_scores, out_count, threads)
             per_seg.append((base, seg, out_docs, out_scores, out_count))
             base += seg.n
         return [self._merge(per_seg, r, int(k)) for r in range(nq)]
@@ -214,7 +217,7 @@ class InvertedIndex:
             extra = [n for n, v in given.items() if v is not None]
             if extra:
                 raise ValueError(f"{', '.join(extra)} only apply to mode='approx'")
-            return 1.0, 1.0, int(k)
+            return 1.0, 1.0, int(k)  # the heap holds k; the proof's 2 err window adds the rest
         knobs = {n: (APPROX_DEFAULTS[n] if v is None else v) for n, v in given.items()}
         qm, al, rr = knobs["query_mass"], knobs["alpha"], knobs["rerank"]
         if not (isinstance(qm, (int, float)) and 0 < qm <= 1):
@@ -227,18 +230,14 @@ class InvertedIndex:
         return float(qm), float(al), int(rr)
 
     @staticmethod
-    def _run(seg, queries, k, cap, alpha, exact, qm, mask, out_docs, out_scores, out_count, threads):
-        # exact mode keeps the 2 err window of its proof and reads the lists outside top_n;
-        # approx rescores exactly the `rerank` best quantised scores
-        window = 2.0 if exact else 0.0
+    def _run(seg, queries, options, out_docs, out_scores, out_count, threads):
         rows = np.arange(len(queries), dtype=np.int64)
         if threads == 1 or len(rows) < 2:
-            seg.search(queries, rows, k, cap, alpha, exact, window, qm, mask, out_docs, out_scores, out_count)
+            seg.search(queries, rows, options, out_docs, out_scores, out_count)
             return
         parts = [p for p in np.array_split(rows, min(threads, len(rows))) if len(p)]
         with ThreadPoolExecutor(max_workers=len(parts)) as pool:
-            list(pool.map(lambda p: seg.search(queries, p, k, cap, alpha, exact, window, qm, mask, out_docs,
-                                               out_scores, out_count), parts))
+            list(pool.map(lambda p: seg.search(queries, p, options, out_docs, out_scores, out_count), parts))
 
     @staticmethod
     def _merge(per_seg, r, k) -> list[Hit]:
@@ -358,7 +357,7 @@ class InvertedIndex:
             "docs": len(self), "deleted": n - len(self), "segments": len(self._segments), "dim": self.dim,
             "nnz": nnz, "index_bytes": size, "raw_csr_bytes": raw, "size_vs_raw_csr": size / raw if raw else 0.0,
             "dense_terms": [int(seg.dense.shape[0]) for seg in self._segments],
-            "dense_fraction": self.dense_fraction, "top_n": self.top_n or None,
+            "dense_fraction": self.dense_fraction, "approx_top_n": self.approx_top_n or None,
             "token_filter": self.token_filter.to_dict() if self.token_filter else None,
             "path": str(self._path) if self._path else None,
         }
@@ -412,14 +411,15 @@ class InvertedIndex:
             if self._deleted[si] is not None and del_files[si] is None:
                 rel = f"{names[si]}.del-{gen:06d}.npy"
                 del_files[si] = dict(storage.write_array(root / rel, self._deleted[si]), file=rel)
-            segments.append({"name": names[si], "n": seg.n, "top_n": seg.top_n, "files": seg.files,
+            # "top_n" on disk is approx_top_n (the key predates the rename; format version 1 keeps it)
+            segments.append({"name": names[si], "n": seg.n, "top_n": seg.approx_top_n, "files": seg.files,
                              "tombstones": del_files[si]})
         vocab = None
         if self.vocab is not None:
             vocab = dict(storage.write_text(root / "vocab.txt", "\n".join(self.vocab.tokens) + "\n"),
                          file="vocab.txt", name=self.vocab.name)
         storage.write_manifest(root, {
-            "dim": self.dim, "dense_fraction": self.dense_fraction, "top_n": self.top_n,
+            "dim": self.dim, "dense_fraction": self.dense_fraction, "top_n": self.approx_top_n,
             "generation": gen, "next_segment": self._next_seg, "segments": segments, "vocab": vocab,
             "block": kernels.BLOCK,
             "token_filter": self.token_filter.to_dict() if self.token_filter else None,
@@ -458,7 +458,7 @@ class InvertedIndex:
                 raise IndexCorruptError(f"{vocab_file}: {e}") from None
             if len(vocab) != man["dim"]:
                 raise IndexCorruptError(f"{vocab_file}: {len(vocab)} tokens for dim {man['dim']}")
-        index = cls(man["dim"], vocab, dense_fraction=man["dense_fraction"], top_n=man["top_n"] or None)
+        index = cls(man["dim"], vocab, dense_fraction=man["dense_fraction"], approx_top_n=man["top_n"] or None)
         index.token_filter = TokenFilter.from_dict(index.dim, man.get("token_filter"))
         for s in man["segments"]:
             arrays = {a: storage.load_array(root / f"{s['name']}/{a}.npy", mmap) for a in ARRAYS}
@@ -479,8 +479,26 @@ class InvertedIndex:
         index._path, index._next_seg, index._generation = root, man["next_segment"], man["generation"]
         return index
 
+    @property
+    def top_n(self) -> int:
+        """Deprecated name of approx_top_n (0 = none)."""
+        warnings.warn("InvertedIndex.top_n is now approx_top_n", DeprecationWarning, stacklevel=2)
+        return self.approx_top_n
+
     def __repr__(self) -> str:
         return f"InvertedIndex(docs={len(self)}, dim={self.dim}, segments={len(self._segments)})"
+
+
+def _renamed(old: str, old_value, new: str, new_value):
+    """The value of a keyword argument that was renamed from ``old`` to ``new`` (old still works, with a
+    DeprecationWarning)."""
+    if old_value is None:
+        return new_value
+    if new_value is not None:
+        raise TypeError(f"give {new}= only ({old}= is its deprecated name)")
+    warnings.warn(f"{old}= is now {new}= (it only prunes what approximate search reads)", DeprecationWarning,
+                  stacklevel=3)
+    return old_value
 
 
 def _check_ids(ids, n: int | None) -> list[str]:

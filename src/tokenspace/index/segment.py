@@ -20,7 +20,7 @@ ARRAYS = (
     "df", "wmax", "scale", "dense_slot",  # per term: doc frequency, max weight, code step, column
     "dense", "bmax",  # dense code columns [n_dense, n] and their block maxima [n_dense, n_blocks]
     "main_ptr", "main_docs", "main_codes",  # sparse posting lists (doc-sorted)
-    "res_ptr", "res_docs", "res_codes",  # postings outside each doc's top_n (exact mode only)
+    "res_ptr", "res_docs", "res_codes",  # postings outside each doc's approx_top_n (exact mode only)
     "ids_ptr", "ids_blob",  # external ids, UTF-8, concatenated
 )
 
@@ -29,11 +29,11 @@ ARRAYS = (
 class Segment:
     n: int
     dim: int
-    top_n: int  # 0 = every posting in the main lists
+    approx_top_n: int  # approximate search reads each doc's this many heaviest terms; 0 = all
     arrays: dict[str, np.ndarray]
     _ids: list[str] | None = field(default=None, repr=False)
     files: dict | None = field(default=None, repr=False)  # manifest entries once committed
-    _kernel_arrays: tuple | None = field(default=None, repr=False)  # search_batch's array arguments
+    _kernel_arrays: kernels.SegmentArrays | None = field(default=None, repr=False)
 
     def __getattr__(self, name):  # arrays read as attributes: seg.main_docs
         arrays = self.__dict__.get("arrays")
@@ -43,7 +43,7 @@ class Segment:
 
     # ----------------------------------------------------------------- build
     @classmethod
-    def build(cls, batch: SparseBatch, ids: list[str], *, dense_fraction: float, top_n: int) -> "Segment":
+    def build(cls, batch: SparseBatch, ids: list[str], *, dense_fraction: float, approx_top_n: int) -> "Segment":
         indptr, indices, values = batch.indptr, batch.indices, batch.values
         bad = kernels.check_rows(indptr, indices, values)
         if bad >= 0:
@@ -51,7 +51,7 @@ class Segment:
                 f"document row {bad} ({ids[bad]!r}) must have strictly increasing dims and finite "
                 "weights >= 0 (build SparseBatch with from_scipy/from_dicts to sort and merge)")
         n, dim = len(batch), batch.dim
-        df, wmax, df_main, is_main = kernels.term_stats(indptr, indices, values, dim, top_n)
+        df, wmax, df_main, is_main = kernels.term_stats(indptr, indices, values, dim, approx_top_n)
         scale = (wmax / np.float32(255.0)).astype(np.float32)
         # dense columns for frequent terms: 1 byte per doc beats 5 bytes per posting above ~n/5,
         # and a streamed column is several times faster to add than a scattered list
@@ -77,7 +77,7 @@ class Segment:
             res_ptr=res_ptr, res_docs=res_docs, res_codes=res_codes,
             ids_ptr=ids_ptr, ids_blob=np.frombuffer(b"".join(blobs), np.uint8),
         )
-        return cls(n, dim, top_n, arrays, list(ids))
+        return cls(n, dim, approx_top_n, arrays, list(ids))
 
     # ----------------------------------------------------------------- checks
     def check(self, where) -> None:
@@ -160,26 +160,20 @@ class Segment:
     def nbytes(self) -> int:
         return int(sum(a.nbytes for a in self.arrays.values()))
 
-    def search(self, q: SparseBatch, rows: np.ndarray, k: int, cap: int, alpha: float, use_res: bool,
-               window: float, query_mass: float, mask: np.ndarray | None, out_docs, out_scores,
+    def kernel_arrays(self) -> kernels.SegmentArrays:
+        """The arrays search reads, as the kernels take them (built once: attribute lookups cost
+        ~1 us each per query otherwise)."""
+        if self._kernel_arrays is None:
+            self._kernel_arrays = kernels.SegmentArrays(
+                **{name: self.arrays[name] for name in kernels.SegmentArrays._fields})
+        return self._kernel_arrays
+
+    def search(self, q: SparseBatch, rows: np.ndarray, options: kernels.SearchOptions, out_docs, out_scores,
                out_count) -> None:
-        """Fill out_* rows (local doc numbers, exact scores, counts) for the query rows `rows`.
-
-        window: 2.0 for exact search, 0.0 for approximate search; query_mass: query term cut (1 = none);
-        see kernels.search_batch / search_one.
-        """
-        if self._kernel_arrays is None:  # attribute lookups cost ~1 us each per query otherwise
-            self._kernel_arrays = tuple(self.arrays[a] for a in _KERNEL_ARRAYS)
-        has_mask = mask is not None
-        kernels.search_batch(
-            q.indptr, q.indices, q.values, query_mass, rows, k, cap, alpha, use_res, window,
-            mask if has_mask else _NO_MASK, has_mask, *self._kernel_arrays, self.dim,
-            out_docs, out_scores, out_count)
-
-
-_KERNEL_ARRAYS = ("df", "scale", "dense_slot", "dense", "bmax", "main_ptr", "main_docs", "main_codes",
-                  "res_ptr", "res_docs", "res_codes", "fwd_indptr", "fwd_indices", "fwd_values")
-_NO_MASK = np.zeros(0, np.uint8)
+        """Fill out_* rows (local doc numbers, exact scores, counts) for the query rows `rows` (see
+        kernels.search_batch; options from kernels.search_options)."""
+        kernels.search_batch(self.kernel_arrays(), options, q.indptr, q.indices, q.values, rows,
+                             out_docs, out_scores, out_count)
 
 
 def _corrupt(where, name: str, why: str):
