@@ -279,7 +279,7 @@ def search_one(seg, opt, q_idx, q_val, f_idx, f_val, qdense, acc, out_docs, out_
         if thr > NO_THRESHOLD and n_dn > 0:
             u = ub[:nb]
             _block_bounds(seg, u, c0 // BLOCK, dn_slot, dn_w, n_dn)
-            n_run = _block_runs(u, _block_limit(thr, inv_alpha, sp_max), width, run0, run1)
+            n_run = _block_runs(u, _block_limit(sp_max, thr, inv_alpha), width, run0, run1)
             if n_run == 0:
                 a[:] = 0
                 continue
@@ -442,7 +442,7 @@ def _by_acc_dtype(float_impl, u16_impl):
             return u16_impl
         return None
 
-    overload(step, jit_options={"nogil": True})(pick)
+    overload(step, inline="always", jit_options={"nogil": True})(pick)
     step.__name__ = float_impl.__name__.removesuffix("_f32")
     return step
 
@@ -582,14 +582,9 @@ def _block_limit_u16(sp_max, thr, inv_alpha):
     return thr * inv_alpha - sp_max
 
 
-_block_limit_by_dtype = _by_acc_dtype(_block_limit_f32, _block_limit_u16)
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _block_limit(thr, inv_alpha, sp_max):
-    """A block whose dense-column bound is below this cannot reach thr / alpha (sp_max: the chunk's
-    largest scattered score)."""
-    return _block_limit_by_dtype(sp_max, thr, inv_alpha)
+# a block whose dense-column bound is below this cannot reach thr / alpha (sp_max: the chunk's largest
+# scattered score)
+_block_limit = _by_acc_dtype(_block_limit_f32, _block_limit_u16)
 
 
 def _add_dense_f32(a, dense, c0, c1, dn_slot, dn_w, n_dn, run0, run1, n_run):
@@ -665,7 +660,7 @@ def _max_of(x):
 
 
 # ----------------------------------------------------------------------------- shared steps
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _float_bits(x, scratch):
     """int32 bits of float32 x (scratch: a float32[1]); for x >= 0 they order like x, and any x < 0
     maps below every x >= 0."""
