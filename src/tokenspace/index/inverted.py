@@ -30,8 +30,7 @@ from tokenspace.sparse import SparseBatch
 from tokenspace.vocab import Vocabulary
 
 MODES = ("exact", "approx")
-# approximate-mode defaults (rerank None = RERANK_PER_K * k); how they were chosen: docs/benchmarks.md,
-# "Approximate-mode defaults: tuning history"
+# approximate-mode defaults (rerank None = RERANK_PER_K * k); tuning history: docs/benchmarks.md
 APPROX_DEFAULTS = {"query_mass": 0.9, "alpha": 0.9, "rerank": None}
 RERANK_PER_K = 5
 
