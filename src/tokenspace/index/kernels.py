@@ -442,6 +442,7 @@ def _by_acc_dtype(float_impl, u16_impl):
             return u16_impl
         return None
 
+    # inlined into the caller's numba IR: as separate calls the steps cost 1-3% (docs/benchmarks.md)
     overload(step, inline="always", jit_options={"nogil": True})(pick)
     step.__name__ = float_impl.__name__.removesuffix("_f32")
     return step
@@ -660,7 +661,7 @@ def _max_of(x):
 
 
 # ----------------------------------------------------------------------------- shared steps
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)  # not inline="always": inside an inlined step numba warns on the IR
 def _float_bits(x, scratch):
     """int32 bits of float32 x (scratch: a float32[1]); for x >= 0 they order like x, and any x < 0
     maps below every x >= 0."""
