@@ -1,3 +1,6 @@
+import os
+import stat
+
 import numpy as np
 import pytest
 
@@ -35,3 +38,21 @@ def test_writers_that_append_a_suffix_keep_the_target_name(tmp_path):
 def test_only_whole_file_modes(tmp_path):
     with pytest.raises(ValueError, match="mode must start with 'w'"), atomic_open(tmp_path / "x", "a"):
         pass
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027, 0o002])
+def test_written_files_honour_the_umask(tmp_path, umask):
+    # a temporary created private (0600, as tempfile.mkstemp does) would hand that mode to every
+    # manifest, vocab and export through the rename; the result must be what a plain open() gives
+    old = os.umask(umask)
+    try:
+        write_text(tmp_path / "MANIFEST.json", "{}")
+        with atomic_path(tmp_path / "grids.npy") as tmp:
+            np.save(tmp, np.arange(3))
+        with open(tmp_path / "plain.txt", "w") as f:
+            f.write("reference")
+    finally:
+        os.umask(old)
+    want = 0o666 & ~umask
+    for name in ("MANIFEST.json", "grids.npy", "plain.txt"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == want, name

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
+import secrets
 from pathlib import Path
 from typing import IO, Iterator
 
@@ -17,9 +17,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     The temporary name keeps the target's suffix, so writers that append one (np.save) do not."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=f".tmp{path.suffix}")
-    os.close(fd)
-    tmp = Path(name)
+    tmp = _create_temp(path)
     try:
         yield tmp
         with open(tmp, "rb+") as f:  # the writer may not have synced: the rename must not outrun the data
@@ -28,6 +26,27 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def _create_temp(path: Path) -> Path:
+    """Create an empty, new temporary file beside ``path`` and return its name.
+
+    Not tempfile.mkstemp: it creates mode 0600, and the rename would hand that mode to the target, so
+    every atomically written file (an index's MANIFEST.json, vocab.txt, exports) would be private to
+    its owner. Creating with 0o666 lets the kernel apply the umask (and a folder's default ACL) exactly
+    as a plain ``open(path, "w")`` would. That also means never reading the umask: the only portable
+    way to read it, os.umask(0) then os.umask(old), changes it for the whole process for a moment, so
+    a file another thread creates in between would get mode 0666."""
+    for _ in range(100):
+        # the pattern .<stem>.<random>.tmp<suffix> is what index.storage cleans up after a killed write
+        tmp = path.parent / f".{path.stem}.{secrets.token_hex(4)}.tmp{path.suffix}"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+        except FileExistsError:  # 32 random bits: a clash means another writer, so draw again
+            continue
+        os.close(fd)
+        return tmp
+    raise FileExistsError(f"no free temporary name beside {path}")
 
 
 @contextlib.contextmanager
