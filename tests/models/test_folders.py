@@ -147,3 +147,23 @@ def test_release_name_loads_trained_weights(make_model, tmp_path, monkeypatch):
         tokenspace.load("stair-emoji")
     with pytest.raises(ValueError, match="trained model folder"):
         tokenspace.load(tmp_path / "models" / "tiny-release", pretrained=False)
+
+
+def test_half_precision_folder_loads_back_as_float32(make_model, tmp_path):
+    """The release folder is stored in float16 (half the bytes in git); loading casts it back."""
+    model = make_model("stair", seed=5)
+    ref = {k: v.clone() for k, v in model.state_dict().items()}
+    folder = model.save_pretrained(tmp_path / "m16", dtype=torch.float16)
+    from safetensors import safe_open
+
+    with safe_open(str(folder / "model.safetensors"), "pt") as f:
+        stored = {f.get_tensor(k).dtype for k in f.keys()}
+    assert torch.float16 in stored and torch.float32 not in stored
+    assert all(torch.equal(v, ref[k]) for k, v in model.state_dict().items())  # the model itself unchanged
+    back = tokenspace.load(folder)
+    assert all(p.dtype == torch.float32 for p in back.parameters())
+    for k, v in back.state_dict().items():
+        if v.is_floating_point():
+            torch.testing.assert_close(v, ref[k].half().float())  # exactly the rounded weights
+    a, b = back.encode_texts(TEXTS).to_dense(), model.encode_texts(TEXTS).to_dense()
+    np.testing.assert_allclose(a, b, rtol=2e-2, atol=2e-2)

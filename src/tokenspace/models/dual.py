@@ -10,6 +10,7 @@ plain dot product that the inverted index computes is the model's similarity.
 """
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
@@ -163,12 +164,14 @@ class DualEncoder(nn.Module):
 
     # ------------------------------------------------------------------ persistence
     def save_pretrained(self, save_directory: str | os.PathLike, *, push_to_hub: bool = False,
-                        card: dict | None = None) -> Path:
+                        card: dict | None = None, dtype=None) -> Path:
         """Write the model folder, atomically (temp + rename): config.json (with ``model_type`` and
         ``architectures``), model.safetensors, vocab.txt, the tokenizer files transformers'
         AutoTokenizer loads, and a README.md model card (``card``: ``models.card.run_info`` of the
         training run, or ``data`` / ``command`` / ``notes``). The keyword names follow transformers';
-        ``push_to_hub=True`` is refused: tokenspace never uploads (upload the folder yourself)."""
+        ``push_to_hub=True`` is refused: tokenspace never uploads (upload the folder yourself).
+        ``dtype`` (e.g. ``torch.float16``) stores the floating-point weights in that type: half the
+        bytes for a folder kept in git; ``from_pretrained`` casts them back into the float32 model."""
         from safetensors.torch import save_model
 
         from tokenspace.models.card import hf_config_keys, render_card, write_tokenizer_files
@@ -182,7 +185,8 @@ class DualEncoder(nn.Module):
         try:
             config = {**hf_config_keys(self), **self.portable_config().to_dict()}
             (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
-            save_model(self, str(tmp / WEIGHTS_FILE))
+            # a converted copy: the model in memory keeps its own precision
+            save_model(self if dtype is None else copy.deepcopy(self).to(dtype), str(tmp / WEIGHTS_FILE))
             self.tokenizer.vocab.save(tmp / VOCAB_FILE)
             write_tokenizer_files(tmp, self.tokenizer.vocab, self.config.max_text_len)
             (tmp / "README.md").write_text(render_card(self, card), encoding="utf-8")
