@@ -100,16 +100,21 @@ class TarCollection:
 
     def image(self, i: int):
         """Row i's image (PIL, RGB); ImageLoadError when it cannot be decoded."""
-        from PIL import Image
+        return decode_image_bytes(self.image_bytes(i), f"{self.shards[self.shard_of[i]]}:{self.keys[i]}")
 
-        from tokenspace.data.images import ImageLoadError
 
-        try:
-            img = Image.open(io.BytesIO(self.image_bytes(i)))
-            img.load()
-            return img.convert("RGB")
-        except Exception as e:  # PIL raises many types for broken data
-            raise ImageLoadError(f"{self.shards[self.shard_of[i]]}:{self.keys[i]}: {e}") from e
+def decode_image_bytes(data: bytes, where: str):
+    """Image bytes -> RGB PIL image; ImageLoadError(where, cause) when they cannot be decoded."""
+    from PIL import Image
+
+    from tokenspace.data.images import ImageLoadError
+
+    try:
+        img = Image.open(io.BytesIO(data))
+        img.load()
+        return img.convert("RGB")
+    except Exception as e:  # PIL raises many types for broken data
+        raise ImageLoadError(where, str(e)) from e
 
 
 def _scan(path: str) -> Iterable[tuple[str, str | None, int | None, int]]:
