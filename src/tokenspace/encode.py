@@ -9,6 +9,9 @@ The collection is cut into parts of ``part_size`` rows (in collection order). Fo
 2. add it to the index (``InvertedIndex.add``, one segment) and ``save`` (an atomic manifest swap).
 A kill anywhere leaves complete parts and an index holding whole parts. A rerun skips parts already on
 disk and parts whose ids the index already holds, so no row is encoded into the index twice.
+
+Images are decoded and preprocessed in DataLoader worker processes (data/loader.py, ``--workers``), a
+few batches ahead of the model, so the main thread only runs the model: decode overlaps compute.
 """
 from __future__ import annotations
 
@@ -51,31 +54,76 @@ def encode_images(model, images, batch_size: int = 256) -> SparseBatch:
     return SparseBatch.concat(outs)
 
 
+def encode_pixels(model, x, channels_last: bool = False) -> SparseBatch:
+    """Normalised pixels [b, 3, S, S] (a loader batch, pinned when the model is on a GPU) -> encoded
+    rows: copied to the model's device without blocking, the tower and heads in inference mode."""
+    import torch
+
+    model.eval()
+    with torch.inference_mode():
+        x = x.to(model.device, non_blocking=True)
+        if channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        grid = model.image_grid(x)  # [b, C, h, w]
+    return model.encode_image_grids(grid, batch_size=max(1, len(grid)))
+
+
+def encode_files(model, paths, batch_size: int = 256, workers: int | None = None):
+    """Image files -> (SparseBatch, kept positions): decoded and preprocessed in DataLoader workers
+    while the model encodes the previous batch; unreadable files are skipped, counted and logged."""
+    from tokenspace.data.loader import Preprocess, SkipCounter, files_loader
+
+    outs, kept = [], []
+    count = SkipCounter("images")
+    for b in files_loader(paths, Preprocess.for_model(model), batch_size, workers=workers, device=model.device):
+        count(b)
+        if len(b["index"]):
+            outs.append(encode_pixels(model, b["pixels"]))
+            kept += b["index"].tolist()
+    return (SparseBatch.concat(outs) if outs else encode_images(model, [], batch_size)), kept
+
+
 def encode_parts(model, collection, work_dir, part_size: int = 8192, batch_size: int = 256,
-                 on_part: Callable[[int, SparseBatch, list[str]], None] | None = None) -> int:
+                 on_part: Callable[[int, SparseBatch, list[str]], None] | None = None,
+                 workers: int | None = None) -> int:
     """Encode ``collection`` (a TarCollection: ``keys`` and ``image(i)``) part by part into
-    ``work_dir``; ``on_part(k, batch, ids)`` runs after each part is on disk. Returns the part count."""
-    from tokenspace.data.images import ImageLoadError
+    ``work_dir``; ``on_part(k, batch, ids)`` runs after each part is on disk. Returns the part count.
+    One DataLoader (``workers`` processes, data/loader.py) decodes the rows of every part still to do,
+    in order, while the model encodes; unreadable images are skipped (not indexed), counted and logged."""
+    from tokenspace.data.loader import Preprocess, SkipCounter, TarRows, map_loader
 
     if part_size < 1 or batch_size < 1:
         raise ValueError(f"part_size and batch_size must be >= 1, got {part_size} and {batch_size}")
     work = Path(work_dir)
     work.mkdir(parents=True, exist_ok=True)
     n_parts = (len(collection) + part_size - 1) // part_size
+
+    def files(k: int) -> tuple[Path, Path]:
+        return work / f"part-{k:06d}.npz", work / f"part-{k:06d}.ids"
+
+    todo = [k for k in range(n_parts) if not all(f.exists() for f in files(k))]
+    # batches never cross a part boundary, so each part is a whole number of loader batches
+    batches, per_part = [], {}
+    for k in todo:
+        rows = list(range(k * part_size, min((k + 1) * part_size, len(collection))))
+        part = [rows[s:s + batch_size] for s in range(0, len(rows), batch_size)]
+        batches += part
+        per_part[k] = len(part)
+    stream = iter(map_loader(TarRows(collection, Preprocess.for_model(model)), batches, workers=workers,
+                             device=model.device)) if batches else iter(())
+    count = SkipCounter("images")
     for k in range(n_parts):
-        npz, ids_file = work / f"part-{k:06d}.npz", work / f"part-{k:06d}.ids"
-        if npz.exists() and ids_file.exists():
+        npz, ids_file = files(k)
+        if k not in per_part:
             batch, ids = SparseBatch.load(npz, vocab=model.vocab), ids_file.read_text().split("\n")[:-1]
         else:
-            rows = range(k * part_size, min((k + 1) * part_size, len(collection)))
-            images, ids = [], []
-            for i in rows:
-                try:
-                    images.append(collection.image(i))
-                    ids.append(collection.keys[i])
-                except ImageLoadError:
-                    continue  # unreadable: skipped (not indexed), as everywhere in tokenspace
-            batch = encode_images(model, images, batch_size)
+            outs, ids = [], []
+            for _ in range(per_part[k]):
+                b = count(next(stream))
+                if len(b["index"]):
+                    outs.append(encode_pixels(model, b["pixels"]))
+                    ids += b["keys"]
+            batch = SparseBatch.concat(outs) if outs else encode_images(model, [], batch_size)
             _atomic_text(ids_file, "".join(f"{i}\n" for i in ids))
             batch.save(npz)
         if on_part is not None:
@@ -83,7 +131,8 @@ def encode_parts(model, collection, work_dir, part_size: int = 8192, batch_size:
     return n_parts
 
 
-def encode_to_index(model, collection, index_dir, work_dir, part_size: int = 8192, batch_size: int = 256):
+def encode_to_index(model, collection, index_dir, work_dir, part_size: int = 8192, batch_size: int = 256,
+                    workers: int | None = None):
     """Encode and ingest incrementally (see the module doc); returns the InvertedIndex."""
     from tokenspace.index import InvertedIndex
     from tokenspace.index.storage import MANIFEST
@@ -107,7 +156,7 @@ def encode_to_index(model, collection, index_dir, work_dir, part_size: int = 819
         index.save(index_dir)
         present.update(ids)
 
-    encode_parts(model, collection, work_dir, part_size, batch_size, on_part=ingest)
+    encode_parts(model, collection, work_dir, part_size, batch_size, on_part=ingest, workers=workers)
     return index
 
 
@@ -126,11 +175,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", required=True, help="folder for the encoded parts")
     p.add_argument("--part-size", type=int, default=8192)
     p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--workers", type=int, default=None, help="decoding processes (default: cores - 1)")
     a = p.parse_args(argv)
     try:
         model = load(a.model)
         collection = TarCollection.open(a.shards)
-        index = encode_to_index(model, collection, a.index, a.work, a.part_size, a.batch_size)
+        index = encode_to_index(model, collection, a.index, a.work, a.part_size, a.batch_size, a.workers)
     except (ValueError, KeyError, OSError, RuntimeError, tarfile.TarError) as e:  # one line, no traceback
         print(f"tokenspace.encode: error: {e.args[0] if isinstance(e, KeyError) and e.args else e}", file=sys.stderr)
         return 1
