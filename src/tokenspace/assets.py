@@ -44,6 +44,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tokenspace.atomic import write_text
+
 MARKER = ".complete.json"
 
 
@@ -470,9 +472,7 @@ def _extract(asset: Asset, archive: Path, dest: Path) -> int:
 def _write_marker(asset: Asset, folder: Path) -> None:
     marker = {"fingerprint": _fingerprint(asset), "installed": time.strftime("%Y-%m-%dT%H:%M:%S"),
               "files": {rel: list(v) for rel, v in asset.files.items()}}
-    tmp = folder / (MARKER + ".tmp")
-    tmp.write_text(json.dumps(marker, indent=1))
-    os.replace(tmp, folder / MARKER)
+    write_text(folder / MARKER, json.dumps(marker, indent=1))
 
 
 def _install_package_asset(asset: Asset, home: Path, progress: bool) -> None:
@@ -500,7 +500,7 @@ def _install_package_asset(asset: Asset, home: Path, progress: bool) -> None:
         _write_marker(asset, staging)
         if final.exists() or final.is_symlink():
             shutil.rmtree(final) if final.is_dir() and not final.is_symlink() else final.unlink()
-        os.replace(staging, final)
+        os.replace(staging, final)  # a folder: tokenspace.atomic writes files only
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -536,7 +536,7 @@ def _install_apt_asset(asset: Asset, home: Path, progress: bool) -> None:
     if tmp.is_symlink():
         tmp.unlink()
     tmp.symlink_to(system, target_is_directory=True)
-    os.replace(tmp, link)
+    os.replace(tmp, link)  # a symlink: tokenspace.atomic writes files only
 
 
 # ----------------------------------------------------------------------------- public API

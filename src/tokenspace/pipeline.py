@@ -15,6 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
+from tokenspace import atomic
 from tokenspace.data.manifest import Record, drop_empty_texts, read_manifest
 from tokenspace.sparse import SparseBatch
 
@@ -267,10 +268,7 @@ def write_collection_meta(index_dir, records: Sequence[Record], model_path=None)
     """Beside an index: id -> image path and text, for showing and explaining hits."""
     meta = {r.id: {"image": r.image, "text": r.text, "label": r.label, "source": r.source} for r in records}
     doc = {"model": str(model_path) if model_path else None, "items": meta}
-    path = Path(index_dir) / "collection.json"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(doc))
-    tmp.replace(path)
+    atomic.write_text(Path(index_dir) / "collection.json", json.dumps(doc))
 
 
 def read_collection_meta(index_dir) -> dict:

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from tokenspace.atomic import atomic_open
+
 if TYPE_CHECKING:  # pragma: no cover
     import scipy.sparse
     import torch
@@ -259,16 +261,12 @@ class SparseBatch:
 
     # ----------------------------------------------------------------- persistence
     def save(self, path: str | os.PathLike) -> None:
-        """Write an .npz atomically (temp file + rename), so a crash never leaves half a file."""
-        path = os.fspath(path)
-        tmp = path + ".tmp"
+        """Write an .npz atomically (tokenspace.atomic), so a crash never leaves half a file. Given a
+        file object, np.savez adds no ``.npz``: the file is ``path`` exactly."""
         meta = {"dim": self.dim, "vocab": self.vocab.name if self.vocab is not None else None}
-        with open(tmp, "wb") as f:
+        with atomic_open(path, "wb") as f:
             np.savez(f, indptr=self.indptr, indices=self.indices, values=self.values,
                      meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
 
     @classmethod
     def load(cls, path: str | os.PathLike, vocab=None) -> "SparseBatch":

@@ -67,7 +67,7 @@ def test_render_is_resumable_and_reports_bad_svg(tmp_path):
     mtime = out.stat().st_mtime_ns
     assert render_svgs([(good, out)], workers=2, progress=False) == {}
     assert out.stat().st_mtime_ns == mtime  # already there: not rendered again
-    assert not list(tmp_path.glob(".*.tmp"))
+    assert [p.name for p in tmp_path.iterdir()] == ["a.png"]  # no temporary left behind
 
 
 def fake_artists(root):

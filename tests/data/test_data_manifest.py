@@ -27,7 +27,7 @@ def test_round_trip_relative_paths_and_captions(tmp_path):
     assert back[1].texts == ("cat one", "cat two") and back[0].texts == ("a dog",)
     assert read_manifest(path, split="test") == recs[1:]
     assert split_counts(back) == {"train": 1, "test": 1}
-    assert not list(path.parent.glob("*.tmp"))  # atomic write leaves no temp file
+    assert [p.name for p in path.parent.iterdir()] == ["man.jsonl"]  # atomic write leaves no temp file
 
 
 @pytest.mark.parametrize("line, msg", [

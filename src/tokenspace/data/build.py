@@ -19,6 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 from tokenspace import assets
+from tokenspace.atomic import write_text
 from tokenspace.data import emoji as emoji_mod
 from tokenspace.data.icons import ICON_SETS, icon_candidates
 from tokenspace.data.manifest import Record, write_manifest
@@ -102,9 +103,7 @@ def _up_to_date(out: Path, want: dict) -> bool:
 
 def _write(out: Path, records, want: dict, report: dict) -> None:
     write_manifest(records, out)
-    tmp = _sidecar(out).with_name(_sidecar(out).name + ".tmp")
-    tmp.write_text(json.dumps({**want, "report": report}, indent=1, ensure_ascii=False))
-    os.replace(tmp, _sidecar(out))
+    write_text(_sidecar(out), json.dumps({**want, "report": report}, indent=1, ensure_ascii=False))
 
 
 def _specs(present: dict) -> dict:

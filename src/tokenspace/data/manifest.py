@@ -15,6 +15,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tokenspace.atomic import atomic_open
+
 FIELDS = ("id", "image", "text", "split", "label", "source", "captions")
 
 
@@ -104,21 +106,17 @@ def read_manifest(path: str | os.PathLike, split: str | None = None) -> list[Rec
 
 
 def write_manifest(records: Iterable[Record], path: str | os.PathLike, relative: bool = True) -> Path:
-    """Write records as JSONL atomically (temp file + rename). Image paths become relative to the
+    """Write records as JSONL atomically (tokenspace.atomic). Image paths become relative to the
     manifest's folder when ``relative`` (so a dataset folder can be moved as a whole)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     base = path.resolve().parent
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
+    with atomic_open(path, "w", encoding="utf-8") as f:
         for rec in records:
             d = rec.to_json()
             if relative and os.path.isabs(d["image"]):
                 d["image"] = os.path.relpath(d["image"], base)
             f.write(json.dumps(d, ensure_ascii=False) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
     return path
 
 

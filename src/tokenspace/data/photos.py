@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from tokenspace.atomic import atomic_path
 from tokenspace.data.manifest import Record
 
 FASHION_CLASSES = ["t-shirt", "trouser", "pullover", "dress", "coat", "sandal", "shirt", "sneaker", "bag",
@@ -55,10 +56,8 @@ def _save(arr: np.ndarray, out: Path) -> None:
     """Write once (atomic rename); an existing non-empty file is kept (resumable)."""
     if out.is_file() and out.stat().st_size > 0:
         return
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    Image.fromarray(arr).save(tmp, format="PNG")
-    os.replace(tmp, out)
+    with atomic_path(out) as tmp:
+        Image.fromarray(arr).save(tmp, format="PNG")
 
 
 def read_idx(path: str | os.PathLike) -> np.ndarray:

@@ -12,7 +12,8 @@ import sys
 import time
 from collections.abc import Sequence
 from multiprocessing import get_context
-from pathlib import Path
+
+from tokenspace.atomic import write_bytes
 
 RENDER_SIZE = 224  # pixels on the longest side: the backbone's input size, so no second resize
 MAX_WORKERS = 2
@@ -40,11 +41,7 @@ def render_one(job: tuple[str, str, int]) -> str | None:
     svg, out, size = job
     try:
         png = svg_to_png(svg, size)
-        out = Path(out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(png)
-        os.replace(tmp, out)
+        write_bytes(out, png)  # workers write in parallel: each temporary name is unique
         return None
     except Exception as e:  # cairosvg and resvg raise many types on bad documents
         return f"{type(e).__name__}: {e}"[:200]

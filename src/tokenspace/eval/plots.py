@@ -5,11 +5,12 @@ accumulate memory.
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
+
+from tokenspace.atomic import atomic_path
 
 
 def _plt():
@@ -24,11 +25,12 @@ def _plt():
 def _save(fig, path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp.png")
     fig.tight_layout()
-    fig.savefig(tmp, dpi=120)
-    _plt().close(fig)
-    os.replace(tmp, path)  # a reader never sees half a PNG
+    try:
+        with atomic_path(path) as tmp:  # a reader never sees half a PNG; the temporary ends in .png
+            fig.savefig(tmp, dpi=120)
+    finally:
+        _plt().close(fig)
     return path
 
 

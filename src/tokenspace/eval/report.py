@@ -16,6 +16,7 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from tokenspace.atomic import write_text
 from tokenspace.eval.plots import line_plot, modality_plot, save_heatmaps, scatter_plot  # noqa: F401 (re-export)
 
 
@@ -116,9 +117,7 @@ class ResultsDoc:
                 text = pattern.sub(lambda _: block, text, count=1)
             else:
                 text = text.rstrip("\n") + "\n\n" + block + "\n"
-            tmp = self.path.with_name(self.path.name + ".tmp")
-            tmp.write_text(text, encoding="utf-8")
-            os.replace(tmp, self.path)
+            write_text(self.path, text)
 
 
 class _Lock:

@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from tokenspace.atomic import write_text
 from tokenspace.sparse import SparseBatch
 
 WORDNET_FILES = ("data.noun", "data.verb", "data.adj", "data.adv")
@@ -170,9 +171,7 @@ class FeatureTable:
         folder.mkdir(parents=True, exist_ok=True)
         out = []
         for name, text in (("features.json", self.to_json()), ("features.md", self.to_markdown())):
-            tmp = folder / (name + ".tmp")
-            tmp.write_text(text)
-            os.replace(tmp, folder / name)
+            write_text(folder / name, text)
             out.append(folder / name)
         return out[0], out[1]
 
