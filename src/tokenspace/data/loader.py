@@ -183,8 +183,10 @@ def map_loader(dataset: Dataset, batches: Iterable[Sequence[int]], *, workers: i
                device=None, prefetch: int = 2, on_bad: str = "skip") -> DataLoader:
     """A DataLoader over a map-style ``dataset`` that yields ``batches`` (lists of rows) in order;
     ``batches`` may be an endless iterator (the trainer's predicted batches)."""
+    # a generator of its own: starting an iterator draws the workers' base seed from it, and drawing it
+    # from torch's global RNG would shift the dropout masks of a resumed run away from the original's
     return DataLoader(dataset, batch_sampler=batches, collate_fn=_Collate(on_bad, dataset.prep),
-                      **loader_options(device, workers, prefetch))
+                      generator=torch.Generator().manual_seed(0), **loader_options(device, workers, prefetch))
 
 
 def rows_loader(collection: TarCollection, prep: Preprocess, rows: Iterable[int] | None = None,
@@ -275,7 +277,7 @@ def stream_shards(spec: str | Sequence[str], prep: Preprocess, batch_size: int =
     ds = ds.map(_DecodeSample(prep), handler=_count_errors)
     ds = ds.batched(batch_size, collation_fn=_Collate(on_bad, prep), partial=True)
     # batching happens in the workers; the loader passes their batches through (batch_size=None)
-    return wds.WebLoader(ds, batch_size=None, **opts)
+    return wds.WebLoader(ds, batch_size=None, generator=torch.Generator().manual_seed(seed), **opts)
 
 
 class SkipCounter:

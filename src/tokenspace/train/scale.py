@@ -5,12 +5,31 @@ Data specs in ``recipe.data.train``:
                     for recipes that train the image tower end to end (``train_image_tower: true``)
     anything else   the pipeline's specs (emoji:train, manifest.jsonl:SPLIT): cached backbone grids,
                     computed by rank 0 first so ranks never write the same cache files at once
+
+``ScaleTrainer`` is the Trainer fed by DataLoader workers (data/loader.py) on the model's device:
+- pixels are decoded and preprocessed in worker processes, ``prefetch x workers`` batches ahead of the
+  step, never on the main thread. The rows still come from the random-access TarCollection, drawn by the
+  trainer's own group-aware sampler, so a resume is exact: a shadow copy of that sampler (same seed, or
+  the checkpoint's RNG state and queue) predicts the coming batches for the workers, and every step
+  checks that the batch it receives is the one the sampler drew (a mismatch is logged and that step
+  decodes its own batch; prefetching then stops, results stay exact);
+- batches arrive in pinned memory when the device is a GPU and are copied with ``non_blocking``;
+  ``channels_last`` and ``gradient_checkpointing`` come from the recipe, bf16 / fp16 autocast from its
+  ``precision`` (``auto``: bf16 on GPUs that have it), ``compile=True`` wraps the towers' forward in
+  ``torch.compile``;
+- the device is the rank's GPU under torchrun, the first GPU in a single process when there is one
+  (the plain Trainer stays on the CPU in a single process), else the CPU.
 """
 from __future__ import annotations
 
+import logging
 import sys
 
-from tokenspace.train import distributed
+import numpy as np
+import torch
+
+from tokenspace.train import distributed, precision
+from tokenspace.train.trainer import BatchSampler, Trainer
 
 
 def _log(msg: str) -> None:
@@ -20,8 +39,6 @@ def _log(msg: str) -> None:
 
 def load_pairs(recipe, model, home=None, progress: bool = True):
     """PairData for a recipe's training specs: lazy pixels for wds: shards, cached grids otherwise."""
-    import numpy as np
-
     from tokenspace.train.trainer import PairData
 
     specs = recipe.data.get("train") or []
@@ -60,11 +77,98 @@ def load_pairs(recipe, model, home=None, progress: bool = True):
     return pipeline.caption_pairs(np.asarray(enc.grids), enc.records)  # every caption, not just the first
 
 
-def train(recipe, out_dir, home=None, resume: bool = False, progress: bool = True, **overrides):
-    """Train a recipe (name, path or Recipe) here or on every rank of a torchrun launch."""
+class ScaleTrainer(Trainer):
+    """Trainer with DataLoader-fed pixels and explicit device handling (see the module doc)."""
+
+    def __init__(self, model, recipe, data, out_dir, *, device=None, workers: int | None = None,
+                 prefetch: int = 2, compile: bool = False, **kw):
+        super().__init__(model, recipe, data, out_dir, **kw)
+        self.device = torch.device(device) if device is not None else self.dist.device
+        self.precision = precision.resolve(recipe.precision, self.device)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
+        if compile:
+            self._embed = torch.compile(self._embed)
+            self._forward = self._embed
+        from tokenspace.data.loader import Preprocess, TarRows
+        from tokenspace.data.webdataset import LazyPixels
+
+        self.workers, self.prefetch = workers, prefetch
+        g = data.grids
+        self._rows = TarRows(g.c, Preprocess(g.size, tuple(g.mean), tuple(g.std))) \
+            if isinstance(g, LazyPixels) else None
+        self._stream = None
+        self._resume_state = None
+        self.predicted = self.mispredicted = self.skipped = 0
+
+    def _load_checkpoint(self):
+        out = super()._load_checkpoint()
+        self._resume_state = (out[3], list(self._resume_queue))  # the sampler's state at the checkpoint
+        return out
+
+    def fit(self, resume: bool = False):
+        try:
+            return super().fit(resume=resume)
+        finally:
+            self._stream = None  # shuts the workers down
+            if self.skipped:
+                _log(f"{self.skipped} corrupt images replaced by blank ones")
+
+    def _predicted_batches(self):
+        """This rank's shards of the batches the trainer's sampler will draw, from its starting state."""
+        r = self.recipe
+        shadow = BatchSampler(self.data.groups, r.batch_size, np.random.default_rng(r.seed))
+        if self._resume_state is not None:
+            shadow.rng.bit_generator.state, shadow._queue = self._resume_state[0], list(self._resume_state[1])
+        while True:
+            yield [int(i) for i in self.dist.shard(shadow.next())]
+
+    def _loader(self, batches):
+        from tokenspace.data.loader import map_loader
+
+        return map_loader(self._rows, batches, workers=self.workers, device=self.device,
+                          prefetch=self.prefetch, on_bad="blank")
+
+    def _pixels(self, shard: np.ndarray) -> torch.Tensor:
+        b = None
+        if self.mispredicted == 0:
+            if self._stream is None:
+                self._stream = iter(self._loader(self._predicted_batches()))
+            b = next(self._stream)
+            if np.array_equal(b["index"].numpy(), shard):
+                self.predicted += 1
+            else:
+                self.mispredicted += 1
+                self._stream = b = None
+                logging.getLogger("tokenspace.train").warning(
+                    "the prefetched batch is not the sampler's: prefetching stops (results stay exact)")
+        if b is None:  # this step's own batch, still decoded in the workers
+            (b,) = list(self._loader([[int(i) for i in shard]]))
+        if b["skipped"]:
+            self.skipped += b["skipped"]
+            _log(f"{self.skipped} corrupt images so far (replaced by blank ones)")
+        return b["pixels"]
+
+    def _inputs(self, idx: np.ndarray):
+        shard = self.dist.shard(idx)
+        if self._rows is not None:
+            x = self._pixels(shard)  # decoded in workers, pinned for a GPU
+        else:  # cached grids or activations: an array slice
+            x = torch.from_numpy(np.asarray(self.data.grids[shard], dtype=np.float32))
+            if self.device.type == "cuda":
+                x = x.pin_memory()
+        x = x.to(self.device, non_blocking=True)
+        if self.recipe.channels_last and x.ndim == 4:
+            x = x.contiguous(memory_format=torch.channels_last)
+        ids, mask = self.model.tokenize([self.data.texts[i] for i in shard])
+        return x, ids.to(self.device, non_blocking=True), mask.to(self.device, non_blocking=True)
+
+
+def train(recipe, out_dir, home=None, resume: bool = False, progress: bool = True, *, workers: int | None = None,
+          compile: bool = False, device=None, **overrides):
+    """Train a recipe (name, path or Recipe) here or on every rank of a torchrun launch, with the
+    ScaleTrainer (``workers`` decoding processes per rank; default: cores - 1, at most 8)."""
     from tokenspace import pipeline
     from tokenspace.train.recipe import Recipe
-    from tokenspace.train.trainer import Trainer
 
     if not isinstance(recipe, Recipe):
         recipe = Recipe.load(recipe, **overrides)
@@ -75,4 +179,5 @@ def train(recipe, out_dir, home=None, resume: bool = False, progress: bool = Tru
     data = load_pairs(recipe, model, home, progress)
     _log(f"training {recipe.name}: {len(data)} pairs, {recipe.total_steps} steps, "
          f"{ctx.world} rank(s) x {recipe.batch_size // ctx.world} per step")
-    return Trainer(model, recipe, data, out_dir, progress=progress).fit(resume=resume)
+    return ScaleTrainer(model, recipe, data, out_dir, progress=progress, workers=workers, compile=compile,
+                        device=device).fit(resume=resume)
