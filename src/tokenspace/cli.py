@@ -317,9 +317,19 @@ def _demo(args) -> int:
 
 
 def _serve(args) -> int:
+    from tokenspace import pipeline
+    from tokenspace.models.registry import DEFAULT_RELEASE, release_path
     from tokenspace.serve.app import run
 
-    run(model=_load_model(args.model, args.device), index=args.index, host=args.host, port=args.port)
+    if not Path(args.index).is_dir():
+        raise CLIError(f"--index {args.index}: no index folder there (make one with `make demo` or "
+                       "`tokenspace index build`)")
+    model_ref = args.model or pipeline.read_collection_meta(args.index).get("model") or (
+        DEFAULT_RELEASE if release_path(DEFAULT_RELEASE) else None)
+    if not model_ref:
+        raise CLIError(f"serve needs --model: the index at {args.index} does not name its model and no release "
+                       "model is installed")
+    run(model=_load_model(model_ref, args.device), index=args.index, host=args.host, port=args.port)
     return 0
 
 
@@ -440,8 +450,10 @@ def build_parser() -> argparse.ArgumentParser:
     dm.set_defaults(fn=_demo)
 
     sv = sub.add_parser("serve", help="HTTP API and web page")
-    sv.add_argument("--model", required=True, help="model folder or release name")
-    sv.add_argument("--index", required=True, help="index folder written by `tokenspace index build`")
+    sv.add_argument("--model", help="model folder or release name (default: the model the index names, "
+                    "else the release model)")
+    sv.add_argument("--index", default="runs/demo/index",
+                    help="index folder written by `tokenspace index build` (default: make demo's, runs/demo/index)")
     sv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     sv.add_argument("--port", type=_port, default=8000, help="TCP port (default 8000)")
     sv.add_argument("--device", default="cpu", help=DEVICE_HELP)

@@ -230,8 +230,8 @@ def test_serve_answers_and_refuses_a_missing_index(world, tmp_path):
     port = _free_port()
     script = Path(sys.executable).with_name("tokenspace")
     env = dict(os.environ, TOKENSPACE_HOME=str(world.home))
-    proc = subprocess.Popen([str(script), "serve", "--model", str(world.model), "--index", str(world.index),
-                             "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    # no --model: serve loads the model the index names (collection.json)
+    proc = subprocess.Popen([str(script), "serve", "--index", str(world.index), "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         deadline, body = time.monotonic() + 120, None
         while time.monotonic() < deadline and proc.poll() is None:

@@ -60,6 +60,11 @@ def build_model(config: ModelConfig | str, vocab: Vocabulary | None = None) -> D
 TRAINING_FREE = {"tagger"}
 
 
+# the model `tokenspace serve` and `make demo` search with when none is named (models/<name>,
+# benchmarks/release_model.py writes it)
+DEFAULT_RELEASE = "tokenspace-stair-drawings"
+
+
 def release_dirs() -> list[Path]:
     """Where release models (trained folders loadable by name) live: ``models/`` of a source checkout,
     then ``$TOKENSPACE_HOME/models``."""
