@@ -28,6 +28,7 @@ from tagger_zeroshot import TEMPLATES
 import tokenspace
 from tokenspace import pipeline
 from tokenspace.atomic import write_text
+from tokenspace.demo import SPLITS_FILE, split_build
 from tokenspace.eval import InterpretabilityEvaluator, ResultsDoc, ZeroShotEvaluator, markdown_table
 from tokenspace.models.card import render_card, run_info
 
@@ -174,6 +175,9 @@ def main(argv=None) -> int:
     trained = tokenspace.load(stair_run / "model")
     trained.config.name = RELEASE
     trained.save_pretrained(folder, dtype=torch.float16, card=run_info(stair_run))
+    # which build of the concept splits the model was trained on: the splits depend on the installed
+    # sources, and the demo checks its own build against this before calling its images held out
+    write_text(folder / SPLITS_FILE, json.dumps(split_build(pipeline.home_dir(args.home)), indent=1) + "\n")
     results = {"STAIR (3-stage, release)": measure(tokenspace.load(folder), args.home),  # the stored weights
                "dense baseline": measure(tokenspace.load(runs / RECIPES["dense baseline"] / "model"), args.home)}
     goals = targets(results["STAIR (3-stage, release)"], results["dense baseline"])

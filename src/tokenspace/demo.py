@@ -9,6 +9,7 @@ Without the release folder (an installed wheel without models/), the STAIR train
 """
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -49,13 +50,31 @@ def _trained(recipe: str, out: Path, home, quick: bool):
     return pipeline.train(recipe, out, home=home, resume=True, **overrides)
 
 
-def _release():
+SPLITS_FILE = "splits.json"  # in the release folder: the data build its training split came from
+
+
+def split_build(home) -> dict:
+    """What decides the concept splits of this machine's manifests: builder version, split parameters and
+    the installed sources (the groups are drawn over all of them, docs/data.md)."""
+    from tokenspace.data.build import default_dir
+
+    meta = json.loads((default_dir(Path(home)) / "emoji.jsonl.meta.json").read_text())
+    return {k: meta[k] for k in ("builder_version", "params", "sources")}
+
+
+def _release(home):
     from tokenspace.models.registry import load, release_path
 
-    if release_path(RELEASE) is None:
+    folder = release_path(RELEASE)
+    if folder is None:
         _log(f"no release model {RELEASE!r} here (models/ of a source checkout): the STAIR trained here searches")
         return None
-    return load(RELEASE)
+    trained_on = json.loads((folder / SPLITS_FILE).read_text()) if (folder / SPLITS_FILE).exists() else None
+    if trained_on is not None and trained_on != split_build(home):
+        _log(f"warning: this machine's data build differs from the one {RELEASE} was trained on (other installed "
+             f"sources or split parameters), so some 'held-out' images below may be training images of that "
+             f"model; `make assets` installs the sources it was trained with")
+    return load(folder)
 
 
 def run(out="runs/demo", home=None, quick: bool = False, results="docs/results.md") -> dict:
@@ -69,7 +88,7 @@ def run(out="runs/demo", home=None, quick: bool = False, results="docs/results.m
     build_manifests(pipeline.home_dir(home))
     models = {name: _trained(recipe, out / recipe, home, quick) for name, recipe in SYSTEMS.items()}
     t_train = time.time() - t0
-    release = _release()
+    release = _release(pipeline.home_dir(home))
     if release is not None:
         models = {f"{RELEASE} (release model)": release, **models}
 
