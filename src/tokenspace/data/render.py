@@ -7,13 +7,15 @@ is reported, not fatal.
 """
 from __future__ import annotations
 
+import logging
 import os
-import sys
 import time
 from collections.abc import Sequence
 from multiprocessing import get_context
 
 from tokenspace.atomic import write_bytes
+
+log = logging.getLogger(__name__)
 
 RENDER_SIZE = 224  # pixels on the longest side: the backbone's input size, so no second resize
 MAX_WORKERS = 2
@@ -67,9 +69,8 @@ def render_svgs(jobs: Sequence[tuple[str, str | os.PathLike]], size: int = RENDE
         return errors
     t0 = time.time()
     workers = max(1, min(workers, MAX_WORKERS, len(todo)))
-    if progress:
-        print(f"[tokenspace data] rendering {len(todo)} SVGs to PNG ({workers} workers) ...",
-              file=sys.stderr, flush=True)
+    level = logging.INFO if progress else logging.DEBUG  # the CLI shows INFO on stderr
+    log.log(level, "rendering %d SVGs to PNG (%d workers) ...", len(todo), workers)
     if workers == 1:
         results = map(render_one, todo)
     else:
@@ -79,14 +80,11 @@ def render_svgs(jobs: Sequence[tuple[str, str | os.PathLike]], size: int = RENDE
         for i, (job, err) in enumerate(zip(todo, results), 1):
             if err:
                 errors[job[1]] = err
-            if progress and i % 2000 == 0:
-                rate = i / (time.time() - t0)
-                print(f"[tokenspace data]   {i}/{len(todo)} rendered ({rate:.0f}/s)", file=sys.stderr, flush=True)
+            if i % 2000 == 0:
+                log.log(level, "  %d/%d rendered (%.0f/s)", i, len(todo), i / (time.time() - t0))
     finally:
         if workers > 1:
             pool.close()
             pool.join()
-    if progress:
-        print(f"[tokenspace data] rendered {len(todo) - len(errors)} in {time.time() - t0:.0f}s, "
-              f"{len(errors)} failed", file=sys.stderr, flush=True)
+    log.log(level, "rendered %d in %.0fs, %d failed", len(todo) - len(errors), time.time() - t0, len(errors))
     return errors
