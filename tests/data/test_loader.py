@@ -118,3 +118,15 @@ def test_pinned_memory_only_for_gpu_consumers():
     assert "prefetch_factor" not in loader_options("cpu", 0)
     with pytest.raises(ValueError, match="workers"):
         loader_options("cpu", -1)
+
+
+def test_transparent_png_in_a_shard_is_composited_on_white_as_from_a_file(tmp_path):
+    from tokenspace.data.images import load_image
+
+    img = Image.new("RGBA", (8, 8), (0, 0, 0, 0))
+    img.putpixel((3, 3), (200, 10, 10, 255))
+    img.save(tmp_path / "t.png")
+    write_shards([("t", (tmp_path / "t.png").read_bytes(), "dot")], str(tmp_path / "p-%d.tar"), image_ext="png")
+    from_tar = TarCollection.open(str(tmp_path / "p-0.tar")).image(0)
+    assert from_tar.getpixel((0, 0)) == (255, 255, 255)
+    assert list(from_tar.getdata()) == list(load_image(tmp_path / "t.png").getdata())

@@ -104,15 +104,16 @@ class TarCollection:
 
 
 def decode_image_bytes(data: bytes, where: str):
-    """Image bytes -> RGB PIL image; ImageLoadError(where, cause) when they cannot be decoded."""
+    """Image bytes -> RGB PIL image, transparency composited on white as for image files
+    (data.images.load_image); ImageLoadError(where, cause) when they cannot be decoded."""
     from PIL import Image
 
-    from tokenspace.data.images import ImageLoadError
+    from tokenspace.data.images import ImageLoadError, _on_white
 
     try:
         img = Image.open(io.BytesIO(data))
         img.load()
-        return img.convert("RGB")
+        return _on_white(img)
     except Exception as e:  # PIL raises many types for broken data
         raise ImageLoadError(where, str(e)) from e
 
