@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from tokenspace.models.config import ModelConfig
-from tokenspace.models.registry import FAMILIES, build_model
+from tokenspace.models.registry import build_model
 from tokenspace.models.shrink import shrink
 from tokenspace.train.losses import SparseContrastiveLoss
 
@@ -29,8 +29,8 @@ def test_paper_configs_state_the_papers_numbers():
 @pytest.mark.parametrize("name", PAPER)
 def test_paper_config_runs_a_forward_backward_step_at_tiny_width(name, tiny_vocab):
     config = ModelConfig.load(name)
-    if config.family not in FAMILIES:
-        pytest.skip(f"family {config.family!r} not registered yet")
+    # no skip for an unregistered family: a shipped paper config that names one is a bug, and
+    # build_model fails on it ("unknown model family ...")
     torch.manual_seed(0)
     model = build_model(shrink(config, width=32, layers=1, vocab=len(tiny_vocab)), vocab=tiny_vocab)
     assert type(model.image_tower).__name__ == {"vit": "ViTTower"}.get(config.image_tower["type"], "TinyConvTower")
