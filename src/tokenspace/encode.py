@@ -54,9 +54,10 @@ def encode_images(model, images, batch_size: int = 256) -> SparseBatch:
     return SparseBatch.concat(outs)
 
 
-def encode_pixels(model, x, channels_last: bool = False) -> SparseBatch:
+def encode_pixels(model, x, channels_last: bool = True) -> SparseBatch:
     """Normalised pixels [b, 3, S, S] (a loader batch, pinned when the model is on a GPU) -> encoded
-    rows: copied to the model's device without blocking, the tower and heads in inference mode."""
+    rows: copied to the model's device without blocking, NHWC (the layout ``model.encode_images``
+    feeds its tower too), the tower and heads in inference mode."""
     import torch
 
     model.eval()

@@ -109,7 +109,9 @@ def collate(items: list, on_bad: str = "skip", prep: Preprocess | None = None) -
     good = [it for it in items if it[1] is not None]
     skipped, _skipped_here = _skipped_here, 0
     if good:
-        px = torch.stack([it[1] for it in good])
+        # NHWC in memory (channels_last): what models.preprocess.pixels gives too; CPU convolutions run
+        # ~1.5x faster on it than on NCHW here (EfficientNet-Lite0, 128 px)
+        px = torch.stack([it[1] for it in good]).contiguous(memory_format=torch.channels_last)
     else:
         s = prep.image_size if prep is not None else 1
         px = torch.zeros((0, 3, s, s), dtype=torch.float32)

@@ -1,0 +1,178 @@
+"""Input pipeline and end-to-end encode throughput on this machine (issue 15's tables 1 and 2).
+
+    python benchmarks/input_pipeline.py --out benchmarks/results/input_pipeline.json
+
+1. Shards: the drawings of ``--data`` (default emoji:train, PNGs) written as webdataset shards to
+   ``--tmp``, then streamed by ``data.loader.stream_shards`` (decode + letterbox + normalise to the
+   model's input size, batches of ``--batch``) with 0, 1 and 2 DataLoader workers: samples/s.
+2. Encode end to end, files -> SparseBatch -> index (InvertedIndex.add): ``--jpegs`` ImageNet-size JPEGs
+   (500 x 375, crops of scikit-image's bundled photos) encoded by the model (default: the release
+   model's config stair-emoji, EfficientNet-Lite0 at 128 px; or ``--model FOLDER``):
+   - eager: ``model.encode_images(paths)``, decoding in the main thread between batches;
+   - loader: ``encode.encode_files`` with 0, 1, 2 workers decoding ahead while the model runs.
+Arms are interleaved and repeated (``--repeat``): each number is the median of its repeats, measured in
+one run side by side, and the load average is recorded before and after every table.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def write_drawing_shards(data: str, n: int, folder: Path, per_shard: int = 500) -> tuple[str, int]:
+    from tokenspace import pipeline
+    from tokenspace.data.webdataset import write_shards
+
+    records = pipeline.load_split(data)[:n]
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("shard-*.tar"):
+        old.unlink()
+    ext = records[0].image.rsplit(".", 1)[-1].lower()
+    samples = ((f"r{i:06d}", Path(r.image).read_bytes(), r.text) for i, r in enumerate(records)
+               if r.image.lower().endswith(ext))
+    paths = write_shards(samples, str(folder / "shard-%04d.tar"), per_shard=per_shard, image_ext=ext)
+    return f"{folder}/shard-{{0000..{len(paths) - 1:04d}}}.tar", len(records)
+
+
+def write_jpegs(n: int, folder: Path, seed: int = 0) -> list[Path]:
+    """ImageNet-size JPEGs (500 x 375, quality 90): random crops of the bundled photos, resized."""
+    import numpy as np
+    from PIL import Image
+    from skimage import data as skdata
+
+    photos = [skdata.astronaut(), skdata.chelsea(), skdata.coffee(), skdata.rocket(), skdata.immunohistochemistry()]
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i in range(n):
+        p = folder / f"img{i:05d}.jpg"
+        paths.append(p)
+        if p.exists():
+            continue
+        a = photos[i % len(photos)]
+        h, w = a.shape[:2]
+        ch, cw = int(h * rng.uniform(0.6, 1.0)), int(w * rng.uniform(0.6, 1.0))
+        y, x = int(rng.integers(0, h - ch + 1)), int(rng.integers(0, w - cw + 1))
+        Image.fromarray(a[y:y + ch, x:x + cw]).resize((500, 375), Image.BICUBIC).save(p, quality=90)
+    return paths
+
+
+def time_stream(spec: str, prep, batch: int, workers: int) -> tuple[float, int]:
+    from tokenspace.data.loader import stream_shards
+
+    t0, n = time.perf_counter(), 0
+    for b in stream_shards(spec, prep, batch, workers=workers):
+        n += len(b["pixels"])
+    return time.perf_counter() - t0, n
+
+
+def time_encode(model, paths, batch: int, arm: str) -> tuple[float, int]:
+    from tokenspace.encode import encode_files
+    from tokenspace.index import InvertedIndex
+
+    t0 = time.perf_counter()
+    if arm == "eager":
+        rows, kept = model.encode_images([str(p) for p in paths], batch_size=batch), list(range(len(paths)))
+    else:
+        rows, kept = encode_files(model, paths, batch, workers=int(arm.split("-")[1]))
+    index = InvertedIndex(len(model.vocab), model.vocab)
+    index.add(rows, [str(paths[i]) for i in kept])
+    return time.perf_counter() - t0, len(index)
+
+
+def build(model_ref: str):
+    import torch
+
+    import tokenspace
+    from tokenspace.models.registry import build_model
+
+    torch.manual_seed(0)
+    return tokenspace.load(model_ref) if Path(model_ref).is_dir() else build_model(model_ref)
+
+
+def run(a) -> dict:
+    import torch
+
+    from tokenspace.data.loader import Preprocess
+
+    out: dict = {"threads": torch.get_num_threads(), "cores": len(os.sched_getaffinity(0)), "batch": a.batch}
+    model = build(a.model)
+    model.eval()
+    prep = Preprocess.for_model(model)
+    out["model"], out["image_size"] = a.model, prep.image_size
+
+    # 1. shards of drawings, samples/s vs workers
+    spec, n = write_drawing_shards(a.data, a.n, a.tmp / "shards")
+    out["shards"] = {"data": a.data, "samples": n, "spec": spec, "load_before": load(), "arms": {}}
+    times: dict[int, list[float]] = {w: [] for w in a.workers}
+    for _ in range(a.repeat):
+        for w in a.workers:
+            dt, got = time_stream(spec, prep, a.batch, w)
+            times[w].append(got / dt)
+    out["shards"]["load_after"] = load()
+    for w in a.workers:
+        out["shards"]["arms"][str(w)] = {"samples_per_s": statistics.median(times[w]), "runs": times[w]}
+
+    # 2. files -> SparseBatch -> index
+    paths = write_jpegs(a.jpegs, a.tmp / "jpegs")
+    arms = ["eager"] + [f"loader-{w}" for w in a.workers]
+    enc: dict[str, list[float]] = {k: [] for k in arms}
+    time_encode(model, paths[: a.batch], a.batch, "eager")  # warm-up: allocator, kernels
+    out["encode"] = {"images": len(paths), "size": "500x375 JPEG", "load_before": load(), "arms": {}}
+    for _ in range(a.repeat):
+        for arm in arms:
+            dt, got = time_encode(model, paths, a.batch, arm)
+            assert got == len(paths), f"{arm}: indexed {got} of {len(paths)}"
+            enc[arm].append(got / dt)
+    out["encode"]["load_after"] = load()
+    for arm in arms:
+        out["encode"]["arms"][arm] = {"images_per_s": statistics.median(enc[arm]), "runs": enc[arm]}
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", default="emoji:train")
+    ap.add_argument("--n", type=int, default=2000, help="drawings written to shards")
+    ap.add_argument("--jpegs", type=int, default=1000)
+    ap.add_argument("--model", default="stair-emoji", help="a model config name or a trained model folder")
+    ap.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--tmp", type=Path, default=Path("/tmp/tokenspace-input-bench"))
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "input_pipeline.json")
+    a = ap.parse_args(argv)
+    res = run(a)
+    s, e = res["shards"], res["encode"]
+    base = s["arms"][str(a.workers[0])]["samples_per_s"]
+    print(f"Input pipeline: {s['samples']} drawings ({a.data}) in shards -> {res['image_size']} px pixels, batch "
+          f"{a.batch}, {res['cores']} cores (load {s['load_before']} -> {s['load_after']})")
+    print("| DataLoader workers | samples/s | vs 0 workers |\n| --- | --- | --- |")
+    for w, r in s["arms"].items():
+        print(f"| {w} | {r['samples_per_s']:.0f} | {r['samples_per_s'] / base:.2f}x |")
+    eager = e["arms"]["eager"]["images_per_s"]
+    print(f"\nEncode end to end: {e['images']} {e['size']} files -> SparseBatch -> index, model {res['model']} "
+          f"({res['image_size']} px), batch {a.batch} (load {e['load_before']} -> {e['load_after']})")
+    print("| path | images/s | vs eager |\n| --- | --- | --- |")
+    for arm, r in e["arms"].items():
+        print(f"| {arm} | {r['images_per_s']:.1f} | {r['images_per_s'] / eager:.2f}x |")
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps(res, indent=1))
+    print(f"wrote {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
