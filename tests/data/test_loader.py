@@ -130,3 +130,16 @@ def test_transparent_png_in_a_shard_is_composited_on_white_as_from_a_file(tmp_pa
     from_tar = TarCollection.open(str(tmp_path / "p-0.tar")).image(0)
     assert from_tar.getpixel((0, 0)) == (255, 255, 255)
     assert list(from_tar.getdata()) == list(load_image(tmp_path / "t.png").getdata())
+
+
+def test_ranks_scan_their_share_of_the_headers_and_merge_to_the_same_collection(shards):
+    whole = TarCollection.open(shards)
+    shard_list = whole.shards
+    parts = [TarCollection._scan_part(shard_list, r, 3) for r in range(3)]
+    assert sorted(si for p in parts for si in p) == [0, 1, 2, 3]  # each shard scanned by one rank
+    merged = TarCollection.open(shards, rank=1, world=3, gather=lambda own: [parts[0], own, parts[2]])
+    assert merged.keys == whole.keys and merged.texts == whole.texts
+    np.testing.assert_array_equal(merged.offset, whole.offset)
+    np.testing.assert_array_equal(merged.shard_of, whole.shard_of)
+    with pytest.raises(ValueError, match="gather"):
+        TarCollection.open(shards, rank=0, world=2)

@@ -147,3 +147,33 @@ def test_encode_parts_decodes_in_workers_on_the_models_device(make_model, tmp_pa
     got = index.get([c.keys[i] for i in keep])
     np.testing.assert_array_equal(got.indices, ref.indices)
     np.testing.assert_allclose(got.values, ref.values, rtol=1e-5, atol=1e-6)
+
+
+def _open_on_rank(rank: int, world: int, spec: str, port: int, out: str) -> None:
+    import torch.distributed as dist
+
+    from tokenspace.train.scale import _all_gather
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        c = TarCollection.open(spec, rank, world, gather=_all_gather)
+        with open(f"{out}.{rank}", "w") as f:
+            json.dump({"keys": c.keys, "offset": c.offset.tolist()}, f)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_gloo_ranks_share_the_header_scan_and_agree(tmp_path):
+    import socket
+
+    import torch.multiprocessing as mp
+
+    spec = _shards(tmp_path)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_open_on_rank, args=(2, spec, port, str(tmp_path / "scan")), nprocs=2)
+    whole = TarCollection.open(spec)
+    for r in range(2):
+        got = json.loads((tmp_path / f"scan.{r}").read_text())
+        assert got == {"keys": whole.keys, "offset": whole.offset.tolist()}

@@ -17,7 +17,7 @@ import io
 import os
 import re
 import tarfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,15 +61,25 @@ class TarCollection:
     skipped: int = 0  # samples without an image or a text
 
     @classmethod
-    def open(cls, spec: str | Sequence[str]) -> TarCollection:
+    def open(cls, spec: str | Sequence[str], rank: int = 0, world: int = 1,
+             gather: Callable[[object], list] | None = None) -> TarCollection:
+        """Scan the shards' headers. Under data parallelism each of ``world`` ranks scans every
+        world-th shard from its ``rank`` and ``gather`` (e.g. ``torch.distributed.all_gather_object``
+        wrapped to return the list) brings all ranks' parts together, so start-up reads each header
+        once across the job instead of once per rank; every rank ends with the same collection."""
         shards = expand_shards(spec)
         missing = [s for s in shards if not os.path.exists(s)]
         if missing:
             raise FileNotFoundError(f"{len(missing)} shard(s) not found, e.g. {missing[0]}")
+        part = cls._scan_part(shards, rank, world)
+        parts = gather(part) if world > 1 and gather is not None else [part]
+        if world > 1 and gather is None:
+            raise ValueError("world > 1 needs a gather function to merge the ranks' scans")
+        scanned = {si: rows for p in parts for si, rows in p.items()}
         c = cls(shards)
         shard_of, offset, size = [], [], []
-        for si, path in enumerate(shards):
-            for key, text, off, n in _scan(path):
+        for si in range(len(shards)):
+            for key, text, off, n in scanned[si]:
                 if text is None or off is None:
                     c.skipped += 1
                     continue
@@ -82,6 +92,11 @@ class TarCollection:
         c.offset = np.asarray(offset, np.int64)
         c.size = np.asarray(size, np.int64)
         return c
+
+    @staticmethod
+    def _scan_part(shards: list[str], rank: int, world: int) -> dict[int, list]:
+        """{shard number: [(key, text, image offset, image size), ...]} for this rank's shards."""
+        return {si: list(_scan(shards[si])) for si in range(rank, len(shards), world)}
 
     def __len__(self) -> int:
         return len(self.keys)

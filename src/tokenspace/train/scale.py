@@ -37,6 +37,15 @@ def _log(msg: str) -> None:
         print(f"[tokenspace] {msg}", file=sys.stderr, flush=True)
 
 
+def _all_gather(obj) -> list:
+    """Every rank's ``obj``, in rank order (each rank scans its share of the shard headers)."""
+    import torch.distributed as dist
+
+    out = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
 def load_pairs(recipe, model, home=None, progress: bool = True):
     """PairData for a recipe's training specs: lazy pixels for wds: shards, cached grids otherwise."""
     from tokenspace.train.trainer import PairData
@@ -54,7 +63,8 @@ def load_pairs(recipe, model, home=None, progress: bool = True):
                              "from a manifest instead)")
         from tokenspace.data.webdataset import LazyPixels, TarCollection
 
-        c = TarCollection.open(wds)
+        ctx = distributed.context()
+        c = TarCollection.open(wds, ctx.rank, ctx.world, gather=_all_gather if ctx.enabled else None)
         t = model.image_tower
         if c.skipped:
             _log(f"skipped {c.skipped} incomplete samples (no image or no text)")
