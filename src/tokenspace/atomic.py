@@ -66,3 +66,28 @@ def write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8") -> N
 def write_bytes(path: str | os.PathLike, data: bytes) -> None:
     with atomic_open(path, "wb") as f:
         f.write(data)
+
+
+def new_file_mode(folder: str | os.PathLike) -> int:
+    """The permission bits a new file in ``folder`` gets (0o666 less the umask), found by creating one:
+    for files a library writes with its own mode (safetensors writes 0600), without reading the umask."""
+    probe = _create_temp(Path(folder) / "mode-probe")
+    try:
+        return probe.stat().st_mode & 0o777
+    finally:
+        probe.unlink(missing_ok=True)
+
+
+def temp_folder(path: str | os.PathLike) -> Path:
+    """A new empty folder beside ``path`` to build a folder in before renaming it into place. Not
+    tempfile.mkdtemp, whose 0700 would make the renamed folder private: os.mkdir applies the umask."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for _ in range(100):
+        tmp = path.parent / f".tmp-{path.name}.{secrets.token_hex(4)}"
+        try:
+            os.mkdir(tmp)
+        except FileExistsError:
+            continue
+        return tmp
+    raise FileExistsError(f"no free temporary folder name beside {path}")

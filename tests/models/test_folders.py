@@ -167,3 +167,30 @@ def test_half_precision_folder_loads_back_as_float32(make_model, tmp_path):
             torch.testing.assert_close(v, ref[k].half().float())  # exactly the rounded weights
     a, b = back.encode_texts(TEXTS).to_dense(), model.encode_texts(TEXTS).to_dense()
     np.testing.assert_allclose(a, b, rtol=2e-2, atol=2e-2)
+
+
+def test_the_shipped_release_model_loads_by_name_offline():
+    """models/tokenspace-stair-drawings is committed (benchmarks/release_model.py writes it): it loads by
+    name from its own files (no asset cache, no hub), as the float32 STAIR model over the 30,522 tokens,
+    and writes a readable sparse vector for a query."""
+    assert registry.DEFAULT_RELEASE in registry.list_releases()
+    model = tokenspace.load(registry.DEFAULT_RELEASE)
+    assert model.family == "stair" and len(model.vocab) == 30522
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    vec = model.encode_texts(["a red heart"])
+    tokens = [t for t, _ in model.decode(vec, top_k=40)[0]]
+    assert 0 < vec.nnz <= 100 and "heart" in tokens, tokens
+
+
+def test_saved_folder_and_weights_honour_the_umask(make_model, tmp_path):
+    """mkdtemp (0700) and safetensors (0600) made every saved model private to its owner."""
+    import os
+
+    old = os.umask(0o022)
+    try:
+        folder = make_model("stair").save_pretrained(tmp_path / "m")
+    finally:
+        os.umask(old)
+    assert folder.stat().st_mode & 0o777 == 0o755
+    assert {p.name: p.stat().st_mode & 0o777 for p in folder.iterdir()}["model.safetensors"] == 0o644
+    assert all(p.stat().st_mode & 0o777 == 0o644 for p in folder.iterdir())

@@ -14,7 +14,6 @@ import copy
 import json
 import os
 import shutil
-import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Sequence
@@ -174,6 +173,7 @@ class DualEncoder(nn.Module):
         bytes for a folder kept in git; ``from_pretrained`` casts them back into the float32 model."""
         from safetensors.torch import save_model
 
+        from tokenspace.atomic import new_file_mode, temp_folder
         from tokenspace.models.card import hf_config_keys, render_card, write_tokenizer_files
 
         if push_to_hub:
@@ -181,12 +181,13 @@ class DualEncoder(nn.Module):
                              "your hub's own client (e.g. `hf upload`)")
         path = Path(save_directory)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=path.parent))
+        tmp = temp_folder(path)
         try:
             config = {**hf_config_keys(self), **self.portable_config().to_dict()}
             (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
             # a converted copy: the model in memory keeps its own precision
             save_model(self if dtype is None else copy.deepcopy(self).to(dtype), str(tmp / WEIGHTS_FILE))
+            os.chmod(tmp / WEIGHTS_FILE, new_file_mode(tmp))  # safetensors writes 0600
             self.tokenizer.vocab.save(tmp / VOCAB_FILE)
             write_tokenizer_files(tmp, self.tokenizer.vocab, self.config.max_text_len)
             (tmp / "README.md").write_text(render_card(self, card), encoding="utf-8")
