@@ -177,3 +177,33 @@ def test_two_gloo_ranks_share_the_header_scan_and_agree(tmp_path):
     for r in range(2):
         got = json.loads((tmp_path / f"scan.{r}").read_text())
         assert got == {"keys": whole.keys, "offset": whole.offset.tolist()}
+
+
+def test_onnx_tower_encodes_as_pytorch_does(make_model, tmp_path):
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    from tokenspace.encode import encode_files
+
+    paths = []
+    for i in range(6):
+        p = tmp_path / f"i{i}.png"
+        Image.fromarray(np.random.default_rng(i).integers(0, 255, (40, 30, 3), dtype=np.uint8)).save(p)
+        paths.append(p)
+    model = make_model()
+    ref, kept = encode_files(model, paths, batch_size=4, workers=0)
+    got, kept2 = encode_files(model, paths, batch_size=4, workers=0, tower="onnx")
+    assert kept == kept2 == list(range(6))
+    np.testing.assert_array_equal(got.indptr, ref.indptr)
+    np.testing.assert_allclose(got.values, ref.values, atol=1e-4)
+
+
+def test_onnx_tower_without_onnxruntime_is_a_clear_error(make_model, monkeypatch):
+    import sys
+
+    from tokenspace.encode import image_tower
+
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import fails as if not installed
+    with pytest.raises(RuntimeError, match="pip install onnxruntime"):
+        image_tower(make_model(), "onnx")
+    with pytest.raises(ValueError, match="torch' or 'onnx"):
+        image_tower(make_model(), "tensorrt")
