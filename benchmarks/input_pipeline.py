@@ -9,7 +9,9 @@
    (500 x 375, crops of scikit-image's bundled photos) encoded by the model (default: the release
    model's config stair-emoji, EfficientNet-Lite0 at 128 px; or ``--model FOLDER``):
    - eager: ``model.encode_images(paths)``, decoding in the main thread between batches;
-   - loader: ``encode.encode_files`` with 0, 1, 2 workers decoding ahead while the model runs.
+   - loader: ``encode.encode_files`` with 0, 1, 2 workers decoding ahead while the model runs;
+   - with ``--onnx``: the loader arms with the image tower in ONNX Runtime (``tower="onnx"``), and the
+     encoded rows of both towers compared on one batch of files.
 Arms are interleaved and repeated (``--repeat``): each number is the median of its repeats, measured in
 one run side by side, and the load average is recorded before and after every table.
 """
@@ -85,11 +87,26 @@ def time_encode(model, paths, batch: int, arm: str) -> tuple[float, int]:
     t0 = time.perf_counter()
     if arm == "eager":
         rows, kept = model.encode_images([str(p) for p in paths], batch_size=batch), list(range(len(paths)))
-    else:
-        rows, kept = encode_files(model, paths, batch, workers=int(arm.split("-")[1]))
+    else:  # loader-W or loader-W-onnx
+        parts = arm.split("-")
+        rows, kept = encode_files(model, paths, batch, workers=int(parts[1]),
+                                  tower="onnx" if parts[-1] == "onnx" else "torch")
     index = InvertedIndex(len(model.vocab), model.vocab)
     index.add(rows, [str(paths[i]) for i in kept])
     return time.perf_counter() - t0, len(index)
+
+
+def onnx_check(model, paths, batch) -> dict:
+    """End to end: the ONNX tower's encoded rows against PyTorch's on the same files."""
+    import numpy as np
+
+    from tokenspace.encode import encode_files
+
+    ref, _ = encode_files(model, paths, batch, workers=0)
+    got, _ = encode_files(model, paths, batch, workers=0, tower="onnx")
+    same = bool(np.array_equal(ref.indptr, got.indptr) and np.array_equal(ref.indices, got.indices))
+    return {"images": len(paths), "same_nonzeros": same,
+            "max_abs_diff": float(np.abs(ref.values - got.values).max()) if same else None}
 
 
 def build(model_ref: str):
@@ -128,6 +145,9 @@ def run(a) -> dict:
     # 2. files -> SparseBatch -> index
     paths = write_jpegs(a.jpegs, a.tmp / "jpegs")
     arms = ["eager"] + [f"loader-{w}" for w in a.workers]
+    if a.onnx:
+        arms += [f"loader-{w}-onnx" for w in a.workers if w]
+        out["onnx_check"] = onnx_check(model, paths[: a.batch], a.batch)
     enc: dict[str, list[float]] = {k: [] for k in arms}
     time_encode(model, paths[: a.batch], a.batch, "eager")  # warm-up: allocator, kernels
     out["encode"] = {"images": len(paths), "size": "500x375 JPEG", "load_before": load(), "arms": {}}
@@ -151,6 +171,7 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--onnx", action="store_true", help="also the ONNX Runtime image tower (pip install onnxruntime onnx)")
     ap.add_argument("--tmp", type=Path, default=Path("/tmp/tokenspace-input-bench"))
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "input_pipeline.json")
     a = ap.parse_args(argv)
@@ -168,6 +189,10 @@ def main(argv=None) -> int:
     print("| path | images/s | vs eager |\n| --- | --- | --- |")
     for arm, r in e["arms"].items():
         print(f"| {arm} | {r['images_per_s']:.1f} | {r['images_per_s'] / eager:.2f}x |")
+    if "onnx_check" in res:
+        c = res["onnx_check"]
+        print(f"ONNX tower vs PyTorch on {c['images']} files: same nonzeros {c['same_nonzeros']}, "
+              f"max |difference| of values {c['max_abs_diff']}")
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(res, indent=1))
     print(f"wrote {a.out}")
