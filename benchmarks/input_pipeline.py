@@ -13,7 +13,10 @@
    - with ``--onnx``: the loader arms with the image tower in ONNX Runtime (``tower="onnx"``), and the
      encoded rows of both towers compared on one batch of files.
 Arms are interleaved and repeated (``--repeat``): each number is the median of its repeats, measured in
-one run side by side, and the load average is recorded before and after every table.
+one run side by side, and the load average is recorded before and after every table. Beside wall-clock
+rates, the CPU time per sample of all processes (main + joined workers) is reported: it does not
+depend on other jobs, while wall-clock rates on a loaded machine also measure the scheduler (each
+worker process gets its own share of a contended CPU).
 """
 from __future__ import annotations
 
@@ -71,20 +74,33 @@ def write_jpegs(n: int, folder: Path, seed: int = 0) -> list[Path]:
     return paths
 
 
-def time_stream(spec: str, prep, batch: int, workers: int) -> tuple[float, int]:
+def cpu_seconds() -> float:
+    """CPU time of this process and its finished children (the DataLoader workers, once joined):
+    unlike wall time, it does not depend on what else runs on the machine."""
+    import resource
+
+    return sum(resource.getrusage(w).ru_utime + resource.getrusage(w).ru_stime
+               for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+
+
+def time_stream(spec: str, prep, batch: int, workers: int) -> tuple[float, int, float]:
     from tokenspace.data.loader import stream_shards
 
-    t0, n = time.perf_counter(), 0
-    for b in stream_shards(spec, prep, batch, workers=workers):
+    t0, c0, n = time.perf_counter(), cpu_seconds(), 0
+    loader = stream_shards(spec, prep, batch, workers=workers)
+    for b in loader:
         n += len(b["pixels"])
-    return time.perf_counter() - t0, n
+    del loader  # joins the workers, so their CPU time is counted
+    return time.perf_counter() - t0, n, cpu_seconds() - c0
 
 
-def time_encode(model, paths, batch: int, arm: str) -> tuple[float, int]:
+def time_encode(model, paths, batch: int, arm: str) -> tuple[float, int, float]:
+    import gc
+
     from tokenspace.encode import encode_files
     from tokenspace.index import InvertedIndex
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), cpu_seconds()
     if arm == "eager":
         rows, kept = model.encode_images([str(p) for p in paths], batch_size=batch), list(range(len(paths)))
     else:  # loader-W or loader-W-onnx
@@ -93,7 +109,8 @@ def time_encode(model, paths, batch: int, arm: str) -> tuple[float, int]:
                                   tower="onnx" if parts[-1] == "onnx" else "torch")
     index = InvertedIndex(len(model.vocab), model.vocab)
     index.add(rows, [str(paths[i]) for i in kept])
-    return time.perf_counter() - t0, len(index)
+    gc.collect()  # the loader's workers are joined when it is collected
+    return time.perf_counter() - t0, len(index), cpu_seconds() - c0
 
 
 def onnx_check(model, paths, batch) -> dict:
@@ -134,13 +151,17 @@ def run(a) -> dict:
     spec, n = write_drawing_shards(a.data, a.n, a.tmp / "shards")
     out["shards"] = {"data": a.data, "samples": n, "spec": spec, "load_before": load(), "arms": {}}
     times: dict[int, list[float]] = {w: [] for w in a.workers}
+    cpu: dict[int, list[float]] = {w: [] for w in a.workers}
+    time_stream(spec, prep, a.batch, 0)  # warm-up: imports, page cache
     for _ in range(a.repeat):
         for w in a.workers:
-            dt, got = time_stream(spec, prep, a.batch, w)
+            dt, got, c = time_stream(spec, prep, a.batch, w)
             times[w].append(got / dt)
+            cpu[w].append(1000 * c / got)
     out["shards"]["load_after"] = load()
     for w in a.workers:
-        out["shards"]["arms"][str(w)] = {"samples_per_s": statistics.median(times[w]), "runs": times[w]}
+        out["shards"]["arms"][str(w)] = {"samples_per_s": statistics.median(times[w]), "runs": times[w],
+                                         "cpu_ms_per_sample": statistics.median(cpu[w])}
 
     # 2. files -> SparseBatch -> index
     paths = write_jpegs(a.jpegs, a.tmp / "jpegs")
@@ -149,16 +170,19 @@ def run(a) -> dict:
         arms += [f"loader-{w}-onnx" for w in a.workers if w]
         out["onnx_check"] = onnx_check(model, paths[: a.batch], a.batch)
     enc: dict[str, list[float]] = {k: [] for k in arms}
+    enc_cpu: dict[str, list[float]] = {k: [] for k in arms}
     time_encode(model, paths[: a.batch], a.batch, "eager")  # warm-up: allocator, kernels
     out["encode"] = {"images": len(paths), "size": "500x375 JPEG", "load_before": load(), "arms": {}}
     for _ in range(a.repeat):
         for arm in arms:
-            dt, got = time_encode(model, paths, a.batch, arm)
+            dt, got, c = time_encode(model, paths, a.batch, arm)
             assert got == len(paths), f"{arm}: indexed {got} of {len(paths)}"
             enc[arm].append(got / dt)
+            enc_cpu[arm].append(1000 * c / got)
     out["encode"]["load_after"] = load()
     for arm in arms:
-        out["encode"]["arms"][arm] = {"images_per_s": statistics.median(enc[arm]), "runs": enc[arm]}
+        out["encode"]["arms"][arm] = {"images_per_s": statistics.median(enc[arm]), "runs": enc[arm],
+                                      "cpu_ms_per_image": statistics.median(enc_cpu[arm])}
     return out
 
 
@@ -180,15 +204,15 @@ def main(argv=None) -> int:
     base = s["arms"][str(a.workers[0])]["samples_per_s"]
     print(f"Input pipeline: {s['samples']} drawings ({a.data}) in shards -> {res['image_size']} px pixels, batch "
           f"{a.batch}, {res['cores']} cores (load {s['load_before']} -> {s['load_after']})")
-    print("| DataLoader workers | samples/s | vs 0 workers |\n| --- | --- | --- |")
+    print("| DataLoader workers | samples/s | vs 0 workers | CPU ms per sample (all processes) |\n| --- | --- | --- | --- |")
     for w, r in s["arms"].items():
-        print(f"| {w} | {r['samples_per_s']:.0f} | {r['samples_per_s'] / base:.2f}x |")
+        print(f"| {w} | {r['samples_per_s']:.0f} | {r['samples_per_s'] / base:.2f}x | {r['cpu_ms_per_sample']:.2f} |")
     eager = e["arms"]["eager"]["images_per_s"]
     print(f"\nEncode end to end: {e['images']} {e['size']} files -> SparseBatch -> index, model {res['model']} "
           f"({res['image_size']} px), batch {a.batch} (load {e['load_before']} -> {e['load_after']})")
-    print("| path | images/s | vs eager |\n| --- | --- | --- |")
+    print("| path | images/s | vs eager | CPU ms per image (all processes) |\n| --- | --- | --- | --- |")
     for arm, r in e["arms"].items():
-        print(f"| {arm} | {r['images_per_s']:.1f} | {r['images_per_s'] / eager:.2f}x |")
+        print(f"| {arm} | {r['images_per_s']:.1f} | {r['images_per_s'] / eager:.2f}x | {r['cpu_ms_per_image']:.1f} |")
     if "onnx_check" in res:
         c = res["onnx_check"]
         print(f"ONNX tower vs PyTorch on {c['images']} files: same nonzeros {c['same_nonzeros']}, "
