@@ -3,7 +3,7 @@ PY      ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
-EXTRAS  ?= serve,dev,milvus,dense,explain
+EXTRAS  ?= serve,dev,milvus,dense,explain,onnx
 
 .PHONY: install e2e-deps demo test bench assets reproduce serve lint clean release-model
 

@@ -147,9 +147,20 @@ def run(a) -> dict:
     prep = Preprocess.for_model(model)
     out["model"], out["image_size"] = a.model, prep.image_size
 
-    # 1. shards of drawings, samples/s vs workers
+    if "shards" in a.tables:
+        out["shards"] = time_shards(a, prep)
+    if "encode" in a.tables:
+        out["encode"], check = time_encode_arms(a, model)
+        if check:
+            out["onnx_check"] = check
+    return out
+
+
+def time_shards(a, prep) -> dict:
+    """Table 1: drawings written to shards, streamed with 0, 1, 2 workers."""
     spec, n = write_drawing_shards(a.data, a.n, a.tmp / "shards")
-    out["shards"] = {"data": a.data, "samples": n, "spec": spec, "load_before": load(), "arms": {}}
+    res = {"data": a.data, "samples": n, "spec": spec, "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+           "load_before": load(), "arms": {}}
     times: dict[int, list[float]] = {w: [] for w in a.workers}
     cpu: dict[int, list[float]] = {w: [] for w in a.workers}
     time_stream(spec, prep, a.batch, 0)  # warm-up: imports, page cache
@@ -158,32 +169,38 @@ def run(a) -> dict:
             dt, got, c = time_stream(spec, prep, a.batch, w)
             times[w].append(got / dt)
             cpu[w].append(1000 * c / got)
-    out["shards"]["load_after"] = load()
+    res["load_after"] = load()
     for w in a.workers:
-        out["shards"]["arms"][str(w)] = {"samples_per_s": statistics.median(times[w]), "runs": times[w],
+        res["arms"][str(w)] = {"samples_per_s": statistics.median(times[w]), "runs": times[w],
                                          "cpu_ms_per_sample": statistics.median(cpu[w])}
 
-    # 2. files -> SparseBatch -> index
+    return res
+
+
+def time_encode_arms(a, model) -> tuple[dict, dict | None]:
+    """Table 2: JPEG files -> SparseBatch -> index, eager vs the loader (vs the ONNX tower)."""
     paths = write_jpegs(a.jpegs, a.tmp / "jpegs")
     arms = ["eager"] + [f"loader-{w}" for w in a.workers]
+    check = None
     if a.onnx:
-        arms += [f"loader-{w}-onnx" for w in a.workers if w]
-        out["onnx_check"] = onnx_check(model, paths[: a.batch], a.batch)
+        arms += [f"loader-{w}-onnx" for w in a.workers]
+        check = onnx_check(model, paths[: a.batch], a.batch)
     enc: dict[str, list[float]] = {k: [] for k in arms}
     enc_cpu: dict[str, list[float]] = {k: [] for k in arms}
     time_encode(model, paths[: a.batch], a.batch, "eager")  # warm-up: allocator, kernels
-    out["encode"] = {"images": len(paths), "size": "500x375 JPEG", "load_before": load(), "arms": {}}
+    res = {"images": len(paths), "size": "500x375 JPEG", "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+           "load_before": load(), "arms": {}}
     for _ in range(a.repeat):
         for arm in arms:
             dt, got, c = time_encode(model, paths, a.batch, arm)
             assert got == len(paths), f"{arm}: indexed {got} of {len(paths)}"
             enc[arm].append(got / dt)
             enc_cpu[arm].append(1000 * c / got)
-    out["encode"]["load_after"] = load()
+    res["load_after"] = load()
     for arm in arms:
-        out["encode"]["arms"][arm] = {"images_per_s": statistics.median(enc[arm]), "runs": enc[arm],
-                                      "cpu_ms_per_image": statistics.median(enc_cpu[arm])}
-    return out
+        res["arms"][arm] = {"images_per_s": statistics.median(enc[arm]), "runs": enc[arm],
+                            "cpu_ms_per_image": statistics.median(enc_cpu[arm])}
+    return res, check
 
 
 def main(argv=None) -> int:
@@ -196,17 +213,39 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--onnx", action="store_true", help="also the ONNX Runtime image tower (pip install onnxruntime onnx)")
+    ap.add_argument("--tables", nargs="+", choices=["shards", "encode"], default=["shards", "encode"],
+                    help="which tables to measure; a table not measured keeps its previous entry in --out")
     ap.add_argument("--tmp", type=Path, default=Path("/tmp/tokenspace-input-bench"))
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "input_pipeline.json")
     a = ap.parse_args(argv)
     res = run(a)
-    s, e = res["shards"], res["encode"]
+    if a.out.exists():  # keep the tables not measured in this run (each carries its own date and load)
+        old = json.loads(a.out.read_text())
+        res = {**{k: v for k, v in old.items() if k in ("shards", "encode", "onnx_check") and k not in res}, **res}
+        if "encode" in a.tables and "onnx_check" not in res:
+            res.pop("onnx_check", None)
+    if "shards" in res:
+        print_shards(res, a)
+    if "encode" in res:
+        print_encode(res, a)
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps(res, indent=1))
+    print(f"wrote {a.out}")
+    return 0
+
+
+def print_shards(res: dict, a) -> None:
+    s = res["shards"]
     base = s["arms"][str(a.workers[0])]["samples_per_s"]
     print(f"Input pipeline: {s['samples']} drawings ({a.data}) in shards -> {res['image_size']} px pixels, batch "
           f"{a.batch}, {res['cores']} cores (load {s['load_before']} -> {s['load_after']})")
     print("| DataLoader workers | samples/s | vs 0 workers | CPU ms per sample (all processes) |\n| --- | --- | --- | --- |")
     for w, r in s["arms"].items():
         print(f"| {w} | {r['samples_per_s']:.0f} | {r['samples_per_s'] / base:.2f}x | {r['cpu_ms_per_sample']:.2f} |")
+
+
+def print_encode(res: dict, a) -> None:
+    e = res["encode"]
     eager = e["arms"]["eager"]["images_per_s"]
     print(f"\nEncode end to end: {e['images']} {e['size']} files -> SparseBatch -> index, model {res['model']} "
           f"({res['image_size']} px), batch {a.batch} (load {e['load_before']} -> {e['load_after']})")
@@ -217,10 +256,6 @@ def main(argv=None) -> int:
         c = res["onnx_check"]
         print(f"ONNX tower vs PyTorch on {c['images']} files: same nonzeros {c['same_nonzeros']}, "
               f"max |difference| of values {c['max_abs_diff']}")
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(res, indent=1))
-    print(f"wrote {a.out}")
-    return 0
 
 
 if __name__ == "__main__":

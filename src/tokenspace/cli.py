@@ -38,6 +38,16 @@ def _positive_int(text: str) -> int:
 _positive_int.__name__ = "positive integer"  # argparse names the type in its message
 
 
+def _nonnegative_int(text: str) -> int:
+    n = int(text)
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {n}")
+    return n
+
+
+_nonnegative_int.__name__ = "non-negative integer"
+
+
 def _port(text: str) -> int:
     n = int(text)
     if not 1 <= n <= 65535:
@@ -178,7 +188,7 @@ def _encode(args) -> int:
                        f"({collection.skipped} incomplete)")
     model = _load_model(args.model, args.device)
     index = encode_to_index(model, collection, args.index, args.work or f"{args.index}.parts",
-                            args.part_size, args.batch_size)
+                            args.part_size, args.batch_size, workers=args.workers, tower=args.tower)
     if len(index) == 0:
         raise CLIError(f"none of the {len(collection)} samples has a readable image: {args.index} is empty")
     print(f"indexed {len(index)} of {len(collection)} samples "
@@ -398,6 +408,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="images per part, the unit of resumption (default 8192)")
     en.add_argument("--batch-size", type=_positive_int, default=256, help="images per model call (default 256)")
     en.add_argument("--device", default="cpu", help=DEVICE_HELP)
+    en.add_argument("--workers", type=_nonnegative_int, default=None,
+                    help="image-decoding processes beside the model (default: cores - 1, at most 8)")
+    en.add_argument("--tower", choices=("auto", "torch", "onnx"), default="auto",
+                    help="image tower runtime: onnx = ONNX Runtime (CPU, checked against PyTorch to 1e-4 "
+                         "before use; pip install 'tokenspace[onnx]'), torch = PyTorch, auto = onnx when "
+                         "installed on a CPU model (default: auto)")
     en.set_defaults(fn=_encode)
 
     i = sub.add_parser("index", help="build, inspect or export an inverted index")

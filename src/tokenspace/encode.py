@@ -15,13 +15,18 @@ few batches ahead of the model, so the main thread only runs the model: decode o
 """
 from __future__ import annotations
 
+import logging
 import os
+import warnings
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from tokenspace.sparse import SparseBatch
+
+log = logging.getLogger("tokenspace.encode")
 
 
 def _atomic_text(path: Path, text: str) -> None:
@@ -56,8 +61,9 @@ def encode_images(model, images, batch_size: int = 256) -> SparseBatch:
 
 class OnnxImageTower:
     """The image tower exported to ONNX and run by ONNX Runtime on the CPU (``pip install onnxruntime
-    onnx``): a faster CPU path for encoding, used only when asked (``tower="onnx"``) and only after a
-    probe batch matched the PyTorch tower to ``tol`` (max absolute difference of the grids)."""
+    onnx``): the fast CPU path for encoding (~5x PyTorch's tower, docs/scale.md), used when asked
+    (``tower="onnx"``, or ``"auto"`` on a CPU model) and only after a probe batch matched the PyTorch
+    tower to ``tol`` (max absolute difference of the grids)."""
 
     def __init__(self, model, tol: float = 1e-4, threads: int | None = None, probe: int = 4):
         import tempfile
@@ -70,14 +76,19 @@ class OnnxImageTower:
         self._dir = tempfile.TemporaryDirectory(prefix="tokenspace-onnx-")
         path = f"{self._dir.name}/image_tower.onnx"
         model.eval()
-        with torch.inference_mode(False), torch.no_grad():
+        with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings():
+            # the exporter's notes (deprecation, constant folding skipped) say nothing a user can act on;
+            # the probe below is what guards the result
+            warnings.simplefilter("ignore")
             # the TorchScript-based exporter: the tower is a plain feed-forward network
             torch.onnx.export(t, (x,), path, dynamo=False, input_names=["pixels"], output_names=["grid"],
                               dynamic_axes={"pixels": {0: "b"}, "grid": {0: "b"}}, opset_version=17)
             ref = t(x.contiguous(memory_format=torch.channels_last)).float().numpy()
         so = ort.SessionOptions()
-        if threads:
-            so.intra_op_num_threads = int(threads)
+        # as many threads as torch uses, and no spin-waiting: DataLoader workers decode on the same cores,
+        # and spinning threads take their time (measured: equal or faster wall time, less CPU, docs/scale.md)
+        so.intra_op_num_threads = int(threads or torch.get_num_threads())
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
         self.max_diff = float(np.abs(self._run(x.numpy()) - ref).max())
         if not self.max_diff <= tol:
@@ -92,21 +103,55 @@ class OnnxImageTower:
         return torch.from_numpy(self._run(x.cpu().numpy()))
 
 
+TOWERS = ("auto", "torch", "onnx")
+TOWER_HELP = ("image tower runtime: onnx = ONNX Runtime (CPU, checked against PyTorch to 1e-4 before use; "
+              "pip install 'tokenspace[onnx]'), torch = PyTorch, auto = onnx when installed on a CPU model "
+              "(default: auto)")
+
+# model -> (its tower's parameter versions, OnnxImageTower): an export costs seconds, so it is reused
+# while the weights are unchanged (in-place updates, e.g. an optimizer step, bump a tensor's _version)
+_onnx_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _weights_version(model) -> tuple[int, ...]:
+    return tuple(p._version for p in model.image_tower.parameters())
+
+
+def _onnxruntime_missing() -> str | None:
+    try:
+        import onnx  # noqa: F401  # optional dependency: the exporter needs it
+        import onnxruntime  # noqa: F401  # optional dependency: the runtime
+    except ImportError as e:
+        return str(e)
+    return None
+
+
 def image_tower(model, kind: str = "torch"):
-    """The callable that turns pixels into grids: ``torch`` (the model's own tower, any device) or
-    ``onnx`` (OnnxImageTower, CPU models only)."""
-    if kind == "torch":
+    """The callable that turns pixels into grids: ``torch`` (None: the model's own tower, any device),
+    ``onnx`` (OnnxImageTower, CPU models only; an error if it cannot be built or does not match) or
+    ``auto`` (onnx for a CPU model when onnxruntime is installed and the probe matches, else torch)."""
+    if kind not in TOWERS:
+        raise ValueError(f"tower must be one of {', '.join(repr(t) for t in TOWERS)}, not {kind!r}")
+    if kind == "torch" or (kind == "auto" and (model.device.type != "cpu" or _onnxruntime_missing())):
         return None
-    if kind != "onnx":
-        raise ValueError(f"tower must be 'torch' or 'onnx', not {kind!r}")
     if model.device.type != "cpu":
         raise ValueError("the ONNX tower runs on the CPU; the model is on " + str(model.device))
+    missing = _onnxruntime_missing()
+    if missing:
+        raise RuntimeError(f"tower='onnx' needs onnxruntime and onnx (pip install 'tokenspace[onnx]'): {missing}")
+    version = _weights_version(model)
+    cached = _onnx_cache.get(model)
+    if cached is not None and cached[0] == version:
+        return cached[1]
     try:
-        import onnx  # noqa: F401 - the exporter needs it
-        import onnxruntime  # noqa: F401
-    except ImportError as e:
-        raise RuntimeError(f"tower='onnx' needs onnxruntime and onnx (pip install onnxruntime onnx): {e}") from None
-    return OnnxImageTower(model)
+        tower = OnnxImageTower(model)
+    except Exception as e:  # an exporter or runtime failure, or a mismatch beyond 1e-4
+        if kind == "onnx":
+            raise RuntimeError(f"the ONNX image tower could not be used: {e}") from e
+        log.warning("ONNX image tower not used (%s); encoding with PyTorch", e)
+        return None
+    _onnx_cache[model] = (version, tower)
+    return tower
 
 
 def encode_pixels(model, x, channels_last: bool = True, tower=None) -> SparseBatch:
@@ -238,8 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--part-size", type=int, default=8192)
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--workers", type=int, default=None, help="decoding processes (default: cores - 1)")
-    p.add_argument("--tower", choices=["torch", "onnx"], default="torch",
-                   help="onnx: the image tower in ONNX Runtime (CPU; checked against PyTorch to 1e-4)")
+    p.add_argument("--tower", choices=TOWERS, default="auto", help=TOWER_HELP)
     a = p.parse_args(argv)
     try:
         model = load(a.model)

@@ -16,6 +16,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pytest
 from _cli_world import run_cli  # tests/cli/_cli_world.py (pytest puts tests/cli on sys.path)
 
@@ -182,6 +183,16 @@ def test_encode_resumes_and_refuses_bad_shards(world, tmp_path):
     assert len(list((tmp_path / "big.parts").glob("part-*.npz"))) == 3
     r = world.run(*args)  # a rerun finds every part in the index: nothing doubled
     assert r.code == 0 and "indexed 12 of 12 samples" in r.out, r.err
+    # the default tower (auto: ONNX Runtime where installed) and PyTorch's encode the same rows
+    r = world.run("encode", "--model", world.model, "--shards", world.shards, "--index", tmp_path / "t",
+                  "--part-size", "5", "--tower", "torch", "--workers", "0")
+    assert r.code == 0 and "indexed 12 of 12 samples" in r.out, r.err
+    for k in range(3):
+        auto, torch_ = (np.load(tmp_path / f"{d}.parts" / f"part-{k:06d}.npz") for d in ("big", "t"))
+        np.testing.assert_array_equal(auto["indices"], torch_["indices"])
+        np.testing.assert_allclose(auto["values"], torch_["values"], atol=1e-4)
+    r = world.run(*args, "--workers", "-1")
+    assert r.code == 2 and "must be 0 or more" in r.err
     r = world.run("encode", "--model", world.model, "--shards", world.not_a_tar, "--index", tmp_path / "x")
     assert r.code == 1 and "tar" in r.error_line()
     r = world.run("encode", "--model", world.model, "--shards", tmp_path / "missing.tar", "--index", tmp_path / "x")

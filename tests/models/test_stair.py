@@ -139,6 +139,25 @@ def test_fast_max_projection_equals_autograd_reference():
         torch.testing.assert_close(a, r)
 
 
+def test_inference_max_projection_equals_the_training_path():
+    """Without gradients max_projection takes a forward-only path (amax, no argmax): same values,
+    masked rows included, in many slabs (B x L above the chunk size)."""
+    from tokenspace.models.maxproj import max_projection
+
+    torch.manual_seed(1)
+    h, w, b = torch.randn(70, 9, 6), torch.randn(50, 6), torch.randn(50)
+    valid = torch.rand(70, 9) > 0.4
+    valid[3] = False  # every position masked: -inf + bias
+    ref = (h @ w.T + b).masked_fill(~valid[..., None], float("-inf")).amax(1)
+    with torch.no_grad():
+        fast = max_projection(h, w, b, valid)
+    train = max_projection(h, w.requires_grad_(), b, valid)
+    assert train.requires_grad and not fast.requires_grad
+    torch.testing.assert_close(fast, ref)
+    torch.testing.assert_close(train.detach(), ref)
+    torch.testing.assert_close(max_projection(h, w.detach(), b), (h @ w.detach().T + b).amax(1))
+
+
 def test_image_embed_equals_pooled_cell_scores(make_model):
     m = make_model().eval()
     grid = torch.randn(3, 16, 3, 3)

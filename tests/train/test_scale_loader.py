@@ -180,9 +180,11 @@ def test_two_gloo_ranks_share_the_header_scan_and_agree(tmp_path):
 
 
 def test_onnx_tower_encodes_as_pytorch_does(make_model, tmp_path):
-    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxruntime")  # installed by the `onnx` extra (make install)
     pytest.importorskip("onnx")
-    from tokenspace.encode import encode_files
+    import torch
+
+    from tokenspace.encode import encode_files, image_tower
 
     paths = []
     for i in range(6):
@@ -194,16 +196,43 @@ def test_onnx_tower_encodes_as_pytorch_does(make_model, tmp_path):
     got, kept2 = encode_files(model, paths, batch_size=4, workers=0, tower="onnx")
     assert kept == kept2 == list(range(6))
     np.testing.assert_array_equal(got.indptr, ref.indptr)
+    np.testing.assert_array_equal(got.indices, ref.indices)
     np.testing.assert_allclose(got.values, ref.values, atol=1e-4)
+    # the export is reused while the weights are unchanged, and redone after they change
+    first = image_tower(model, "auto")
+    assert first is not None and image_tower(model, "onnx") is first
+    with torch.no_grad():
+        next(model.image_tower.parameters()).mul_(1.5)
+    again = image_tower(model, "auto")
+    assert again is not first
+    torch.testing.assert_close(again(torch.ones(1, 3, 32, 32)), model.image_tower(torch.ones(1, 3, 32, 32)),
+                               atol=1e-4, rtol=0)
 
 
-def test_onnx_tower_without_onnxruntime_is_a_clear_error(make_model, monkeypatch):
+def test_onnx_tower_missing_or_mismatched_is_a_clear_error_or_a_fallback(make_model, monkeypatch, caplog):
     import sys
 
+    from tokenspace import encode
     from tokenspace.encode import image_tower
 
+    model = make_model()
+    with pytest.raises(ValueError, match="tower must be one of 'auto', 'torch', 'onnx'"):
+        image_tower(model, "tensorrt")
+    assert image_tower(model, "torch") is None
+
+    def mismatch(m):
+        raise RuntimeError("the ONNX image tower differs from PyTorch by 3.0e-02 > 0.0001")
+
+    monkeypatch.setattr(encode, "_onnxruntime_missing", lambda: None)
+    monkeypatch.setattr(encode, "OnnxImageTower", mismatch)
+    with pytest.raises(RuntimeError, match="could not be used: the ONNX image tower differs"):
+        image_tower(model, "onnx")
+    with caplog.at_level("WARNING", logger="tokenspace.encode"):
+        assert image_tower(model, "auto") is None  # auto falls back to PyTorch and says why
+    assert "differs from PyTorch" in caplog.text
+
+    monkeypatch.undo()
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import fails as if not installed
-    with pytest.raises(RuntimeError, match="pip install onnxruntime"):
-        image_tower(make_model(), "onnx")
-    with pytest.raises(ValueError, match="torch' or 'onnx"):
-        image_tower(make_model(), "tensorrt")
+    with pytest.raises(RuntimeError, match=r"pip install 'tokenspace\[onnx\]'"):
+        image_tower(model, "onnx")
+    assert image_tower(model, "auto") is None

@@ -70,4 +70,21 @@ def max_projection(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
     the result), ~2.7x faster on CPUs with AVX512-BF16."""
     if valid is not None:
         valid = valid.bool()
-    return _MaxProjection.apply(h, weight, bias, valid, compute_dtype)
+    if torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad or bias.requires_grad):
+        return _MaxProjection.apply(h, weight, bias, valid, compute_dtype)
+    return _max_projection_inference(h, weight, bias, valid, compute_dtype)
+
+
+def _max_projection_inference(h, weight, bias, valid, compute_dtype) -> torch.Tensor:
+    """The forward alone (encoding, evaluation): ``amax`` keeps no argmax for a backward, which makes the
+    reduction ~10x cheaper than ``torch.max(dim=1)`` with indices ([B, V] longs written per slab)."""
+    B, L, _ = h.shape
+    hc, wt = h.to(compute_dtype), weight.to(compute_dtype).T
+    best = torch.empty(B, weight.shape[0], dtype=torch.float32, device=h.device)
+    step = _chunk(B, L)
+    for a in range(0, B, step):
+        s = (hc[a : a + step] @ wt).float()  # [b, L, V]
+        if valid is not None:
+            s.masked_fill_(~valid[a : a + step, :, None], float("-inf"))
+        torch.amax(s, dim=1, out=best[a : a + step])
+    return best.add_(bias.float())
