@@ -16,6 +16,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tokenizers import Tokenizer, processors
+
+from tokenspace import __version__
+
 MODEL_TYPE = "tokenspace"
 HF_KEYS = ("model_type", "architectures", "tokenspace_version")  # ignored when a config is read back
 
@@ -30,15 +34,11 @@ PAPERS = {
 
 
 def hf_config_keys(model) -> dict:
-    from tokenspace import __version__
-
     return {"model_type": MODEL_TYPE, "architectures": [type(model).__name__], "tokenspace_version": __version__}
 
 
 def write_tokenizer_files(folder: Path, vocab, max_length: int, lowercase: bool = True) -> None:
     """tokenizer.json + tokenizer_config.json + special_tokens_map.json for ``vocab``'s tokenizer."""
-    from tokenizers import Tokenizer, processors
-
     tok = Tokenizer.from_str(vocab.tokenizer().to_str())  # a copy: the template is the model's
     if "[CLS]" in vocab and "[SEP]" in vocab:
         cls_id, sep_id = vocab.id("[CLS]"), vocab.id("[SEP]")

@@ -8,6 +8,12 @@ from pathlib import Path
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs" / "models"
 
+# the files of a saved model folder (DualEncoder.save_pretrained / registry.from_pretrained)
+WEIGHTS_FILE = "model.safetensors"
+CONFIG_FILE = "config.json"
+VOCAB_FILE = "vocab.txt"
+TOKENIZER_FILE = "tokenizer.json"
+
 
 @dataclass
 class ModelConfig:

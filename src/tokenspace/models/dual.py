@@ -20,19 +20,24 @@ from typing import Sequence
 
 import numpy as np
 import torch
+from safetensors.torch import save_model
 from torch import nn
 from tqdm.auto import tqdm
 
-from tokenspace.models.config import ModelConfig
-from tokenspace.models.preprocess import pixels as to_pixels
+from tokenspace.atomic import new_file_mode, temp_folder
+from tokenspace.data.preprocess import pixels as to_pixels
+from tokenspace.models import registry
+from tokenspace.models.card import hf_config_keys, render_card, write_tokenizer_files
+from tokenspace.models.config import (  # noqa: F401 - the folder file names, re-exported
+    CONFIG_FILE,
+    TOKENIZER_FILE,
+    VOCAB_FILE,
+    WEIGHTS_FILE,
+    ModelConfig,
+)
 from tokenspace.models.towers import build_image_tower, build_text_tower
 from tokenspace.sparse import SparseBatch
 from tokenspace.vocab import Vocabulary, WordPieceTokenizer
-
-WEIGHTS_FILE = "model.safetensors"
-CONFIG_FILE = "config.json"
-VOCAB_FILE = "vocab.txt"
-TOKENIZER_FILE = "tokenizer.json"
 
 
 class DualEncoder(nn.Module):
@@ -171,11 +176,6 @@ class DualEncoder(nn.Module):
         ``push_to_hub=True`` is refused: tokenspace never uploads (upload the folder yourself).
         ``dtype`` (e.g. ``torch.float16``) stores the floating-point weights in that type: half the
         bytes for a folder kept in git; ``from_pretrained`` casts them back into the float32 model."""
-        from safetensors.torch import save_model
-
-        from tokenspace.atomic import new_file_mode, temp_folder
-        from tokenspace.models.card import hf_config_keys, render_card, write_tokenizer_files
-
         if push_to_hub:
             raise ValueError("tokenspace does not upload models: save the folder, then upload it with "
                              "your hub's own client (e.g. `hf upload`)")
@@ -234,20 +234,5 @@ class DualEncoder(nn.Module):
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike) -> "DualEncoder":
-        from safetensors.torch import load_model
-
-        from tokenspace.models.registry import build_model
-
-        path = Path(path)
-        if not (path / CONFIG_FILE).exists() or not (path / WEIGHTS_FILE).exists():
-            raise FileNotFoundError(f"{path} is not a tokenspace model folder (needs {CONFIG_FILE}, {WEIGHTS_FILE})")
-        config = ModelConfig.load(path / CONFIG_FILE)
-        # the shipped tokenizer.json when there is one (Tokenizer.from_file), else the vocabulary
-        config.vocab = str(path / (TOKENIZER_FILE if (path / TOKENIZER_FILE).exists() else VOCAB_FILE))
-        model = build_model(config)
-        missing, unexpected = load_model(model, str(path / WEIGHTS_FILE), strict=False)
-        if missing or unexpected:
-            raise ValueError(f"{path}: weights do not match the config (missing {missing[:5]}, "
-                             f"unexpected {unexpected[:5]})")
-        model.eval()
-        return model
+        """A saved model folder -> the model of the family its config names (registry.from_pretrained)."""
+        return registry.from_pretrained(path)

@@ -1,35 +1,55 @@
 """One factory from a config name, a config path or a saved folder to a model."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from tokenspace.models.config import ModelConfig, list_configs
-from tokenspace.models.dense import DenseModel
-from tokenspace.models.dual import DualEncoder
-from tokenspace.models.sparse_clip import SparseClipModel
-from tokenspace.models.stair import StairModel
-from tokenspace.models.tagger import TaggerModel
-from tokenspace.models.visualsparta import VisualSpartaModel
+from safetensors.torch import load_model
+
+from tokenspace import assets
+from tokenspace.models.config import (
+    CONFIG_FILE,
+    TOKENIZER_FILE,
+    VOCAB_FILE,
+    WEIGHTS_FILE,
+    ModelConfig,
+    list_configs,
+)
+from tokenspace.models.towers import load_by_name, qualified_name, resolve_weights
 from tokenspace.vocab import Vocabulary
 
-FAMILIES: dict[str, type[DualEncoder]] = {
-    "stair": StairModel,
-    "dense": DenseModel,
-    "sparse-clip": SparseClipModel,
-    "visualsparta": VisualSpartaModel,
-    "tagger": TaggerModel,  # training-free, from the backbone's ImageNet classifier
+if TYPE_CHECKING:  # pragma: no cover
+    from tokenspace.models.dual import DualEncoder
+
+# family name -> "module:Class", imported by name when a model of the family is built (as transformers'
+# auto classes do): the families import this module (DualEncoder.from_pretrained), never the reverse
+FAMILIES: dict[str, type[DualEncoder] | str] = {
+    "stair": "tokenspace.models.stair:StairModel",
+    "dense": "tokenspace.models.dense:DenseModel",
+    "sparse-clip": "tokenspace.models.sparse_clip:SparseClipModel",
+    "visualsparta": "tokenspace.models.visualsparta:VisualSpartaModel",
+    "tagger": "tokenspace.models.tagger:TaggerModel",  # training-free, from the backbone's ImageNet classifier
 }
 
 
 def register_family(name: str, cls: type[DualEncoder]) -> None:
-    if name in FAMILIES and FAMILIES[name] is not cls:
+    if name in FAMILIES and FAMILIES[name] is not cls and FAMILIES[name] != qualified_name(cls):
         raise ValueError(f"model family {name!r} already registered")
     FAMILIES[name] = cls
 
 
-def load_vocab(ref: str) -> Vocabulary:
-    from tokenspace.models.towers import resolve_weights
+def family_class(name: str) -> type[DualEncoder]:
+    """The model class of a family, imported on first use."""
+    if name not in FAMILIES:
+        raise KeyError(f"unknown model family {name!r}; known: {sorted(FAMILIES)}")
+    cls = FAMILIES[name]
+    if isinstance(cls, str):
+        cls = FAMILIES[name] = load_by_name(cls)
+    return cls
 
+
+def load_vocab(ref: str) -> Vocabulary:
     path = resolve_weights(ref)
     if path.is_dir():
         for name in ("vocab.txt", "tokenizer.json"):
@@ -50,7 +70,7 @@ def build_model(config: ModelConfig | str, vocab: Vocabulary | None = None) -> D
         if config.vocab is None:
             raise ValueError(f"config {config.name!r} names no vocabulary")
         vocab = load_vocab(config.vocab)
-    cls = FAMILIES[config.family]
+    cls = family_class(config.family)
     if config.family == "sparse-clip":
         return cls(config, Vocabulary.latent(config.embed_dim * config.expansion), tokenizer_vocab=vocab)
     return cls(config, vocab)
@@ -68,8 +88,6 @@ DEFAULT_RELEASE = "tokenspace-stair-drawings"
 def release_dirs() -> list[Path]:
     """Where release models (trained folders loadable by name) live: ``models/`` of a source checkout,
     then ``$TOKENSPACE_HOME/models``."""
-    from tokenspace import assets
-
     repo = Path(__file__).resolve().parents[3] / "models"
     return [d for d in (repo, Path(assets.default_home()) / "models") if d.is_dir()]
 
@@ -100,13 +118,13 @@ def load(path_or_name: str | Path, pretrained: bool | None = None) -> DualEncode
     if p.is_dir():
         if pretrained is False:
             raise ValueError(f"{p} is a trained model folder; pretrained=False takes a config name")
-        return DualEncoder.from_pretrained(p)
+        return from_pretrained(p)
     if len(p.parts) > 1 and p.suffix != ".json":
         raise FileNotFoundError(f"no model folder at {p}")
     release = release_path(str(path_or_name)) if p.name == str(path_or_name) else None
     if release is not None:
         if pretrained is not False:
-            return DualEncoder.from_pretrained(release)
+            return from_pretrained(release)
         config = ModelConfig.load(release / "config.json")  # its architecture, fresh
         config.vocab = str(release / config.vocab) if config.vocab else None
         return build_model(config)
@@ -120,6 +138,24 @@ def load(path_or_name: str | Path, pretrained: bool | None = None) -> DualEncode
         + (f" or a release model ({', '.join(releases)})" if releases else "")
         + f", or pass pretrained=False for the untrained architecture "
         f"(tokenspace.load({str(path_or_name)!r}, pretrained=False))")
+
+
+def from_pretrained(path: str | os.PathLike) -> DualEncoder:
+    """A saved model folder (``save_pretrained``) -> the model, its weights loaded, in eval mode
+    (``DualEncoder.from_pretrained``: the family comes from the folder's config)."""
+    path = Path(path)
+    if not (path / CONFIG_FILE).exists() or not (path / WEIGHTS_FILE).exists():
+        raise FileNotFoundError(f"{path} is not a tokenspace model folder (needs {CONFIG_FILE}, {WEIGHTS_FILE})")
+    config = ModelConfig.load(path / CONFIG_FILE)
+    # the shipped tokenizer.json when there is one (Tokenizer.from_file), else the vocabulary
+    config.vocab = str(path / (TOKENIZER_FILE if (path / TOKENIZER_FILE).exists() else VOCAB_FILE))
+    model = build_model(config)
+    missing, unexpected = load_model(model, str(path / WEIGHTS_FILE), strict=False)
+    if missing or unexpected:
+        raise ValueError(f"{path}: weights do not match the config (missing {missing[:5]}, "
+                         f"unexpected {unexpected[:5]})")
+    model.eval()
+    return model
 
 
 def list_models() -> list[str]:

@@ -6,19 +6,44 @@ downloads.
 """
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import Callable
 
 import torch
 from torch import nn
 
-IMAGE_TOWERS: dict[str, Callable[..., nn.Module]] = {}
-TEXT_TOWERS: dict[str, Callable[..., nn.Module]] = {}
+from tokenspace import assets
+
+# name -> class, or "module:Class" for a tower living in its own file: imported by name on first use
+# (as transformers' auto classes do), so this module imports none of them and they all import it
+IMAGE_TOWERS: dict[str, Callable[..., nn.Module] | str] = {
+    "vit": "tokenspace.models.hf_towers:ViTTower",
+    "hf-clip-vision": "tokenspace.models.hf_towers:HFClipVisionTower",
+    "open-clip-vision": "tokenspace.models.openclip_towers:OpenClipVisionTower",
+}
+TEXT_TOWERS: dict[str, Callable[..., nn.Module] | str] = {
+    "hf-clip-text": "tokenspace.models.hf_towers:HFClipTextTower",
+    "open-clip-text": "tokenspace.models.openclip_towers:OpenClipTextTower",
+    "transformer-mlm": "tokenspace.models.text_transformer:TransformerMLMTower",
+    "bag-of-tokens": "tokenspace.models.tagger:BagOfTokensTower",
+}
+
+
+def qualified_name(cls) -> str:
+    """``module:Class``: how a registry names a member it loads lazily."""
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def load_by_name(ref: str):
+    """``"module:Class"`` -> the class, importing its module (a registry entry not loaded yet)."""
+    module, _, attr = ref.partition(":")
+    return getattr(importlib.import_module(module), attr)
 
 
 def register(table: dict, name: str):
     def deco(cls):
-        if name in table:
+        if name in table and table[name] is not cls and table[name] != qualified_name(cls):
             raise ValueError(f"tower {name!r} registered twice")
         table[name] = cls
         return cls
@@ -26,13 +51,18 @@ def register(table: dict, name: str):
     return deco
 
 
+def _lookup(table: dict, kind: str):
+    entry = table[kind]
+    if isinstance(entry, str):
+        entry = table[kind] = load_by_name(entry)
+    return entry
+
+
 def resolve_weights(ref: str | None) -> Path | None:
     """``asset:NAME`` -> path in the asset cache; anything else is a local path."""
     if ref is None:
         return None
     if ref.startswith("asset:"):
-        from tokenspace import assets
-
         return Path(assets.path(ref[len("asset:"):]))
     p = Path(ref).expanduser()
     if not p.exists():
@@ -45,7 +75,7 @@ def build_image_tower(spec: dict) -> nn.Module:
     kind = spec.pop("type")
     if kind not in IMAGE_TOWERS:
         raise KeyError(f"unknown image tower {kind!r}; known: {sorted(IMAGE_TOWERS)}")
-    return IMAGE_TOWERS[kind](**spec)
+    return _lookup(IMAGE_TOWERS, kind)(**spec)
 
 
 def build_text_tower(spec: dict) -> nn.Module:
@@ -53,7 +83,7 @@ def build_text_tower(spec: dict) -> nn.Module:
     kind = spec.pop("type")
     if kind not in TEXT_TOWERS:
         raise KeyError(f"unknown text tower {kind!r}; known: {sorted(TEXT_TOWERS)}")
-    return TEXT_TOWERS[kind](**spec)
+    return _lookup(TEXT_TOWERS, kind)(**spec)
 
 
 # ---------------------------------------------------------------------------------------- image towers
@@ -99,7 +129,7 @@ class EfficientNetLite0Tower(ImageTower):
 
     def __init__(self, weights: str | None = "asset:efficientnet-lite0", image_size: int = 224):
         super().__init__()
-        from efficientnet_lite_pytorch import EfficientNet
+        from efficientnet_lite_pytorch import EfficientNet  # start-up: only this tower needs it
 
         path = resolve_weights(weights)
         if path is not None and path.is_dir():  # an asset folder holding the one .pth file
@@ -196,7 +226,7 @@ class BertMLMTower(TextTower):
 
     def __init__(self, weights: str | None = None, config: dict | None = None):
         super().__init__()
-        from transformers import BertConfig, BertForMaskedLM
+        from transformers import BertConfig, BertForMaskedLM  # start-up: transformers takes seconds to import
 
         path = resolve_weights(weights)
         if path is not None:
@@ -219,7 +249,3 @@ class BertMLMTower(TextTower):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         return self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-
-
-# towers living in their own files register themselves on import (last: they import the names above)
-from tokenspace.models import hf_towers, openclip_towers, text_transformer  # noqa: E402,F401
