@@ -24,6 +24,7 @@ bias_init (0.0), top_n (None: index rows keep every positive term; n: keep the n
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from tokenspace.models.dual import DualEncoder
@@ -31,6 +32,25 @@ from tokenspace.models.label_fragments import LabelFragments
 from tokenspace.models.maxproj import max_projection
 from tokenspace.models.pooling import grid_to_cells
 from tokenspace.sparse import SparseBatch
+
+
+def text_to_image_loss(logits: torch.Tensor) -> torch.Tensor:
+    """VisualSparta's training objective (eq. 13) with in-batch negatives (train/losses_visualsparta.py
+    re-exports it): [Bi, Bt] image x text scores, positives on the diagonal -> mean over queries of -J,
+
+        J = f(q, v+) - log sum_k exp f(q, k)
+
+    for each text query q, over the images of the batch: a cross entropy that picks the query's own
+    image. The paper's sum is written over the negatives V-; like its reference implementation (SPARTA,
+    Zhao et al. 2020: "we use cross entropy loss") we include the positive in the normaliser, which is
+    the standard softmax cross entropy and keeps J bounded above by 0. Only the text -> image direction
+    is trained: VisualSparta is a text-to-image retriever. No temperature multiplies f (the model's
+    ``logit_scale`` is fixed at 1). It lives with the model, which names it as its objective, so the
+    models layer never imports train/."""
+    if logits.shape[0] != logits.shape[1]:
+        raise ValueError(f"in-batch negatives need a square score matrix, got {tuple(logits.shape)}")
+    target = torch.arange(logits.shape[0], device=logits.device)
+    return F.cross_entropy(logits.T, target)  # rows = queries, columns = candidate images
 
 
 class VisualSpartaModel(DualEncoder):
@@ -71,8 +91,6 @@ class VisualSpartaModel(DualEncoder):
     @staticmethod
     def contrastive_objective(logits: torch.Tensor) -> torch.Tensor:
         """Eq. 13 with in-batch negatives: text -> image cross entropy only (see SparseContrastiveLoss)."""
-        from tokenspace.train.losses_visualsparta import text_to_image_loss
-
         return text_to_image_loss(logits)
 
     def image_fragments(self, grid: torch.Tensor) -> torch.Tensor:

@@ -8,16 +8,10 @@ Zhao et al. 2020: "we use cross entropy loss") we include the positive in the no
 the standard softmax cross entropy and keeps J bounded above by 0. Only the text -> image direction
 is trained: VisualSparta is a text-to-image retriever. No temperature multiplies f (the model's
 ``logit_scale`` is fixed at 1).
+
+The function is defined with the model (models/visualsparta.py), which names it as its contrastive
+objective: the models layer does not import train/. It is re-exported here beside the other losses.
 """
-from __future__ import annotations
+from tokenspace.models.visualsparta import text_to_image_loss
 
-import torch
-import torch.nn.functional as F
-
-
-def text_to_image_loss(logits: torch.Tensor) -> torch.Tensor:
-    """[Bi, Bt] image x text scores, positives on the diagonal -> mean over queries of -J."""
-    if logits.shape[0] != logits.shape[1]:
-        raise ValueError(f"in-batch negatives need a square score matrix, got {tuple(logits.shape)}")
-    target = torch.arange(logits.shape[0], device=logits.device)
-    return F.cross_entropy(logits.T, target)  # rows = queries, columns = candidate images
+__all__ = ["text_to_image_loss"]
