@@ -27,20 +27,22 @@ import sys
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
-from tokenspace.train import distributed, precision
-from tokenspace.train.trainer import BatchSampler, Trainer
+from tokenspace.data.loader import Preprocess, TarRows, map_loader
+from tokenspace.data.webdataset import LazyPixels, TarCollection
+from tokenspace.train import pairs, precision, ranks
+from tokenspace.train.recipe import Recipe
+from tokenspace.train.trainer import BatchSampler, PairData, Trainer
 
 
 def _log(msg: str) -> None:
-    if distributed.context().is_main:
+    if ranks.context().is_main:
         print(f"[tokenspace] {msg}", file=sys.stderr, flush=True)
 
 
 def _all_gather(obj) -> list:
     """Every rank's ``obj``, in rank order (each rank scans its share of the shard headers)."""
-    import torch.distributed as dist
-
     out = [None] * dist.get_world_size()
     dist.all_gather_object(out, obj)
     return out
@@ -48,8 +50,6 @@ def _all_gather(obj) -> list:
 
 def load_pairs(recipe, model, home=None, progress: bool = True):
     """PairData for a recipe's training specs: lazy pixels for wds: shards, cached grids otherwise."""
-    from tokenspace.train.trainer import PairData
-
     specs = recipe.data.get("train") or []
     specs = [specs] if isinstance(specs, str) else list(specs)
     if not specs:
@@ -61,9 +61,7 @@ def load_pairs(recipe, model, home=None, progress: bool = True):
         if not recipe.train_image_tower:
             raise ValueError("wds: data streams pixels: set train_image_tower: true (or cache grids "
                              "from a manifest instead)")
-        from tokenspace.data.webdataset import LazyPixels, TarCollection
-
-        ctx = distributed.context()
+        ctx = ranks.context()
         c = TarCollection.open(wds, ctx.rank, ctx.world, gather=_all_gather if ctx.enabled else None)
         t = model.image_tower
         if c.skipped:
@@ -75,16 +73,14 @@ def load_pairs(recipe, model, home=None, progress: bool = True):
         return PairData.from_texts(LazyPixels(c, t.image_size, t.pixel_mean, t.pixel_std), texts)
     if recipe.train_image_tower:
         raise ValueError("train_image_tower needs pixels: give wds: shards as data.train")
-    from tokenspace import pipeline
-
-    ctx = distributed.context()
-    records = pipeline.load_data(specs, home)
+    ctx = ranks.context()
+    records = pairs.load_data(specs, home)
     if ctx.enabled and not ctx.is_main:
         ctx.barrier()  # wait for rank 0 to fill the grid cache
-    enc = pipeline.image_grids(model, records, home, progress and ctx.is_main, at=pipeline.trunk_block(recipe, model))
+    enc = pairs.image_grids(model, records, home, progress and ctx.is_main, at=pairs.trunk_block(recipe, model))
     if ctx.enabled and ctx.is_main:
         ctx.barrier()
-    return pipeline.caption_pairs(np.asarray(enc.grids), enc.records)  # every caption, not just the first
+    return pairs.caption_pairs(np.asarray(enc.grids), enc.records)  # every caption, not just the first
 
 
 class ScaleTrainer(Trainer):
@@ -99,9 +95,6 @@ class ScaleTrainer(Trainer):
         if compile:
             self._embed = torch.compile(self._embed)
             self._forward = self._embed
-        from tokenspace.data.loader import Preprocess, TarRows
-        from tokenspace.data.webdataset import LazyPixels
-
         self.workers, self.prefetch = workers, prefetch
         g = data.grids
         self._rows = TarRows(g.c, Preprocess(g.size, tuple(g.mean), tuple(g.std))) \
@@ -133,8 +126,6 @@ class ScaleTrainer(Trainer):
             yield [int(i) for i in self.dist.shard(shadow.next())]
 
     def _loader(self, batches):
-        from tokenspace.data.loader import map_loader
-
         return map_loader(self._rows, batches, workers=self.workers, device=self.device,
                           prefetch=self.prefetch, on_bad="blank")
 
@@ -177,15 +168,12 @@ def train(recipe, out_dir, home=None, resume: bool = False, progress: bool = Tru
           compile: bool = False, device=None, **overrides):
     """Train a recipe (name, path or Recipe) here or on every rank of a torchrun launch, with the
     ScaleTrainer (``workers`` decoding processes per rank; default: cores - 1, at most 8)."""
-    from tokenspace import pipeline
-    from tokenspace.train.recipe import Recipe
-
     if not isinstance(recipe, Recipe):
         recipe = Recipe.load(recipe, **overrides)
-    ctx = distributed.context()
+    ctx = ranks.context()
     if recipe.batch_size % ctx.world:
         raise ValueError(f"batch_size {recipe.batch_size} is not a multiple of the {ctx.world} ranks")
-    model = pipeline.build_seeded(recipe)  # identical initial weights on every rank (DDP also broadcasts them)
+    model = pairs.build_seeded(recipe)  # identical initial weights on every rank (DDP also broadcasts them)
     data = load_pairs(recipe, model, home, progress)
     _log(f"training {recipe.name}: {len(data)} pairs, {recipe.total_steps} steps, "
          f"{ctx.world} rank(s) x {recipe.batch_size // ctx.world} per step")

@@ -7,7 +7,7 @@ Run folder layout:
     model/          the final model (save_pretrained)
 Resume: ``Trainer(...).fit(resume=True)`` continues from checkpoint/ at the exact step.
 
-Under torchrun every rank runs the same loop on its shard of each global batch (train/distributed.py);
+Under torchrun every rank runs the same loop on its shard of each global batch (train/ranks.py, train/distributed.py);
 rank 0 alone writes the log, checkpoints and the final model. ``data.grids`` holds cached backbone
 grids, pixels when the recipe trains the image tower end to end (``train_image_from: all``), or the
 cached activations at block k's input when it trains the tower's top from block k.
@@ -25,10 +25,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors.torch import load_model
 from tqdm.auto import tqdm
 
+from tokenspace.models.card import run_info
 from tokenspace.models.dual import DualEncoder
-from tokenspace.train import distributed, precision
+from tokenspace.train import precision, ranks
 from tokenspace.train.losses import SparseContrastiveLoss
 from tokenspace.train.optim import build_optimizer
 from tokenspace.train.recipe import Recipe, Stage
@@ -142,7 +144,7 @@ class Trainer:
         self.model, self.recipe, self.data = model, recipe, data
         self.out = Path(out_dir)
         self.evaluate = evaluate
-        self.dist = distributed.context()
+        self.dist = ranks.context()
         self.device = self.dist.device if self.dist.enabled else torch.device("cpu")
         self.progress = progress and self.dist.is_main
         self.precision = precision.resolve(recipe.precision, self.device)
@@ -206,8 +208,8 @@ class Trainer:
             image_emb, text_emb, scale = self._forward(x, ids, mask, stage.restrict_text)
         # the loss in fp32: the FLOPs sums and the softmax are where low precision would hurt.
         # Gathered: the contrastive logits and the FLOPs means cover the global batch on every rank
-        image_emb = distributed.gather_with_grad(image_emb.float())  # [B, D]
-        text_emb = distributed.gather_with_grad(text_emb.float())  # [B, D]
+        image_emb = ranks.gather_with_grad(image_emb.float())  # [B, D]
+        text_emb = ranks.gather_with_grad(text_emb.float())  # [B, D]
         parts = self.loss_fn(image_emb, text_emb, _ScaleFrom(self.model, scale.float()), global_step)
         return parts, image_emb, text_emb
 
@@ -273,7 +275,7 @@ class Trainer:
                 self._train_mode()
                 opt = self._optimizer(self._trainable(stage))
                 # DDP over this stage's trainable parameters (a no-op in a single process)
-                self._forward = distributed.wrap_ddp(self._embed, self.dist)
+                self._forward = ranks.wrap_ddp(self._embed, self.dist)
                 first = start_step if si == start_stage else 0
                 if opt_state is not None and si == start_stage:
                     opt.load_state_dict(opt_state)
@@ -311,8 +313,6 @@ class Trainer:
             set_grad_checkpointing(self.model, False)
         self.model.eval()
         if main:
-            from tokenspace.models.card import run_info
-
             self.model.save_pretrained(self.out / "model", card=run_info(self.out))  # card: recipe, metrics
         self.dist.barrier()
         return self.model
@@ -360,8 +360,6 @@ class Trainer:
         self.dist.barrier()
 
     def _load_checkpoint(self):
-        from safetensors.torch import load_model
-
         ck = self.out / "checkpoint"
         if not ck.exists() and (self.out / "checkpoint.old").exists():
             ck = self.out / "checkpoint.old"  # crashed between the two renames
@@ -397,7 +395,7 @@ def truncate_log(path: Path, step: int) -> None:
 def set_grad_checkpointing(model: torch.nn.Module, enable: bool) -> None:
     """Activation checkpointing in every tower that supports it: towers with ``set_grad_checkpointing``
     and any Hugging Face model inside one (e.g. the bert-mlm tower's BERT)."""
-    from transformers import PreTrainedModel
+    from transformers import PreTrainedModel  # start-up: transformers takes seconds to import
 
     for tower in (model.image_tower, model.text_tower):
         if hasattr(tower, "set_grad_checkpointing"):

@@ -1,0 +1,166 @@
+"""Training data for a recipe: data specs -> records -> cached backbone grids -> caption pairs.
+
+The steps the single-process trainer (pipeline.train) and the scale trainer (train/scale.py) share;
+``tokenspace.pipeline`` re-exports them under their old names. Data is named by specs
+``DATASET:SPLIT[:LIMIT]`` (e.g. ``emoji:train``, ``openclipart:test:300``) over the manifests built
+from the offline assets, or ``path/to/manifest.jsonl:SPLIT``. A LIMIT takes a deterministic subsample
+(by a hash of the record id), so every run and every model sees the same one.
+
+Importing this module stays light, without torch or scipy (the pipeline re-exports it, and serve / the CLI
+import the pipeline for its light steps): the heavy pieces are imported where they are used.
+"""
+from __future__ import annotations
+
+import hashlib
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from tokenspace import assets
+from tokenspace.data.manifest import Record, drop_empty_texts, read_manifest
+
+BUILT_DATASETS = ("emoji", "icons", "openclipart", "fashion-mnist", "mnist", "photos")  # tokenspace.data.build
+
+
+def _log(msg: str) -> None:
+    print(f"[tokenspace] {msg}", file=sys.stderr, flush=True)
+
+
+def home_dir(home=None) -> Path:
+    return Path(home).expanduser() if home is not None else assets.default_home()
+
+
+def load_split(spec: str, home=None) -> list[Record]:
+    """Records for one spec, empty texts dropped (and counted in the log)."""
+    parts = spec.split(":")
+    if len(parts) not in (2, 3) or not all(parts[:2]):
+        raise ValueError(f"data spec {spec!r} is not DATASET:SPLIT[:LIMIT]")
+    name, split = parts[0], parts[1]
+    limit = int(parts[2]) if len(parts) == 3 else None
+    if name.endswith(".jsonl"):
+        path = Path(name)
+    elif name in BUILT_DATASETS:
+        from tokenspace.data.build import build_manifests  # start-up: the builders (render, icons, emoji...)
+
+        path = build_manifests(home_dir(home), progress=False, names=[name])[name]
+    else:
+        raise ValueError(f"unknown dataset {name!r}: use one of {BUILT_DATASETS} or a .jsonl manifest path")
+    records, dropped = drop_empty_texts(read_manifest(path, split=split))
+    if dropped:
+        _log(f"{spec}: skipped {len(dropped)} records with empty text")
+    if not records:
+        raise ValueError(f"{spec}: no records in split {split!r} of {path}")
+    if limit is not None and limit < len(records):
+        key = lambda r: hashlib.sha1(r.id.encode()).hexdigest()  # noqa: E731 - stable across runs
+        keep = {r.id for r in sorted(records, key=key)[:limit]}
+        records = [r for r in records if r.id in keep]
+    return records
+
+
+def load_data(specs: Sequence[str] | str, home=None) -> list[Record]:
+    specs = [specs] if isinstance(specs, str) else list(specs)
+    return [r for s in specs for r in load_split(s, home)]
+
+
+@dataclass
+class Encoded:
+    """A collection's image grids with the records whose images could be read."""
+
+    grids: np.ndarray  # [N, C, h, w]
+    records: list[Record]
+    skipped: dict[str, str]  # record id -> reason
+
+
+def image_grids(model, records: Sequence[Record], home=None, progress: bool = True, at: int | None = None) -> Encoded:
+    """Backbone grids of the records' images from the feature cache (computed once, resumable);
+    unreadable images are skipped and counted, never a crash. ``at=k``: the activations at the input
+    of the tower's block k instead (for training the tower's top, recipe.train_image_from)."""
+    from tokenspace.train.features import cache_image_grids  # start-up: torch (see the module doc)
+
+    cache = cache_image_grids(model, [r.image for r in records], home_dir(home) / "features", progress=progress, at=at)
+    keep = np.flatnonzero(cache.ok)
+    skipped = {records[i].id: cache.errors.get(i, "unreadable") for i in np.flatnonzero(~cache.ok)}
+    if skipped:
+        _log(f"skipped {len(skipped)} unreadable images (e.g. {next(iter(skipped.items()))})")
+    return Encoded(np.asarray(cache.grids[keep]), [records[i] for i in keep], skipped)
+
+
+class RowsOf:
+    """Rows of ``base`` picked by ``index``, read on demand: pair i's grid is ``base[index[i]]``, so five
+    captions of one image share one cached grid instead of five copies (COCO: 113K grids, 566K pairs)."""
+
+    def __init__(self, base, index):
+        self.base, self.index = base, np.asarray(index, np.int64)
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __getitem__(self, i):
+        return self.base[self.index[i]]
+
+
+def caption_groups(image_of: np.ndarray, texts: Sequence[str]) -> np.ndarray:
+    """Group id per pair: pairs that share an image or a caption text (transitively) share a group.
+
+    The trainer never puts two pairs of one group in a batch (they would be each other's false
+    negatives) and draws one member of each group per epoch. With one caption per image this is the
+    old grouping by text exactly (same ids, so single-caption runs train on the same batches)."""
+    from scipy.sparse import coo_matrix  # start-up: scipy.sparse is slow to import (see the module doc)
+    from scipy.sparse.csgraph import connected_components  # start-up: as above
+
+    image_of = np.asarray(image_of, np.int64)
+    _, text_id = np.unique(np.asarray(list(texts), dtype=object), return_inverse=True)
+    n_img, n_txt = int(image_of.max()) + 1 if len(image_of) else 0, int(text_id.max()) + 1 if len(texts) else 0
+    # bipartite graph: image nodes [0, n_img), text nodes [n_img, n_img + n_txt), one edge per pair
+    graph = coo_matrix((np.ones(len(image_of)), (image_of, n_img + text_id)), shape=(n_img + n_txt,) * 2)
+    _, comp = connected_components(graph, directed=False)
+    # name each component by its smallest text id, renumbered densely in that order: with one caption
+    # per image a component is exactly one distinct text, so the ids equal np.unique's
+    first_text = np.full(comp.max() + 1 if len(comp) else 0, np.iinfo(np.int64).max)
+    np.minimum.at(first_text, comp[n_img + text_id], text_id)
+    _, groups = np.unique(first_text[comp[n_img + text_id]], return_inverse=True)
+    return groups.astype(np.int64)
+
+
+def caption_pairs(grids, records: Sequence[Record]):
+    """PairData with one pair per (image, caption): every caption of a COCO-style record is used.
+
+    Each record contributes ``record.texts`` (empty captions skipped); pairs of one image never share
+    a batch and each epoch of the sampler draws one caption per image at random (as the usual COCO
+    caption loaders do, one random caption per image per pass), so over training every caption is seen."""
+    from tokenspace.train.trainer import PairData  # start-up: torch (see the module doc)
+
+    if len(grids) != len(records):
+        raise ValueError(f"{len(grids)} grids for {len(records)} records")
+    image_of, texts = [], []
+    for i, r in enumerate(records):
+        for t in r.texts:
+            if t and t.strip():
+                image_of.append(i)
+                texts.append(t)
+    image_of = np.asarray(image_of, np.int64)
+    rows = grids if len(image_of) == len(grids) and np.array_equal(image_of, np.arange(len(grids))) \
+        else RowsOf(grids, image_of)
+    return PairData(rows, texts, caption_groups(image_of, texts))
+
+
+def trunk_block(recipe, model) -> int | None:
+    """The block whose input activations to cache when the recipe trains the tower's top from it."""
+    f = recipe.train_image_from
+    return model.image_tower.split_index(f) if f not in (None, "all") else None
+
+
+def build_seeded(recipe):
+    """The recipe's model with its new layers (heads, projections) drawn from ``recipe.seed``.
+
+    The Trainer seeds only the training loop; without this, two runs of one recipe start from
+    different random heads."""
+    import torch  # start-up: torch (see the module doc)
+
+    from tokenspace.models.registry import build_model  # start-up: torch (see the module doc)
+
+    torch.manual_seed(recipe.seed)
+    return build_model(recipe.model)
