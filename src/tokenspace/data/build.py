@@ -15,16 +15,16 @@ import json
 import logging
 import os
 import time
-from collections import Counter
 from pathlib import Path
 
 from tokenspace import assets
 from tokenspace.atomic import write_text
 from tokenspace.data import emoji as emoji_mod
+from tokenspace.data import photos
 from tokenspace.data.icons import ICON_SETS, icon_candidates
-from tokenspace.data.manifest import Record, write_manifest
+from tokenspace.data.manifest import write_manifest
 from tokenspace.data.openclipart import openclipart_candidates
-from tokenspace.data.render import render_svgs
+from tokenspace.data.render import finish, render_svgs  # noqa: F401 - finish: re-exported
 from tokenspace.data.splits import ConceptGroups, assign, leaks
 
 log = logging.getLogger(__name__)
@@ -72,24 +72,6 @@ def _present(names, home: Path) -> dict[str, Path]:
             pass
     _PRESENT[key] = (time.monotonic(), out)
     return dict(out)
-
-
-def finish(records: list[Record], report: dict, dropped: Counter, jobs: dict, render: bool = True,
-           progress: bool = False) -> tuple[list[Record], dict]:
-    """Render the SVGs the kept records need, drop records whose image failed, count the splits."""
-    failed = {}
-    if render and jobs:
-        want = [(jobs[r.image][0].svg(jobs[r.image][1]), r.image) for r in records if r.image in jobs]
-        failed = render_svgs(want, progress=progress)
-    if failed:
-        dropped = Counter(dropped)
-        dropped["render_failed"] += len(failed)
-        records = [r for r in records if r.image not in failed]
-    splits = Counter(r.split for r in records)
-    report = dict(report, splits=dict(sorted(splits.items())), dropped=dict(sorted(dropped.items())))
-    if failed:
-        report["render_failures"] = dict(list(failed.items())[:5])
-    return records, report
 
 
 def _sidecar(out: Path) -> Path:
@@ -218,8 +200,6 @@ def build_manifests(home=None, out_dir=None, progress: bool = True, force: bool 
 
 
 def _build_photo(name: str, home: Path, out_dir: Path, force: bool, progress: bool) -> Path | None:
-    from tokenspace.data import photos
-
     out = out_dir / f"{name}.jsonl"
     asset = PHOTO_ASSETS.get(name)
     present = _present([asset], home) if asset else {}
@@ -227,7 +207,7 @@ def _build_photo(name: str, home: Path, out_dir: Path, force: bool, progress: bo
         return None
     if name == "photos":
         try:
-            import skimage
+            import skimage  # optional at run time: a missing scikit-image skips the set
 
             version = skimage.__version__
         except ImportError:

@@ -38,6 +38,7 @@ from pathlib import Path
 
 from tokenspace.data.iconify import IconSet, read_iconify
 from tokenspace.data.manifest import Record
+from tokenspace.data.render import finish
 from tokenspace.data.splits import Candidate, assign, caption_key
 
 SKIN_TONES = {"1F3FB", "1F3FC", "1F3FD", "1F3FE", "1F3FF"}
@@ -301,8 +302,6 @@ def build_emoji(sources: dict[str, Path], render_root: Path, fractions: dict | N
                 render: bool = True) -> tuple[list[Record], dict]:
     """Emoji records alone (concept groups from emoji keys only); ``build_manifests`` groups across
     every dataset instead."""
-    from tokenspace.data.build import finish
-
     fractions = fractions or {"test": 0.2, "val": 0.1}
     cands, report, jobs = emoji_candidates(sources, render_root)
     records, dropped, _ = assign(cands, fractions, seed)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from tokenspace.data.iconify import IconSet, read_iconify
 from tokenspace.data.manifest import Record
+from tokenspace.data.render import finish
 from tokenspace.data.splits import Candidate, assign, caption_key
 
 ICON_SETS = ["game-icons", "mdi", "material-symbols", "tabler", "ph", "lucide", "healthicons", "icon-park",
@@ -110,8 +111,6 @@ def icon_candidates(sources: dict[str, Path], render_root: Path) -> tuple[list[C
 def build_icons(sources: dict[str, Path], render_root: Path, fractions: dict | None = None, seed: int = 0,
                 render: bool = True) -> tuple[list[Record], dict]:
     """Icon records alone (groups from icon names only); ``build_manifests`` groups across datasets."""
-    from tokenspace.data.build import finish
-
     cands, report, jobs = icon_candidates(sources, render_root)
     records, dropped, _ = assign(cands, fractions or {"test": 0.2, "val": 0.1}, seed)
     return finish(records, report, dropped, jobs, render)

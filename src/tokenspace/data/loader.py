@@ -28,11 +28,15 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from itertools import islice
 
 import torch
+from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 
+from tokenspace.data.images import ImageLoadError, load_image
+from tokenspace.data.preprocess import pixels
 from tokenspace.data.webdataset import IMAGE_EXTS, TEXT_EXTS, TarCollection, decode_image_bytes, expand_shards
 
 log = logging.getLogger("tokenspace.data")
@@ -91,13 +95,9 @@ class Preprocess:
         return cls(int(t.image_size), tuple(t.pixel_mean), tuple(t.pixel_std))
 
     def __call__(self, img) -> torch.Tensor:
-        from tokenspace.models.preprocess import pixels
-
         return pixels([img], self.image_size, self.mean, self.std)[0]  # [3, S, S]
 
     def blank(self) -> torch.Tensor:
-        from PIL import Image
-
         return self(Image.new("RGB", (self.image_size, self.image_size), (255, 255, 255)))
 
 
@@ -143,8 +143,6 @@ class TarRows(Dataset):
         return len(self.c)
 
     def __getitem__(self, i):
-        from tokenspace.data.images import ImageLoadError
-
         i = int(i)
         try:
             x = self.prep(self.c.image(i))
@@ -165,8 +163,6 @@ class ImageFiles(Dataset):
         return len(self.paths)
 
     def __getitem__(self, i):
-        from tokenspace.data.images import ImageLoadError, load_image
-
         i = int(i)
         try:
             x = self.prep(load_image(self.paths[i]))
@@ -209,7 +205,7 @@ def _by_rank(src, rank: int | None = None, world: int | None = None):
     """webdataset nodesplitter: this rank's shards (every world-th from its rank). Explicit rank/world
     win; else webdataset's reading of torch.distributed or RANK/WORLD_SIZE."""
     if rank is None or world is None:
-        import webdataset as wds
+        import webdataset as wds  # start-up: only the streaming loader needs webdataset
 
         yield from wds.split_by_node(src)
     else:
@@ -230,8 +226,6 @@ class _DecodeSample:
         self.prep = prep
 
     def __call__(self, sample: dict):
-        from tokenspace.data.images import ImageLoadError
-
         image = next((sample[k] for k in sample if k.rsplit(".", 1)[-1].lower() in IMAGE_EXTS), None)
         text = next((sample[k] for k in sample if k.rsplit(".", 1)[-1].lower() in TEXT_EXTS), None)
         if image is None or text is None:
@@ -256,7 +250,7 @@ def stream_shards(spec: str | Sequence[str], prep: Preprocess, batch_size: int =
     workers idle. ``shuffle``: a sample shuffle buffer of that many samples (0: shard order). Batches are
     formed in the workers (``batch_size`` each, the last of a worker may be short) and ``index`` is -1
     (streamed samples have no row number: use ``keys``)."""
-    import webdataset as wds
+    import webdataset as wds  # start-up: only the streaming loader needs webdataset
 
     shards = expand_shards(spec)
     if not shards:
@@ -269,8 +263,6 @@ def stream_shards(spec: str | Sequence[str], prep: Preprocess, batch_size: int =
     if len(shards) < ranks * max(1, opts["num_workers"]):
         log.warning("%d shards for %d rank(s) x %d worker(s): some workers get no shard",
                     len(shards), ranks, max(1, opts["num_workers"]))
-    from functools import partial
-
     ds = wds.WebDataset(shards, handler=_count_errors, shardshuffle=len(shards) if shard_shuffle else False,
                         nodesplitter=partial(_by_rank, rank=rank, world=world), seed=seed,
                         workersplitter=wds.split_by_worker, empty_check=False)

@@ -22,6 +22,7 @@ from collections import Counter
 from pathlib import Path
 
 from tokenspace.data.manifest import Record
+from tokenspace.data.render import finish
 from tokenspace.data.splits import Candidate, assign, caption_key, subsample
 
 # Tags that describe the archive, not the picture.
@@ -163,8 +164,6 @@ def build_openclipart(root: str | os.PathLike, fractions: dict | None = None, se
                       max_items: int | None = None, collection_size: int = 20) -> tuple[list[Record], dict]:
     """OpenClipart records alone (title groups only; ``build_manifests`` groups across datasets), and a
     report ``{"splits", "skipped", "categories", "svg_for_huge_png"}``."""
-    from tokenspace.data.build import finish
-
     cands, report, jobs = openclipart_candidates(root, max_items, seed, collection_size)
     records, dropped, _ = assign(cands, fractions or {"test": 0.2, "val": 0.1}, seed)
     return finish(records, report, dropped, jobs, render=False)

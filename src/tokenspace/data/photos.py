@@ -125,7 +125,7 @@ def build_mnist(folder: str | os.PathLike, out_dir: str | os.PathLike,
 def build_sample_photos(out_dir: str | os.PathLike) -> tuple[list[Record], dict]:
     """scikit-image's bundled sample photos; raises ImportError naming the package when it is missing."""
     try:
-        import skimage.data
+        import skimage.data  # start-up: scikit-image is slow to import; only this set needs it
     except ImportError as e:
         raise ImportError("the sample photos need scikit-image: pip install scikit-image") from e
     out_dir = Path(out_dir)

@@ -10,10 +10,12 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections import Counter
 from collections.abc import Sequence
 from multiprocessing import get_context
 
 from tokenspace.atomic import write_bytes
+from tokenspace.data.manifest import Record
 
 log = logging.getLogger(__name__)
 
@@ -30,10 +32,10 @@ def svg_to_png(svg: str, size: int) -> bytes:
     absolute difference below 1/255, at about the same CPU time: docs/data.md).
     """
     if "<filter" in svg:
-        import resvg_py
+        import resvg_py  # start-up: only filtered SVGs need resvg
 
         return bytes(resvg_py.svg_to_bytes(svg_string=svg, width=size, height=size))
-    import cairosvg
+    import cairosvg  # start-up: libcairo, loaded on the first render only
 
     return cairosvg.svg2png(bytestring=svg.encode("utf-8"), output_width=size, output_height=size)
 
@@ -88,3 +90,22 @@ def render_svgs(jobs: Sequence[tuple[str, str | os.PathLike]], size: int = RENDE
             pool.join()
     log.log(level, "rendered %d in %.0fs, %d failed", len(todo) - len(errors), time.time() - t0, len(errors))
     return errors
+
+
+def finish(records: list[Record], report: dict, dropped: Counter, jobs: dict, render: bool = True,
+           progress: bool = False) -> tuple[list[Record], dict]:
+    """Render the SVGs the kept records need, drop records whose image failed, count the splits (the last
+    step of every builder: emoji, icons, openclipart, data.build)."""
+    failed = {}
+    if render and jobs:
+        want = [(jobs[r.image][0].svg(jobs[r.image][1]), r.image) for r in records if r.image in jobs]
+        failed = render_svgs(want, progress=progress)
+    if failed:
+        dropped = Counter(dropped)
+        dropped["render_failed"] += len(failed)
+        records = [r for r in records if r.image not in failed]
+    splits = Counter(r.split for r in records)
+    report = dict(report, splits=dict(sorted(splits.items())), dropped=dict(sorted(dropped.items())))
+    if failed:
+        report["render_failures"] = dict(list(failed.items())[:5])
+    return records, report

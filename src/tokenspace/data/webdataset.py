@@ -22,6 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from PIL import Image
+
+from tokenspace.data.images import ImageLoadError, _on_white
 
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "ppm", "bmp")
 TEXT_EXTS = ("txt", "caption")
@@ -121,10 +124,6 @@ class TarCollection:
 def decode_image_bytes(data: bytes, where: str):
     """Image bytes -> RGB PIL image, transparency composited on white as for image files
     (data.images.load_image); ImageLoadError(where, cause) when they cannot be decoded."""
-    from PIL import Image
-
-    from tokenspace.data.images import ImageLoadError, _on_white
-
     try:
         img = Image.open(io.BytesIO(data))
         img.load()
@@ -167,10 +166,7 @@ class LazyPixels:
         return len(self.c)
 
     def __getitem__(self, idx) -> np.ndarray:
-        from PIL import Image
-
-        from tokenspace.data.images import ImageLoadError
-        from tokenspace.models.preprocess import pixels
+        from tokenspace.data.preprocess import pixels  # start-up: torch, which only decoding to pixels needs
 
         imgs = []
         for i in np.atleast_1d(idx):
