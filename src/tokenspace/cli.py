@@ -331,6 +331,7 @@ def _serve(args) -> int:
     from tokenspace.models.registry import DEFAULT_RELEASE, release_path
     from tokenspace.serve.app import run
 
+    _device(args.device)  # a bad --device is reported first, as on the other commands
     if not Path(args.index).is_dir():
         raise CLIError(f"--index {args.index}: no index folder there (make one with `make demo` or "
                        "`tokenspace index build`)")
