@@ -10,6 +10,6 @@ def load(path_or_name, pretrained: bool | None = None):
     """A trained model: a saved folder or a release model name. A config name (an architecture with
     untrained heads, e.g. ``"stair-emoji"``) needs ``pretrained=False`` said explicitly. Imported lazily:
     the package root must stay torch-free so the index side can import it."""
-    from tokenspace.models.registry import load as _load
+    from tokenspace.models.registry import load as _load  # lazy: the package root stays torch-free
 
     return _load(path_or_name, pretrained=pretrained)

@@ -19,7 +19,10 @@ import json
 import logging
 import os
 import sys
+import tarfile
 from pathlib import Path
+
+from tokenspace import __version__, assets
 
 log = logging.getLogger("tokenspace")
 
@@ -71,7 +74,7 @@ _positive_float.__name__ = "positive number"
 def _load_model(ref: str, device: str = "cpu"):
     """A model folder or a release name (`tokenspace.models.registry.list_releases()`), on ``device``;
     a missing folder is named. A config name is an untrained architecture: refused (library message)."""
-    from tokenspace.models.registry import load
+    from tokenspace.models.registry import load  # start-up: --help must stay fast
 
     looks_like_path = os.sep in ref or ref.startswith(".") or Path(ref).suffix in (".json", ".safetensors")
     if looks_like_path and not Path(ref).exists():
@@ -83,7 +86,7 @@ def _load_model(ref: str, device: str = "cpu"):
 
 def _device(name: str):
     """--device as a torch.device that exists here (cpu, cuda, cuda:1, mps)."""
-    import torch
+    import torch  # start-up: --help must stay fast
 
     try:
         dev = torch.device(name)
@@ -100,8 +103,8 @@ def _device(name: str):
 
 def _load_index(path: str, *, verify: bool = True, nonempty: bool = True):
     """The InvertedIndex saved at ``path``; a missing or (when ``nonempty``) empty index is an error."""
-    from tokenspace.index import InvertedIndex
-    from tokenspace.index.storage import MANIFEST
+    from tokenspace.index import InvertedIndex  # start-up: --help must stay fast
+    from tokenspace.index.storage import MANIFEST  # start-up: --help must stay fast
 
     if not (Path(path) / MANIFEST).exists():
         what = "the folder holds no index" if Path(path).is_dir() else "no such folder"
@@ -113,8 +116,6 @@ def _load_index(path: str, *, verify: bool = True, nonempty: bool = True):
 
 
 def _assets(args) -> int:
-    from tokenspace import assets
-
     if args.action == "install":
         report = assets.install(args.names or None, home=args.home, progress=not args.quiet, optional=args.optional)
         print(report)
@@ -125,7 +126,7 @@ def _assets(args) -> int:
 
 
 def _data(args) -> int:
-    from tokenspace.data.build import build_manifests, read_report
+    from tokenspace.data.build import build_manifests, read_report  # start-up: --help must stay fast
 
     paths = build_manifests(args.home, args.out, force=args.force, seed=args.seed,
                             openclipart_max_items=args.openclipart_max_items, names=args.only)
@@ -135,9 +136,9 @@ def _data(args) -> int:
 
 
 def _train(args) -> int:
-    import yaml
+    import yaml  # start-up: --help must stay fast
 
-    from tokenspace import pipeline
+    from tokenspace import pipeline  # start-up: --help must stay fast
 
     overrides = {}
     for kv in args.set or []:
@@ -148,7 +149,7 @@ def _train(args) -> int:
             overrides[k] = yaml.safe_load(v)  # the recipe's own syntax: numbers, lists, mappings
         except yaml.YAMLError as e:
             raise CLIError(f"--set {kv}: not a YAML value ({_yaml_problem(e)})") from None
-    from tokenspace.train.recipe import Recipe
+    from tokenspace.train.recipe import Recipe  # start-up: --help must stay fast
 
     try:
         recipe = Recipe.load(args.recipe, **overrides)
@@ -158,7 +159,7 @@ def _train(args) -> int:
     specs = [specs] if isinstance(specs, str) else specs
     if recipe.train_image_tower or any(str(s).startswith("wds:") for s in specs):
         # pixels end to end (webdataset shards); under torchrun use `python -m tokenspace.train.distributed`
-        from tokenspace.train.scale import train
+        from tokenspace.train.scale import train  # start-up: torch
     else:
         train = pipeline.train  # cached backbone grids, per-step eval on data.eval
     model = train(recipe, args.out, home=args.home, resume=args.resume)
@@ -174,10 +175,8 @@ def _yaml_problem(e) -> str:
 
 
 def _encode(args) -> int:
-    import tarfile
-
-    from tokenspace.data.webdataset import TarCollection
-    from tokenspace.encode import encode_to_index
+    from tokenspace.data.webdataset import TarCollection  # start-up: --help must stay fast
+    from tokenspace.encode import encode_to_index  # start-up: --help must stay fast
 
     try:
         collection = TarCollection.open(args.shards)
@@ -197,7 +196,7 @@ def _encode(args) -> int:
 
 
 def _eval(args) -> int:
-    from tokenspace import pipeline
+    from tokenspace import pipeline  # start-up: --help must stay fast
 
     model = _load_model(args.model, args.device)
     results = pipeline.evaluate(model, args.data, home=args.home)
@@ -211,10 +210,10 @@ def _eval(args) -> int:
 
 
 def _index(args) -> int:
-    from tokenspace.index import InvertedIndex
+    from tokenspace.index import InvertedIndex  # start-up: --help must stay fast
 
     if args.action == "build":
-        from tokenspace import pipeline
+        from tokenspace import pipeline  # start-up: --help must stay fast
 
         model = _load_model(args.model, args.device)
         vectors, ids, records = pipeline.encode_collection(model, args.data, home=args.home)
@@ -231,7 +230,7 @@ def _index(args) -> int:
     if args.action == "stats":
         print(json.dumps(index.stats(), indent=2, default=str))
         return 0
-    from tokenspace.index import export
+    from tokenspace.index import export  # start-up: --help must stay fast
 
     ids = list(index.ids())
     vectors = index.get(ids)
@@ -249,8 +248,8 @@ def _index(args) -> int:
 
 def _export_queries(args) -> None:
     """--queries FILE: one text a line, encoded with the index's model, written beside --out."""
-    from tokenspace import pipeline
-    from tokenspace.index import export
+    from tokenspace import pipeline  # start-up: --help must stay fast
+    from tokenspace.index import export  # start-up: --help must stay fast
 
     if args.format == "opensearch":
         raise CLIError("--queries: OpenSearch takes queries as rank_feature clauses, not a file")
@@ -272,8 +271,8 @@ def _export_queries(args) -> None:
 
 
 def _search(args) -> int:
-    from tokenspace import pipeline
-    from tokenspace.explain.hits import contributions, format_hit
+    from tokenspace import pipeline  # start-up: --help must stay fast
+    from tokenspace.explain.hits import contributions, format_hit  # start-up: --help must stay fast
 
     index = _load_index(args.index)
     meta = pipeline.read_collection_meta(args.index)
@@ -287,7 +286,7 @@ def _search(args) -> int:
         queries = model.encode_texts(args.query)
     options = {}
     if args.where:
-        from tokenspace.index import parse_query
+        from tokenspace.index import parse_query  # start-up: --help must stay fast
 
         options["where"] = parse_query(args.where, model.vocab)
     for q_text, qi in zip(args.query or [args.image], range(len(queries))):
@@ -315,11 +314,11 @@ def _decode(args) -> int:
 
 
 def _demo(args) -> int:
-    from tokenspace.demo import run
+    from tokenspace.demo import run  # start-up: --help must stay fast
 
     run(out=args.out, home=args.home, quick=args.quick)
     if args.serve:
-        from tokenspace.serve.app import run as serve
+        from tokenspace.serve.app import run as serve  # optional: fastapi (the serve extra)
 
         out = Path(args.out)
         serve(model=out / "stair-emoji" / "model", index=out / "index", host="127.0.0.1", port=args.port)
@@ -327,9 +326,9 @@ def _demo(args) -> int:
 
 
 def _serve(args) -> int:
-    from tokenspace import pipeline
-    from tokenspace.models.registry import DEFAULT_RELEASE, release_path
-    from tokenspace.serve.app import run
+    from tokenspace import pipeline  # start-up: --help must stay fast
+    from tokenspace.models.registry import DEFAULT_RELEASE, release_path  # start-up: --help must stay fast
+    from tokenspace.serve.app import run  # optional: fastapi (the serve extra)
 
     _device(args.device)  # a bad --device is reported first, as on the other commands
     if not Path(args.index).is_dir():
@@ -345,7 +344,7 @@ def _serve(args) -> int:
 
 
 def _export_st(args) -> int:
-    from tokenspace.models.export_st import export_sentence_transformers
+    from tokenspace.models.export_st import export_sentence_transformers  # start-up: --help must stay fast
 
     out = export_sentence_transformers(_load_model(args.model), args.out)
     print(f"wrote a sentence-transformers SparseEncoder folder: {out}")
@@ -356,8 +355,6 @@ DEVICE_HELP = "torch device for the model: cpu (default), cuda, cuda:N or mps"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from tokenspace import __version__
-
     p = argparse.ArgumentParser(prog="tokenspace", description=__doc__.split("\n")[0],
                                 epilog="exit codes: 0 ok, 1 runtime error (one line on stderr), 2 usage error")
     p.add_argument("--version", action="version", version=f"tokenspace {__version__}")

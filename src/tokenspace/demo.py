@@ -14,8 +14,14 @@ import time
 from pathlib import Path
 
 from tokenspace import pipeline
+from tokenspace.data.build import build_manifests, default_dir
+from tokenspace.eval import ResultsDoc, markdown_table
+from tokenspace.explain.hits import contributions, format_hit
+from tokenspace.index import InvertedIndex, parse_query
 from tokenspace.models.registry import DEFAULT_RELEASE as RELEASE
+from tokenspace.models.registry import load, release_path
 from tokenspace.pipeline import _log
+from tokenspace.train.recipe import Recipe
 
 EVAL_SPECS = ["emoji:test", "emoji:val", "openclipart:test:300"]
 INDEX_SPECS = ["emoji:test", "openclipart:test:300", "photos:test"]
@@ -32,15 +38,11 @@ HEADERS = {f"{kind}_retrieval_recall@{k}": f"{arrow} R@{k} (%)"
 
 
 def _trained(recipe: str, out: Path, home, quick: bool):
-    from tokenspace.models.registry import load
-
     if (out / "model" / "model.safetensors").exists():
         _log(f"{recipe}: reusing the trained model in {out / 'model'}")
         return load(out / "model")
     overrides = {}
     if quick:
-        from tokenspace.train.recipe import Recipe
-
         r = Recipe.load(recipe)
         overrides = {
             "stages": [{**s.__dict__, "steps": 3, "warmup_steps": 0} for s in r.stages],
@@ -56,15 +58,11 @@ SPLITS_FILE = "splits.json"  # in the release folder: the data build its trainin
 def split_build(home) -> dict:
     """What decides the concept splits of this machine's manifests: builder version, split parameters and
     the installed sources (the groups are drawn over all of them, docs/data.md)."""
-    from tokenspace.data.build import default_dir
-
     meta = json.loads((default_dir(Path(home)) / "emoji.jsonl.meta.json").read_text())
     return {k: meta[k] for k in ("builder_version", "params", "sources")}
 
 
 def _release(home):
-    from tokenspace.models.registry import load, release_path
-
     folder = release_path(RELEASE)
     if folder is None:
         _log(f"no release model {RELEASE!r} here (models/ of a source checkout): the STAIR trained here searches")
@@ -78,11 +76,6 @@ def _release(home):
 
 
 def run(out="runs/demo", home=None, quick: bool = False, results="docs/results.md") -> dict:
-    from tokenspace.data.build import build_manifests
-    from tokenspace.eval import ResultsDoc, markdown_table
-    from tokenspace.explain.hits import contributions, format_hit
-    from tokenspace.index import InvertedIndex, parse_query
-
     t0 = time.time()
     out = Path(out)
     build_manifests(pipeline.home_dir(home))
@@ -136,7 +129,7 @@ def run(out="runs/demo", home=None, quick: bool = False, results="docs/results.m
                                    "in %, ties counted against the query, nnz = mean non-zero tokens per "
                                    "vector.\n\n" + table, command, heading="Release model and the demo's own "
                                    "training (demo)")
-    from tokenspace.serve.smoke import check
+    from tokenspace.serve.smoke import check  # optional: fastapi, uvicorn (the serve extra)
 
     served = check(stair, index_dir, QUERIES[1])
     print(f"\nweb page checked over HTTP on {served['url']}: page {served['page_bytes']} bytes, "

@@ -17,7 +17,7 @@ from tokenspace.atomic import atomic_open
 
 if TYPE_CHECKING:  # pragma: no cover
     import scipy.sparse
-    import torch
+    import torch  # lazy: the index side must not import torch
 
     from tokenspace.vocab import Vocabulary
 
@@ -189,7 +189,7 @@ class SparseBatch:
 
     # ----------------------------------------------------------------- conversion
     def to_scipy(self) -> "scipy.sparse.csr_matrix":
-        import scipy.sparse as sp
+        import scipy.sparse as sp  # start-up: the package root imports this module
 
         return sp.csr_matrix((self.values, self.indices, self.indptr), shape=(len(self), self.dim))
 
@@ -200,7 +200,7 @@ class SparseBatch:
         return out
 
     def to_torch(self, dense: bool = True):
-        import torch
+        import torch  # lazy: the index side must not import torch
 
         if dense:
             return torch.from_numpy(self.to_dense())

@@ -26,8 +26,9 @@ def bert_tokenizer(tokens: Sequence[str], lowercase: bool = True):
     """BERT's WordPiece pipeline over ``tokens`` (ids = positions), without special-token templates:
     BertNormalizer (clean text, CJK split, lowercase + strip accents), BertPreTokenizer, WordPiece
     (``##`` continuations, [UNK], at most 100 characters a word), special tokens matched as wholes."""
+    # start-up: the index side reads vocab.txt without it
     from tokenizers import AddedToken, Tokenizer, decoders, normalizers, pre_tokenizers
-    from tokenizers.models import WordPiece
+    from tokenizers.models import WordPiece  # start-up: as above
 
     tok = Tokenizer(WordPiece({t: i for i, t in enumerate(tokens)}, unk_token="[UNK]",
                               max_input_chars_per_word=100))
@@ -85,7 +86,7 @@ class Vocabulary:
         Callers that add templates or truncation take a copy (``Tokenizer.from_str(t.to_str())``)."""
         if self._tokenizer is None:
             if self.tokenizer_file is not None:
-                from tokenizers import Tokenizer
+                from tokenizers import Tokenizer  # start-up: the index side reads vocab.txt without it
 
                 tok = Tokenizer.from_file(str(self.tokenizer_file))
                 tok.no_padding()  # a shipped file may pad and truncate: ids of one text are its own
@@ -142,7 +143,7 @@ class WordPieceTokenizer:
     """The model's text encoding: ``Vocabulary.tokenizer()`` with [CLS] ... [SEP] and truncation."""
 
     def __init__(self, vocab: Vocabulary, lowercase: bool = True, max_length: int = 32):
-        from tokenizers import Tokenizer, processors
+        from tokenizers import Tokenizer, processors  # start-up: the index side reads vocab.txt without it
 
         self.vocab = vocab
         self.max_length = max_length

@@ -14,10 +14,10 @@ from tokenspace.atomic import atomic_path
 
 
 def _plt():
-    import matplotlib
+    import matplotlib  # start-up: matplotlib is slow to import; only plots need it
 
     matplotlib.use("Agg", force=True)  # before pyplot: headless, deterministic PNGs
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # start-up: as above
 
     return plt
 

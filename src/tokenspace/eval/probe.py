@@ -16,7 +16,7 @@ DEFAULT_CS = (0.01, 0.1, 1.0, 10.0)
 
 
 def _fit(x, y, c: float, max_iter: int, seed: int):
-    from sklearn.linear_model import LogisticRegression
+    from sklearn.linear_model import LogisticRegression  # start-up: scikit-learn is slow to import
 
     # lbfgs handles CSR input and multinomial loss; a fixed seed keeps reruns identical
     clf = LogisticRegression(C=c, max_iter=max_iter, random_state=seed)

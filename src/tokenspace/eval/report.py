@@ -10,6 +10,7 @@ and write atomically, so two commands finishing at once cannot lose each other's
 from __future__ import annotations
 
 import datetime as _dt
+import fcntl
 import math
 import os
 import re
@@ -127,14 +128,10 @@ class _Lock:
         self.path = path
 
     def __enter__(self):
-        import fcntl
-
         self._f = open(self.path, "a")
         fcntl.flock(self._f, fcntl.LOCK_EX)
         return self
 
     def __exit__(self, *exc):
-        import fcntl
-
         fcntl.flock(self._f, fcntl.LOCK_UN)
         self._f.close()

@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from tokenspace import assets
 from tokenspace.atomic import write_text
 from tokenspace.sparse import SparseBatch
 
@@ -47,8 +48,6 @@ def wordnet_lemmas(root: str | os.PathLike | None = None) -> list[str]:
     lowercased, underscores as spaces, adjective markers like ``(p)`` removed, deduplicated in file
     order. ``root`` defaults to the ``wordnet`` asset (a link to /usr/share/wordnet)."""
     if root is None:
-        from tokenspace import assets
-
         root = assets.path("wordnet")
     root = Path(root)
     missing = [f for f in WORDNET_FILES if not (root / f).exists()]
@@ -80,7 +79,7 @@ def frequent_words(n: int = 20000) -> list[str]:
     """The ``n`` most frequent English words of ``wordfreq`` (its data ships in the package: no
     download), entries without a letter (digits, symbols, emoji) dropped."""
     try:
-        from wordfreq import top_n_list
+        from wordfreq import top_n_list  # optional: wordfreq (the explain extra)
     except ImportError:
         raise ImportError("the common-word list needs wordfreq: pip install 'tokenspace[explain]'") from None
     return [w for w in top_n_list("en", n) if any(c.isalpha() for c in w)]
@@ -312,7 +311,7 @@ def _table(wtop: TopActivations, words: list[str], itop: TopActivations, image_i
 def raw_text_blocks(model, texts: Sequence[str], batch_size: int = 256) -> Iterator[np.ndarray]:
     """[b, F] raw text activations per batch: the model's ``text_embed`` output (after the ReLU, before
     the L2 normalisation ``encode_texts`` applies)."""
-    import torch
+    import torch  # start-up: explain/ stays torch-free to import (the server uses it)
 
     model.eval()
     with torch.no_grad():
@@ -323,7 +322,7 @@ def raw_text_blocks(model, texts: Sequence[str], batch_size: int = 256) -> Itera
 
 def raw_image_blocks(model, grids, batch_size: int = 256) -> Iterator[np.ndarray]:
     """[b, F] raw image activations per batch of cached backbone grids (``image_embed``, unnormalised)."""
-    import torch
+    import torch  # start-up: explain/ stays torch-free to import (the server uses it)
 
     model.eval()
     with torch.no_grad():

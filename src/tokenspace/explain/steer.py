@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from tokenspace.eval.zeroshot import true_class_ranks
 from tokenspace.sparse import SparseBatch
 
 
@@ -112,8 +113,6 @@ def steering_sweep(image_acts: np.ndarray, labels, concept_acts: np.ndarray, cla
     vectors (the prompt ensemble). Steered images are scored by cosine, as the model scores; ties count
     against a class. SS ``None`` = suppress only. Per row: ``flip_rate`` (top-1 is now the alternative),
     ``true_rate`` (top-1 is still the true label), and the same two rates before steering."""
-    from tokenspace.eval.zeroshot import true_class_ranks
-
     labels = np.asarray(labels, np.int64)
     alt = alternative_labels(labels, len(concept_acts), seed)
 

@@ -27,7 +27,7 @@ VERSION = 1
 
 def _faiss():
     try:
-        import faiss
+        import faiss  # optional: faiss (the dense extra)
     except ImportError as e:  # pragma: no cover - exercised only without the extra
         raise ImportError("DenseIndex needs faiss-cpu: pip install 'tokenspace[dense]'") from e
     return faiss

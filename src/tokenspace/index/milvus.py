@@ -38,6 +38,7 @@ import json
 import os
 import tempfile
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +47,7 @@ from tokenspace import atomic
 from tokenspace.index.base import Hit
 from tokenspace.index.query import And, Node, Not, Or, Term, all_of, none_of, parse_query
 from tokenspace.sparse import INDEX_DTYPE, PTR_DTYPE, VALUE_DTYPE, SparseBatch
+from tokenspace.vocab import Vocabulary
 
 FORMAT = "tokenspace-milvus"
 VERSION = 1
@@ -61,7 +63,7 @@ SEARCH_ROWS = 256  # queries per search call (Milvus caps nq at 16,384)
 
 def _pymilvus():
     try:
-        import pymilvus
+        import pymilvus  # optional: pymilvus (the milvus extra)
     except ImportError as e:  # pragma: no cover - exercised only without the extra
         raise ImportError("MilvusIndex needs pymilvus and milvus-lite: pip install 'tokenspace[milvus]'") from e
     return pymilvus
@@ -173,8 +175,6 @@ class MilvusIndex:
         if vocab is not None and len(vocab) != meta["dim"]:
             raise ValueError(f"vocabulary has {len(vocab)} entries, the index dim is {meta['dim']}")
         if vocab is None and meta.get("tokens") is not None:
-            from tokenspace.vocab import Vocabulary
-
             vocab = Vocabulary(meta["tokens"], name=meta.get("vocab") or "custom")
         client.load_collection(meta["collection"])
         return cls(client, meta["uri"], meta["collection"], meta["dim"], vocab, meta.get("index_params"))
@@ -292,8 +292,6 @@ class MilvusIndex:
 
         chunks = [rows[s:s + SEARCH_ROWS] for s in range(0, len(rows), SEARCH_ROWS)]
         if threads > 1 and len(chunks) > 1:
-            from concurrent.futures import ThreadPoolExecutor
-
             with ThreadPoolExecutor(min(int(threads), len(chunks))) as pool:
                 parts = list(pool.map(run, chunks))
         else:

@@ -54,7 +54,7 @@ class ExactIndex:
         return count
 
     def _matrix(self):
-        import scipy.sparse as sp
+        import scipy.sparse as sp  # start-up: the index side loads scipy only for this matrix
 
         if not self._batches:
             return sp.csr_matrix((0, self.dim), dtype=np.float64)

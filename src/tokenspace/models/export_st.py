@@ -33,7 +33,7 @@ NORMALIZE = "sentence_transformers.models.Normalize"
 
 def _mlm(model):
     """A BertForMaskedLM carrying the text tower's weights (and the output mask in the bias)."""
-    from transformers import BertForMaskedLM
+    from transformers import BertForMaskedLM  # start-up: transformers takes seconds to import
 
     tower = model.text_tower
     if type(tower).__name__ != "BertMLMTower":

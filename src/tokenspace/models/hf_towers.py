@@ -65,7 +65,7 @@ class ViTTower(ImageTower):
     def __init__(self, weights: str | None = None, config: dict | None = None, image_size: int | None = None,
                  output: str = "patches"):
         super().__init__()
-        from transformers import ViTConfig, ViTModel
+        from transformers import ViTConfig, ViTModel  # start-up: transformers takes seconds to import
 
         if output not in self.OUTPUTS:
             raise ValueError(f"vit tower output must be one of {self.OUTPUTS}, got {output!r}")
@@ -100,6 +100,7 @@ class HFClipVisionTower(ImageTower):
 
     def __init__(self, weights: str | None = None, config: dict | None = None, image_size: int | None = None):
         super().__init__()
+        # start-up: transformers takes seconds to import
         from transformers import CLIPVisionConfig, CLIPVisionModel
 
         self.clip = _load(CLIPVisionModel, CLIPVisionConfig, weights, config)
@@ -131,6 +132,7 @@ class HFClipTextTower(TextTower):
 
     def __init__(self, weights: str | None = None, config: dict | None = None):
         super().__init__()
+        # start-up: transformers takes seconds to import
         from transformers import CLIPTextConfig, CLIPTextModel
 
         self.clip = _load(CLIPTextModel, CLIPTextConfig, weights, config)

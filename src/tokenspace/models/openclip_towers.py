@@ -16,6 +16,9 @@ text transformer is causal; pretrained weights expect its BPE tokenizer's ids.
 """
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import torch
 from torch import nn
 
@@ -25,7 +28,7 @@ from tokenspace.models.towers import IMAGE_TOWERS, TEXT_TOWERS, ImageTower, Text
 
 def create_clip(model: str | None = None, pretrained: str | None = None, config: dict | None = None):
     """An open_clip CLIP model from a name / local dir (+ optional checkpoint) or a config dict."""
-    import open_clip
+    import open_clip  # optional: open_clip_torch
 
     if config is not None:
         clip = open_clip.CLIP(**config)
@@ -36,9 +39,6 @@ def create_clip(model: str | None = None, pretrained: str | None = None, config:
         raise ValueError("an open_clip tower needs `model` (a name or local-dir:PATH) or `config`")
     clip = open_clip.create_model(model, pretrained=pretrained)
     if model.startswith("local-dir:"):
-        import json
-        from pathlib import Path
-
         cfg = json.loads((Path(model[len("local-dir:"):]) / "open_clip_config.json").read_text())["model_cfg"]
     else:
         cfg = open_clip.get_model_config(model)

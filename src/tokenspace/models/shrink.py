@@ -69,7 +69,7 @@ def _text(spec: dict, width, layers, vocab, heads) -> dict:
 
 
 def _open_clip_config(name: str) -> dict:
-    import open_clip
+    import open_clip  # optional: open_clip_torch
 
     cfg = open_clip.get_model_config(name)
     if cfg is None:

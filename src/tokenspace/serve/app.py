@@ -18,6 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
+from tokenspace.pipeline import read_collection_meta
 from tokenspace.serve import schemas
 from tokenspace.serve.body_timeout import BODY_TIMEOUT, BodyTimeout
 from tokenspace.serve.service import SearchService, ServiceError
@@ -36,15 +37,13 @@ def create_app(model, index_dir=None, *, index=None, items=None) -> FastAPI:
     """The app over a model (object or path) and an index folder written by `tokenspace index build`
     (``index``/``items`` inject an already-open index and metadata instead, e.g. in tests)."""
     if isinstance(model, (str, Path)):
-        from tokenspace.models.registry import load
+        from tokenspace.models.registry import load  # start-up: torch, only for a model given by path
 
         model = load(model)
     if index is None:
         service = SearchService.from_dir(model, index_dir)
     else:
         if items is None and index_dir is not None:
-            from tokenspace.pipeline import read_collection_meta
-
             items = read_collection_meta(index_dir).get("items", {})
         service = SearchService(model, index, items, base_dir=index_dir)
     return build_app(service)
@@ -137,7 +136,7 @@ def _json_safe(value):
 
 def run(model, index, host: str = "127.0.0.1", port: int = 8000) -> None:
     """Serve the API and page with uvicorn (what `tokenspace serve` calls)."""
-    import uvicorn
+    import uvicorn  # start-up: only running the server needs uvicorn
 
     app = create_app(model, index)
     logging.getLogger(__name__).info("serving %d images on http://%s:%d  (API docs at /docs)",

@@ -15,8 +15,13 @@ from urllib.parse import quote
 
 import numpy as np
 
+from tokenspace.data.images import ImageLoadError, load_image
+from tokenspace.explain.heatmap import has_cell_scores, heatmap_png
 from tokenspace.explain.hits import contributions
 from tokenspace.explain.steer import resolve_tokens, steer
+from tokenspace.index import InvertedIndex
+from tokenspace.index.query import parse_query
+from tokenspace.pipeline import read_collection_meta
 from tokenspace.sparse import SparseBatch
 
 
@@ -37,8 +42,6 @@ class NotFound(ServiceError):
 
 def open_index(index_dir):
     """The embedded InvertedIndex saved in ``index_dir`` (by `tokenspace index build` or the demo)."""
-    from tokenspace.index import InvertedIndex
-
     return InvertedIndex.load(index_dir)
 
 
@@ -78,8 +81,6 @@ class SearchService:
     @classmethod
     def from_dir(cls, model, index_dir) -> SearchService:
         """Load the index and the collection metadata (``collection.json``) from an index folder."""
-        from tokenspace.pipeline import read_collection_meta
-
         meta = read_collection_meta(index_dir)
         return cls(model, open_index(index_dir), meta.get("items", {}), base_dir=index_dir)
 
@@ -119,8 +120,6 @@ class SearchService:
     def parse_where(self, where: str | None):
         if where is None or not where.strip():
             return None
-        from tokenspace.index.query import parse_query
-
         try:
             return parse_query(where, self.vocab)
         except ValueError as e:
@@ -202,9 +201,6 @@ class SearchService:
 
     def heatmap(self, doc_id: str, text: str, steer: Mapping[str, float] | None = None, size: int = 256) -> bytes:
         """PNG: where the query's tokens fire on the indexed image (STAIR models)."""
-        from tokenspace.data.images import ImageLoadError, load_image
-        from tokenspace.explain.heatmap import has_cell_scores, heatmap_png
-
         if not has_cell_scores(self.model):
             raise ServiceError(f"{self.model.family} models have no per-cell token scores: heatmaps need STAIR")
         path = self.image_path(doc_id)

@@ -10,6 +10,10 @@ import threading
 import time
 import urllib.request
 
+import uvicorn
+
+from tokenspace.serve.app import create_app
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -21,10 +25,6 @@ def check(model, index_dir, query: str, k: int = 3, timeout: float = 60.0) -> di
     """Serve ``model`` over ``index_dir`` on 127.0.0.1, GET / and POST /search {query}; returns
     {"url", "page_bytes", "hits": [(id, score, top matched tokens)]}. Raises RuntimeError if the
     server does not come up or a request fails."""
-    import uvicorn
-
-    from tokenspace.serve.app import create_app
-
     port = _free_port()
     server = uvicorn.Server(uvicorn.Config(create_app(model, index_dir), host="127.0.0.1", port=port,
                                            log_level="warning"))

@@ -22,6 +22,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from tokenspace.data import images
+
 
 @dataclass
 class GridCache:
@@ -81,8 +83,6 @@ def cache_image_grids(model, paths: Sequence[str | os.PathLike], cache_dir: str 
 
 
 def _fill(model, paths: list[str], root: Path, batch_size: int, progress: bool, at: int | None) -> GridCache:
-    from tokenspace.data.images import ImageLoadError, load_image
-
     tower = model.image_tower
     extract = model.image_grid if at is None else (lambda px: tower.trunk(px, at))  # noqa: E731
     root.mkdir(parents=True, exist_ok=True)
@@ -105,9 +105,9 @@ def _fill(model, paths: list[str], root: Path, batch_size: int, progress: bool, 
         imgs, keep = [], []
         for i in chunk:
             try:
-                imgs.append(load_image(paths[i]))
+                imgs.append(images.load_image(paths[i]))
                 keep.append(i)
-            except ImageLoadError as e:
+            except images.ImageLoadError as e:
                 state["errors"][str(i)] = str(e)
         if imgs:
             g = extract(model.preprocess(imgs).to(device))

@@ -11,7 +11,9 @@ Sparse CLIP's Fig. 2a (its features are signed). For ReLU models both paths agre
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -58,9 +60,6 @@ def tracking_evaluator(grids: np.ndarray, texts: Sequence[str], text_to_image) -
 
 def eval_history(log_path) -> list[dict]:
     """The eval rows of a run's log.jsonl, flattened: [{step, stage, <metrics>}, ...] in step order."""
-    import json
-    from pathlib import Path
-
     rows = []
     for line in Path(log_path).read_text().splitlines():
         rec = json.loads(line)
