@@ -17,15 +17,25 @@ PyTorch to 1e-4 before use, ~5x faster than PyTorch's tower here: docs/scale.md)
 """
 from __future__ import annotations
 
+import argparse
 import logging
+import sys
+import tarfile
+import tempfile
 import warnings
 import weakref
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from tokenspace import atomic
+from tokenspace.data.loader import Preprocess, SkipCounter, TarRows, files_loader, map_loader
+from tokenspace.data.webdataset import TarCollection
+from tokenspace.index import InvertedIndex
+from tokenspace.index.storage import MANIFEST
+from tokenspace.models.registry import load
 from tokenspace.sparse import SparseBatch
 
 log = logging.getLogger("tokenspace.encode")
@@ -34,8 +44,6 @@ log = logging.getLogger("tokenspace.encode")
 def encode_images(model, images, batch_size: int = 256) -> SparseBatch:
     """``model.encode_images`` with a fast path: images already at the tower's square size skip the
     letterbox resize (an identity for them) and are stacked directly; the result is the same."""
-    import torch
-
     t = model.image_tower
     S = t.image_size
     if not images or any(im.size != (S, S) or im.mode != "RGB" for im in images):
@@ -59,10 +67,8 @@ class OnnxImageTower:
     tower to ``tol`` (max absolute difference of the grids)."""
 
     def __init__(self, model, tol: float = 1e-4, threads: int | None = None, probe: int = 4):
-        import tempfile
+        import onnxruntime as ort  # optional dependency: the onnx extra
 
-        import onnxruntime as ort
-        import torch
 
         t = model.image_tower
         x = torch.randn(probe, 3, t.image_size, t.image_size, generator=torch.Generator().manual_seed(0))
@@ -91,8 +97,6 @@ class OnnxImageTower:
         return self.session.run(None, {"pixels": np.ascontiguousarray(x, dtype=np.float32)})[0]
 
     def __call__(self, x):
-        import torch
-
         return torch.from_numpy(self._run(x.cpu().numpy()))
 
 
@@ -151,8 +155,6 @@ def encode_pixels(model, x, channels_last: bool = True, tower=None) -> SparseBat
     """Normalised pixels [b, 3, S, S] (a loader batch, pinned when the model is on a GPU) -> encoded
     rows: copied to the model's device without blocking, NHWC (the layout ``model.encode_images``
     feeds its tower too), the tower (or ``tower``, e.g. an OnnxImageTower) and heads in inference mode."""
-    import torch
-
     model.eval()
     with torch.inference_mode():
         if tower is not None:
@@ -168,8 +170,6 @@ def encode_pixels(model, x, channels_last: bool = True, tower=None) -> SparseBat
 def encode_files(model, paths, batch_size: int = 256, workers: int | None = None, tower: str = "torch"):
     """Image files -> (SparseBatch, kept positions): decoded and preprocessed in DataLoader workers
     while the model encodes the previous batch; unreadable files are skipped, counted and logged."""
-    from tokenspace.data.loader import Preprocess, SkipCounter, files_loader
-
     run = image_tower(model, tower)
     outs, kept = [], []
     count = SkipCounter("images")
@@ -189,8 +189,6 @@ def encode_parts(model, collection, work_dir, part_size: int = 8192, batch_size:
     One DataLoader (``workers`` processes, data/loader.py) decodes the rows of every part still to do,
     in order, while the model encodes; unreadable images are skipped (not indexed), counted and logged.
     ``tower="onnx"``: the image tower runs in ONNX Runtime (OnnxImageTower)."""
-    from tokenspace.data.loader import Preprocess, SkipCounter, TarRows, map_loader
-
     if part_size < 1 or batch_size < 1:
         raise ValueError(f"part_size and batch_size must be >= 1, got {part_size} and {batch_size}")
     work = Path(work_dir)
@@ -234,9 +232,6 @@ def encode_parts(model, collection, work_dir, part_size: int = 8192, batch_size:
 def encode_to_index(model, collection, index_dir, work_dir, part_size: int = 8192, batch_size: int = 256,
                     workers: int | None = None, tower: str = "torch"):
     """Encode and ingest incrementally (see the module doc); returns the InvertedIndex."""
-    from tokenspace.index import InvertedIndex
-    from tokenspace.index.storage import MANIFEST
-
     index_dir = Path(index_dir)
     if (index_dir / MANIFEST).exists():
         index = InvertedIndex.load(index_dir, verify=False)
@@ -261,13 +256,6 @@ def encode_to_index(model, collection, index_dir, work_dir, part_size: int = 819
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-    import sys
-    import tarfile
-
-    from tokenspace.data.webdataset import TarCollection
-    from tokenspace.models.registry import load
-
     p = argparse.ArgumentParser(description="encode a webdataset collection into an index, resumably")
     p.add_argument("--model", required=True)
     p.add_argument("--shards", required=True, nargs="+", help="tar paths, globs or {000..099} ranges")
