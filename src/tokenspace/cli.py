@@ -19,10 +19,9 @@ import json
 import logging
 import os
 import sys
-import tarfile
 from pathlib import Path
 
-from tokenspace import __version__, assets
+from tokenspace import __version__
 
 log = logging.getLogger("tokenspace")
 
@@ -116,6 +115,8 @@ def _load_index(path: str, *, verify: bool = True, nonempty: bool = True):
 
 
 def _assets(args) -> int:
+    from tokenspace import assets  # start-up: --help must stay fast (assets imports ~25 ms of stdlib)
+
     if args.action == "install":
         report = assets.install(args.names or None, home=args.home, progress=not args.quiet, optional=args.optional)
         print(report)
@@ -175,6 +176,8 @@ def _yaml_problem(e) -> str:
 
 
 def _encode(args) -> int:
+    import tarfile  # start-up: --help must stay fast
+
     from tokenspace.data.webdataset import TarCollection  # start-up: --help must stay fast
     from tokenspace.encode import encode_to_index  # start-up: --help must stay fast
 
