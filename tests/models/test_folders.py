@@ -194,3 +194,21 @@ def test_saved_folder_and_weights_honour_the_umask(make_model, tmp_path):
     assert folder.stat().st_mode & 0o777 == 0o755
     assert {p.name: p.stat().st_mode & 0o777 for p in folder.iterdir()}["model.safetensors"] == 0o644
     assert all(p.stat().st_mode & 0o777 == 0o644 for p in folder.iterdir())
+
+
+def test_exported_sentence_transformers_folder_honours_the_umask(make_model, tmp_path):
+    """export-st built its folder with mkdtemp (0700), so the export was private to its owner."""
+    import os
+
+    from tokenspace.models.export_st import export_sentence_transformers
+
+    old = os.umask(0o022)
+    try:
+        out = export_sentence_transformers(make_model("stair"), tmp_path / "st")
+    finally:
+        os.umask(old)
+    assert out.stat().st_mode & 0o777 == 0o755
+    files = [p for p in out.rglob("*") if p.is_file()]
+    assert any(p.suffix == ".safetensors" for p in files)
+    assert {p.relative_to(out).as_posix(): p.stat().st_mode & 0o777 for p in files} == \
+        {p.relative_to(out).as_posix(): 0o644 for p in files}

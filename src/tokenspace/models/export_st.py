@@ -17,12 +17,13 @@ sentence-transformers is not needed to write the folder (only to read it).
 from __future__ import annotations
 
 import json
+import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 
+from tokenspace.atomic import new_file_mode, temp_folder
 from tokenspace.models.card import write_tokenizer_files
 
 MASKED_BIAS = -1.0e4  # far below any |h . e| of a trained BERT: ReLU(logit) = 0 for masked entries
@@ -61,10 +62,13 @@ def export_sentence_transformers(model, out: str | Path) -> Path:
                          "side is not an MLM with max pooling")
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".tmp-st-", dir=out.parent))
+    tmp = temp_folder(out)  # not tempfile.mkdtemp: its 0700 would make the exported folder private
     try:
         mlm = _mlm(model)
         mlm.save_pretrained(str(tmp))  # config.json (model_type bert, BertForMaskedLM) + model.safetensors
+        mode = new_file_mode(tmp)
+        for f in tmp.glob("*.safetensors"):  # safetensors writes 0600
+            os.chmod(f, mode)
         vocab = model.tokenizer.vocab
         write_tokenizer_files(tmp, vocab, model.config.max_text_len)
         modules = [{"idx": 0, "name": "0", "path": "", "type": MLM},

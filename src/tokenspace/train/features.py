@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from tokenspace import atomic
 from tokenspace.data import images
 
 
@@ -116,9 +117,7 @@ def _fill(model, paths: list[str], root: Path, batch_size: int, progress: bool, 
         grids.flush()
         np.save(ok_file, ok)
         state["done"] = chunk[-1] + 1
-        tmp = state_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state))
-        os.replace(tmp, state_path)  # progress is committed only after the rows it covers are written
+        atomic.write_text(state_path, json.dumps(state))  # committed only after the rows it covers are written
         bar.update(len(chunk))
     bar.close()
     if not paths:

@@ -28,6 +28,7 @@ import torch
 from safetensors.torch import load_model
 from tqdm.auto import tqdm
 
+from tokenspace import atomic
 from tokenspace.models.card import run_info
 from tokenspace.models.dual import DualEncoder
 from tokenspace.train import precision, ranks
@@ -331,6 +332,7 @@ class Trainer:
         """Rank 0 writes the model and optimizer (identical on every rank); each rank adds its own RNG
         state, so dropout after a resume matches the uninterrupted run on every rank."""
         final = self.out / "checkpoint"
+        # a fixed name, not atomic.temp_folder: every rank writes its RNG file into the same folder
         tmp = self.out / "checkpoint.tmp"
         main = self.dist.is_main
         if main:
@@ -387,9 +389,7 @@ def truncate_log(path: Path, step: int) -> None:
             continue  # a row cut short by the kill
         if isinstance(row, dict) and row.get("step", 0) <= step:
             keep.append(line)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(f"{line}\n" for line in keep), encoding="utf-8")
-    os.replace(tmp, path)
+    atomic.write_text(path, "".join(f"{line}\n" for line in keep))
 
 
 def set_grad_checkpointing(model: torch.nn.Module, enable: bool) -> None:
