@@ -51,7 +51,7 @@ release-model: assets
 	$(BIN)/python benchmarks/release_model.py
 
 test: install e2e-deps
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest tests --durations=15
 
 bench: install
 	$(BIN)/pip install -q -e ".[$(EXTRAS),bench]"
