@@ -21,7 +21,12 @@ import os
 import sys
 from pathlib import Path
 
-from tokenspace import __version__
+# the light library modules (numpy and the standard library; --help stays ~0.3 s): torch, numba and
+# fastapi load inside the commands that need them
+from tokenspace import __version__, assets, pipeline
+from tokenspace.data.build import build_manifests, read_report
+from tokenspace.data.webdataset import TarCollection
+from tokenspace.explain.hits import contributions, format_hit
 
 log = logging.getLogger("tokenspace")
 
@@ -115,8 +120,6 @@ def _load_index(path: str, *, verify: bool = True, nonempty: bool = True):
 
 
 def _assets(args) -> int:
-    from tokenspace import assets  # start-up: --help must stay fast (assets imports ~25 ms of stdlib)
-
     if args.action == "install":
         report = assets.install(args.names or None, home=args.home, progress=not args.quiet, optional=args.optional)
         print(report)
@@ -127,8 +130,6 @@ def _assets(args) -> int:
 
 
 def _data(args) -> int:
-    from tokenspace.data.build import build_manifests, read_report  # start-up: --help must stay fast
-
     paths = build_manifests(args.home, args.out, force=args.force, seed=args.seed,
                             openclipart_max_items=args.openclipart_max_items, names=args.only)
     for name, p in paths.items():
@@ -139,7 +140,6 @@ def _data(args) -> int:
 def _train(args) -> int:
     import yaml  # start-up: --help must stay fast
 
-    from tokenspace import pipeline  # start-up: --help must stay fast
 
     overrides = {}
     for kv in args.set or []:
@@ -178,7 +178,6 @@ def _yaml_problem(e) -> str:
 def _encode(args) -> int:
     import tarfile  # start-up: --help must stay fast
 
-    from tokenspace.data.webdataset import TarCollection  # start-up: --help must stay fast
     from tokenspace.encode import encode_to_index  # start-up: --help must stay fast
 
     try:
@@ -199,8 +198,6 @@ def _encode(args) -> int:
 
 
 def _eval(args) -> int:
-    from tokenspace import pipeline  # start-up: --help must stay fast
-
     model = _load_model(args.model, args.device)
     results = pipeline.evaluate(model, args.data, home=args.home)
     for spec, metrics in results.items():
@@ -216,7 +213,6 @@ def _index(args) -> int:
     from tokenspace.index import InvertedIndex  # start-up: --help must stay fast
 
     if args.action == "build":
-        from tokenspace import pipeline  # start-up: --help must stay fast
 
         model = _load_model(args.model, args.device)
         vectors, ids, records = pipeline.encode_collection(model, args.data, home=args.home)
@@ -251,7 +247,6 @@ def _index(args) -> int:
 
 def _export_queries(args) -> None:
     """--queries FILE: one text a line, encoded with the index's model, written beside --out."""
-    from tokenspace import pipeline  # start-up: --help must stay fast
     from tokenspace.index import export  # start-up: --help must stay fast
 
     if args.format == "opensearch":
@@ -274,9 +269,6 @@ def _export_queries(args) -> None:
 
 
 def _search(args) -> int:
-    from tokenspace import pipeline  # start-up: --help must stay fast
-    from tokenspace.explain.hits import contributions, format_hit  # start-up: --help must stay fast
-
     index = _load_index(args.index)
     meta = pipeline.read_collection_meta(args.index)
     model_path = args.model or meta.get("model")
@@ -329,7 +321,6 @@ def _demo(args) -> int:
 
 
 def _serve(args) -> int:
-    from tokenspace import pipeline  # start-up: --help must stay fast
     from tokenspace.models.registry import DEFAULT_RELEASE, release_path  # start-up: --help must stay fast
     from tokenspace.serve.app import run  # optional: fastapi (the serve extra)
 

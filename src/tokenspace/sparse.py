@@ -14,12 +14,11 @@ from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 import numpy as np
 
 from tokenspace.atomic import atomic_open
+from tokenspace.vocab import Vocabulary
 
 if TYPE_CHECKING:  # pragma: no cover
     import scipy.sparse
     import torch  # lazy: the index side must not import torch
-
-    from tokenspace.vocab import Vocabulary
 
 INDEX_DTYPE = np.int32
 VALUE_DTYPE = np.float32

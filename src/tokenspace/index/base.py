@@ -6,12 +6,10 @@ import torch: the index side of the project works on numpy arrays only.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, Sequence, runtime_checkable
+from typing import Protocol, Sequence, runtime_checkable
 
+from tokenspace.index.query import Node
 from tokenspace.sparse import SparseBatch
-
-if TYPE_CHECKING:  # pragma: no cover
-    from tokenspace.index.query import Node
 
 
 @dataclass(frozen=True, order=True)
