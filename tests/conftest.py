@@ -1,6 +1,8 @@
 """Shared fixtures: tiny vocabularies, tiny models and tiny image-text data, all built in code."""
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 from PIL import Image
@@ -76,3 +78,12 @@ def tiny_pairs(tmp_path):
             paths.append(p)
             texts.append(f"a {color} {shape}")
     return paths, texts
+
+
+@pytest.fixture
+def restore_cli_logging():
+    """cli.main installs its stderr handler on "tokenspace" for the whole process: put it back after."""
+    logger = logging.getLogger("tokenspace")
+    saved = logger.handlers[:], logger.level, logger.propagate
+    yield
+    logger.handlers[:], logger.level, logger.propagate = saved

@@ -1,6 +1,5 @@
 """The installer on fake packages: no network, no real assets needed."""
 import hashlib
-import logging
 import zipfile
 from pathlib import Path
 
@@ -198,15 +197,6 @@ def test_iconify_asset_extracts_only_the_json(tmp_path, monkeypatch):
     folder = assets.path("iconify-x", home=tmp_path)
     assert folder == tmp_path / "data" / "iconify" / "x"
     assert sorted(p.name for p in folder.iterdir() if not p.name.startswith(".")) == ["icons.json", "info.json"]
-
-
-@pytest.fixture
-def restore_cli_logging():
-    """cli.main installs its stderr handler on "tokenspace" for the whole process: put it back after."""
-    logger = logging.getLogger("tokenspace")
-    saved = logger.handlers[:], logger.level, logger.propagate
-    yield
-    logger.handlers[:], logger.level, logger.propagate = saved
 
 
 def test_cli_install_shows_progress_on_stderr_and_quiet_hides_it(tmp_path, fake_registry, capsys,

@@ -204,15 +204,6 @@ def build_log(caplog):
     logger.removeHandler(caplog.handler)
 
 
-@pytest.fixture
-def restore_cli_logging():
-    """cli.main installs its stderr handler on "tokenspace" for the whole process: put it back after."""
-    logger = logging.getLogger("tokenspace")
-    saved = logger.handlers[:], logger.level, logger.propagate
-    yield
-    logger.handlers[:], logger.level, logger.propagate = saved
-
-
 def test_build_manifests_idempotent(tmp_path, monkeypatch, build_log, capsys, restore_cli_logging):
     from tokenspace import assets, cli
     from tokenspace.data import build
