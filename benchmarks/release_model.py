@@ -4,7 +4,7 @@ test split beside its dense twin, and write the model card and the docs/results.
     make release-model                                  # = python benchmarks/release_model.py
     python benchmarks/release_model.py --skip-train      # re-measure the runs already trained
 
-Recipes: stair-drawings (3-stage STAIR, the paper's compute split, the image tower's top trained) and
+Recipes: stair-drawings (3-stage STAIR, the paper's compute split; see its YAML for the tower and λ) and
 dense-drawings (the dense CLIP baseline: same towers, data, batch and the dense budget). Both train on
 emoji:train + emoji:train-extra + icons:train + openclipart:train (30,036 drawings, docs/data.md) into
 runs/release/<recipe>; a stopped run continues from its last checkpoint. The STAIR model is stored in
@@ -82,6 +82,17 @@ def zeroshot_row(model, enc: pipeline.Encoded) -> dict[str, float]:
     labels = np.array([classes.index(r.label) for r in enc.records])
     ev = ZeroShotEvaluator(classes, labels, list(TEMPLATES), metric="cosine")
     return {f"ensemble_{k}": v for k, v in ev(model.encode_image_grids(enc.grids), model.encode_texts).items()}
+
+
+def recipe_note(run: Path) -> str:
+    """The run's image-tower setting and FLOPs weight, read from the recipe it trained with (the card
+    must describe the trained run, not the recipe's defaults of the day)."""
+    rec = json.loads((run / "recipe.json").read_text())
+    start = rec.get("train_image_from")
+    tower = ("the image tower frozen (only the head learns the image side; the paper trains the tower)"
+             if start is None else f"the image tower trained from block {start} up (the paper: all of it)")
+    lam = (rec.get("lambda_image"), rec.get("lambda_text"))
+    return f"{tower}, FLOPs weight λ image/text {lam[0]:g}/{lam[1]:g}"
 
 
 def train_seconds(run: Path) -> float:
@@ -214,7 +225,7 @@ def main(argv=None) -> int:
             + f". The STAIR row measures the stored float16 folder `models/{RELEASE}`; the dense row its run's "
               "float32 model. Labelled deviations from the STAIR paper: EfficientNet-Lite0 / SPLADE-tiny "
               "towers (128-d tied space), image_revive_grad 0.1 (a tuned head option), stage-3 lr 1e-3 "
-              "after 2e-3 (the paper: 10x lower), batch 64 with AdamW, only the tower's top trained.\n\n"
+              "after 2e-3 (the paper: 10x lower), batch 64 with AdamW, " + recipe_note(stair_run) + ".\n\n"
             + tables(results) + "\n\nIssue H's targets:\n\n" + goal_table)
     notes = (f"{body}\n\nWeights: `model.safetensors`, float16, {weights.stat().st_size / 1e6:.1f} MB, "
              f"sha256 `{sha256(weights)}`.\n\nCommand: `{command}`")
