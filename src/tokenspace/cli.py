@@ -140,22 +140,13 @@ def _data(args) -> int:
 def _train(args) -> int:
     import yaml  # start-up: --help must stay fast
 
+    from tokenspace.train.recipe import Recipe, parse_overrides, yaml_problem  # start-up: --help must stay fast
 
-    overrides = {}
-    for kv in args.set or []:
-        k, sep, v = kv.partition("=")
-        if not sep:
-            raise ValueError(f"--set takes KEY=VALUE, got {kv!r}")
-        try:
-            overrides[k] = yaml.safe_load(v)  # the recipe's own syntax: numbers, lists, mappings
-        except yaml.YAMLError as e:
-            raise CLIError(f"--set {kv}: not a YAML value ({_yaml_problem(e)})") from None
-    from tokenspace.train.recipe import Recipe  # start-up: --help must stay fast
-
+    overrides = parse_overrides(args.set)  # a bad --set is a ValueError naming it: one line, exit 1
     try:
         recipe = Recipe.load(args.recipe, **overrides)
     except yaml.YAMLError as e:
-        raise CLIError(f"{args.recipe}: not valid YAML ({_yaml_problem(e)})") from None
+        raise CLIError(f"{args.recipe}: not valid YAML ({yaml_problem(e)})") from None
     specs = recipe.data.get("train") or []
     specs = [specs] if isinstance(specs, str) else specs
     if recipe.train_image_tower or any(str(s).startswith("wds:") for s in specs):
@@ -166,13 +157,6 @@ def _train(args) -> int:
     model = train(recipe, args.out, home=args.home, resume=args.resume)
     print(f"trained {model.config.name}: {Path(args.out) / 'model'}")
     return 0
-
-
-def _yaml_problem(e) -> str:
-    """PyYAML's multi-line message as "expected ',' or ']' at line 2, column 6"."""
-    mark = getattr(e, "problem_mark", None)
-    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-    return f"{getattr(e, 'problem', None) or _one_line(e)}{where}"
 
 
 def _encode(args) -> int:

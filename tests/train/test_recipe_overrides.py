@@ -1,5 +1,9 @@
-"""Recipe overrides are read, never altered: one overrides dict can build several recipes."""
-from tokenspace.train.recipe import Recipe
+"""Recipe overrides are read, never altered: one overrides dict can build several recipes; `--set KEY=VALUE`
+has one parser, shared by the CLI and torchrun's entry."""
+import pytest
+
+from tokenspace.train import distributed
+from tokenspace.train.recipe import Recipe, parse_overrides
 
 
 def test_loss_override_is_not_consumed():
@@ -9,3 +13,26 @@ def test_loss_override_is_not_consumed():
     assert loss == {"lambda_image": 1e-2, "lambda_text": 1e-2, "flops_warmup": 100}
     assert first.lambda_image == second.lambda_image == 1e-2
     assert first.flops_warmup == second.flops_warmup == 100
+
+
+def test_set_values_are_yaml_the_recipes_own_syntax():
+    got = parse_overrides(["batch_size=64", "loss={lambda: 1.0e-2}", "name=a=b", "stages=[]", "precision="])
+    assert got == {"batch_size": 64, "loss": {"lambda": 1e-2}, "name": "a=b", "stages": [], "precision": None}
+    assert parse_overrides(None) == {} and parse_overrides([]) == {}
+    assert parse_overrides(["batch_size=8", "batch_size=16"]) == {"batch_size": 16}  # the last one wins, as argparse
+
+
+def test_bad_set_options_are_one_line_errors_naming_the_option():
+    for bad in ("batch_size", "=64", " =64"):
+        with pytest.raises(ValueError, match="^--set takes KEY=VALUE, got "):
+            parse_overrides([bad])
+    with pytest.raises(ValueError) as e:
+        parse_overrides(["batch_size=[unclosed"])
+    msg = str(e.value)
+    assert msg.startswith("--set batch_size=[unclosed: not a YAML value (") and "line" in msg and "\n" not in msg
+
+
+def test_torchrun_entry_reports_a_bad_set_in_one_line(tmp_path):
+    with pytest.raises(SystemExit) as e:
+        distributed.main(["--recipe", "stair-emoji", "--out", str(tmp_path), "--set", "batch_size"])
+    assert str(e.value.code) == "--set takes KEY=VALUE, got 'batch_size'"

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 
 import torch.distributed as dist
-import yaml
 
 from tokenspace.train.ranks import (  # noqa: F401 - the process-group primitives, re-exported
     DistContext,
@@ -34,6 +33,7 @@ from tokenspace.train.ranks import (  # noqa: F401 - the process-group primitive
     launched_by_torchrun,
     wrap_ddp,
 )
+from tokenspace.train.recipe import parse_overrides
 from tokenspace.train.scale import train
 
 
@@ -46,12 +46,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--resume", action="store_true")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a recipe key (YAML value)")
     args = p.parse_args(argv)
-    overrides = {}
-    for kv in args.set or []:
-        k, sep, v = kv.partition("=")
-        if not sep:
-            raise SystemExit(f"--set takes KEY=VALUE, got {kv!r}")
-        overrides[k] = yaml.safe_load(v)
+    try:
+        overrides = parse_overrides(args.set)
+    except ValueError as e:  # one line, before any process group starts
+        raise SystemExit(str(e)) from None
     ctx = init()
     try:
         train(args.recipe, args.out, home=args.home, resume=args.resume, progress=ctx.is_main, **overrides)

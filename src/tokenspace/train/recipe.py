@@ -13,6 +13,7 @@
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -196,3 +197,27 @@ class Recipe:
                 d.pop(other, None)
         d.update(overrides)
         return cls.from_dict(d)
+
+
+def parse_overrides(pairs: Iterable[str] | None) -> dict:
+    """``--set KEY=VALUE`` options (the CLI's and torchrun's) as ``Recipe.load`` overrides. VALUE is YAML,
+    the recipe's own syntax: ``batch_size=64`` is an int, ``stages=[...]`` a list. A pair without
+    ``KEY=`` or a VALUE that is not YAML is a ValueError naming the option (keys are checked by
+    ``Recipe.from_dict``, which knows the fields)."""
+    overrides = {}
+    for kv in pairs or []:
+        key, sep, value = kv.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--set takes KEY=VALUE, got {kv!r}")
+        try:
+            overrides[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError as e:
+            raise ValueError(f"--set {kv}: not a YAML value ({yaml_problem(e)})") from None
+    return overrides
+
+
+def yaml_problem(e: yaml.YAMLError) -> str:
+    """PyYAML's multi-line message as one line: "expected ',' or ']' at line 2, column 6"."""
+    mark = getattr(e, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return f"{getattr(e, 'problem', None) or ' '.join(str(e).split())}{where}"
