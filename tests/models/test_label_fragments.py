@@ -111,5 +111,5 @@ def test_bad_spec_is_rejected(make_model, classes_dir):
         labelled(make_model, classes_dir, k=5)  # 4 label tokens in all
     with pytest.raises(ValueError, match="classes"):
         make_model("visualsparta", extra={"layers": 1, "heads": 2, "label_fragments": {"k": 2}})
-    with pytest.raises(ValueError, match="unknown label_fragments options"):
+    with pytest.raises(ValueError, match="unknown option .top. for visualsparta extra.label_fragments"):
         labelled(make_model, classes_dir, k=2, top=3)

@@ -13,6 +13,7 @@ import io
 import numpy as np
 from PIL import Image
 
+from tokenspace.models.capabilities import CellScores
 from tokenspace.sparse import SparseBatch
 
 # anchor colours of a perceptually ordered map (dark purple -> orange -> light yellow, like "inferno"):
@@ -21,8 +22,9 @@ _ANCHORS = np.array([[0, 0, 4], [87, 16, 110], [188, 55, 84], [249, 142, 9], [25
 
 
 def has_cell_scores(model) -> bool:
-    """True for models with per-cell vocabulary scores (STAIR); others cannot localise tokens."""
-    return callable(getattr(model, "image_scores", None))
+    """True for models with per-cell vocabulary scores (models.capabilities.CellScores: STAIR,
+    VisualSparta, the tagger); others cannot localise tokens."""
+    return isinstance(model, CellScores)
 
 
 def cell_activation(model, image: Image.Image, query: SparseBatch) -> np.ndarray:

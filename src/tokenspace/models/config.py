@@ -6,6 +6,8 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+from tokenspace.models.options import FAMILY_OPTIONS, FamilyOptions, parse_options
+
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs" / "models"
 
 # the files of a saved model folder (DualEncoder.save_pretrained / registry.from_pretrained)
@@ -31,7 +33,9 @@ class ModelConfig:
     image_pool: str = "max"  # max (STAIR) | mean
     logit_scale_init: float = 1 / 0.07  # CLIP's initial temperature
     logit_scale_max: float = 100.0  # cap on the logit scale: Sparse CLIP's sparsity knob
-    extra: dict = field(default_factory=dict)  # family-specific options (e.g. VisualSparta fragments)
+    # family-specific options, typed and checked by the family's options class (models/options.py):
+    # a key the family does not know is an error here, not an option silently left at its default
+    extra: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if self.logit_scale_init <= 0 or self.logit_scale_max <= 0:
@@ -42,6 +46,13 @@ class ModelConfig:
             raise ValueError("expansion must be >= 1")
         if self.image_pool not in ("max", "mean"):
             raise ValueError("image_pool must be 'max' or 'mean'")
+        if self.family in FAMILY_OPTIONS:  # an unknown family is refused by the registry, which names them
+            parse_options(self.family, self.extra)
+
+    @property
+    def options(self) -> FamilyOptions:
+        """``extra`` as the family's typed options (parsed on each read: ``extra`` may be reassigned)."""
+        return parse_options(self.family, self.extra)
 
     @property
     def log_logit_scale_max(self) -> float:
@@ -71,7 +82,10 @@ class ModelConfig:
             p = CONFIG_DIR / f"{name_or_path}.json"
             if not p.exists():
                 raise KeyError(f"unknown model config {name_or_path!r}; known: {list_configs()}")
-        return cls.from_dict(json.loads(p.read_text()))
+        try:
+            return cls.from_dict(json.loads(p.read_text()))
+        except ValueError as e:  # which file: the message alone does not say where the typo is
+            raise ValueError(f"{p}: {e}") from e
 
 
 def list_configs() -> list[str]:

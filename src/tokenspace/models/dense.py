@@ -4,6 +4,7 @@ from __future__ import annotations
 from torch import nn
 
 from tokenspace.models.dual import DualEncoder
+from tokenspace.models.options import DenseOptions
 from tokenspace.models.pooling import grid_to_cells, masked_mean
 
 
@@ -11,6 +12,7 @@ class DenseModel(DualEncoder):
     family = "dense"
     similarity = "cosine"
     sparse = False
+    Options = DenseOptions
 
     def __init__(self, config, vocab, tokenizer_vocab=None):
         super().__init__(config, vocab, tokenizer_vocab)
@@ -20,7 +22,7 @@ class DenseModel(DualEncoder):
     def image_embed(self, grid):
         return self.image_proj(grid_to_cells(grid).mean(1))  # [B, C] -> [B, D]
 
-    def text_embed(self, input_ids, attention_mask, **_):
+    def text_embed(self, input_ids, attention_mask):
         return self.text_proj(masked_mean(self.text_tower(input_ids, attention_mask), attention_mask))
 
     def image_parameters(self):

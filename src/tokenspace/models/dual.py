@@ -35,6 +35,7 @@ from tokenspace.models.config import (  # noqa: F401 - the folder file names, re
     WEIGHTS_FILE,
     ModelConfig,
 )
+from tokenspace.models.options import FamilyOptions
 from tokenspace.models.towers import build_image_tower, build_text_tower
 from tokenspace.sparse import SparseBatch
 from tokenspace.vocab import Vocabulary, WordPieceTokenizer
@@ -44,6 +45,14 @@ class DualEncoder(nn.Module):
     family: str = ""
     similarity: str = "cosine"  # cosine | dot
     sparse: bool = True  # False: encode_* return dense np.ndarray rows (dense baseline only)
+    # the typed form of config.extra (models/options.py); the base has none, so any key is refused
+    Options: type[FamilyOptions] = FamilyOptions
+
+    @classmethod
+    def output_vocabulary(cls, config: ModelConfig, tokenizer_vocab: Vocabulary) -> Vocabulary:
+        """Names of the output dimensions for a config (registry.build_model asks): the tokenizer's
+        vocabulary for token-space models; latent-feature families name their own."""
+        return tokenizer_vocab
 
     def __init__(self, config: ModelConfig, vocab: Vocabulary, tokenizer_vocab: Vocabulary | None = None):
         super().__init__()
@@ -77,7 +86,9 @@ class DualEncoder(nn.Module):
     def image_embed(self, grid: torch.Tensor) -> torch.Tensor:  # [B, C, h, w] -> [B, D]
         raise NotImplementedError
 
-    def text_embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **kw) -> torch.Tensor:
+    def text_embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """[B, L] -> [B, D]. Families with more options declare them (models/capabilities.py:
+        RestrictsText adds ``restrict_to_input``); none swallows unknown keywords."""
         raise NotImplementedError
 
     def normalize(self, emb: torch.Tensor) -> torch.Tensor:

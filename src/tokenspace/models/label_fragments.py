@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from tokenspace.models.classwords import emitted, read_lemma_file, read_wnids
+from tokenspace.models.options import LABEL_FRAGMENT_KEYS, check_keys
 from tokenspace.models.tagger import load_classifier_head
 from tokenspace.models.towers import resolve_weights
 
@@ -49,9 +50,7 @@ def label_token_table(tokenizer, wnids, lemmas, max_tokens: int) -> tuple[torch.
 class LabelFragments(nn.Module):
     def __init__(self, spec: dict, in_channels: int, width: int, tokenizer):
         super().__init__()
-        unknown = set(spec) - {"classes", "classifier", "k", "max_label_tokens", "n_classes"}
-        if unknown:
-            raise ValueError(f"unknown label_fragments options {sorted(unknown)}")
+        check_keys(spec, LABEL_FRAGMENT_KEYS, "visualsparta extra.label_fragments")  # a typo is no default
         self.k = int(spec.get("k", 16))
         self.max_label_tokens = int(spec.get("max_label_tokens", 4))
         if self.k < 1 or self.max_label_tokens < 1:

@@ -16,6 +16,7 @@ from tokenspace.models.config import (
     ModelConfig,
     list_configs,
 )
+from tokenspace.models.options import FAMILY_OPTIONS
 from tokenspace.models.towers import load_by_name, qualified_name, resolve_weights
 from tokenspace.vocab import Vocabulary
 
@@ -34,9 +35,11 @@ FAMILIES: dict[str, type[DualEncoder] | str] = {
 
 
 def register_family(name: str, cls: type[DualEncoder]) -> None:
+    """Add a family; its configs' ``extra`` is then checked against ``cls.Options`` (models/options.py)."""
     if name in FAMILIES and FAMILIES[name] is not cls and FAMILIES[name] != qualified_name(cls):
         raise ValueError(f"model family {name!r} already registered")
     FAMILIES[name] = cls
+    FAMILY_OPTIONS[name] = cls.Options
 
 
 def family_class(name: str) -> type[DualEncoder]:
@@ -71,9 +74,8 @@ def build_model(config: ModelConfig | str, vocab: Vocabulary | None = None) -> D
             raise ValueError(f"config {config.name!r} names no vocabulary")
         vocab = load_vocab(config.vocab)
     cls = family_class(config.family)
-    if config.family == "sparse-clip":
-        return cls(config, Vocabulary.latent(config.embed_dim * config.expansion), tokenizer_vocab=vocab)
-    return cls(config, vocab)
+    # the family names its output dimensions (Sparse CLIP: latent features f00000..); `vocab` tokenizes
+    return cls(config, cls.output_vocabulary(config, vocab), tokenizer_vocab=vocab)
 
 
 # families whose every weight comes from pretrained assets (no training step): a config name is usable

@@ -24,35 +24,31 @@ import torch
 from torch import nn
 
 from tokenspace.models.dual import DualEncoder
+from tokenspace.models.options import SparseClipOptions
 from tokenspace.models.pooling import grid_to_cells, masked_mean
-
-TEXT_POOLINGS = ("mean", "eos")
+from tokenspace.vocab import Vocabulary
 
 
 class SparseClipModel(DualEncoder):
     family = "sparse-clip"
     similarity = "cosine"
+    Options = SparseClipOptions
+
+    @classmethod
+    def output_vocabulary(cls, config, tokenizer_vocab):
+        """Learned features, not tokens: named f00000.. (embed_dim x expansion of them)."""
+        return Vocabulary.latent(config.embed_dim * config.expansion)
 
     def __init__(self, config, vocab, tokenizer_vocab=None):
         super().__init__(config, vocab, tokenizer_vocab)
         width = config.embed_dim * config.expansion
         if len(vocab) != width:
             raise ValueError(f"latent vocabulary has {len(vocab)} names for {width} features")
-        extra = config.extra
+        opts = config.options  # SparseClipOptions: unknown keys and bad values already refused
         # expansion 1 with relu=False is the dense ablation arm of the paper's Fig. 2a
-        self.relu = bool(extra.get("relu", True))
-        self.topk = extra.get("topk")
-        self.l1 = float(extra.get("l1", 0.0))
-        self.text_pooling = extra.get("text_pooling", "mean")
-        if self.topk is not None and (isinstance(self.topk, bool) or not isinstance(self.topk, int)
-                                      or not 1 <= self.topk <= width):
+        self.relu, self.topk, self.l1, self.text_pooling = opts.relu, opts.topk, opts.l1, opts.text_pooling
+        if self.topk is not None and not 1 <= self.topk <= width:  # the width is the model's, not the options'
             raise ValueError(f"extra.topk must be an integer in [1, {width}], got {self.topk!r}")
-        if self.topk is not None and not self.relu:
-            raise ValueError("extra.topk keeps the ReLU after the top-K (non-negative features): drop relu: false")
-        if self.l1 < 0:
-            raise ValueError(f"extra.l1 must be >= 0, got {self.l1}")
-        if self.text_pooling not in TEXT_POOLINGS:
-            raise ValueError(f"extra.text_pooling must be one of {TEXT_POOLINGS}, got {self.text_pooling!r}")
         # without the ReLU the features are signed: encode to dense rows rather than silently dropping
         # the negative half into a SparseBatch
         self.sparse = self.relu
@@ -68,7 +64,7 @@ class SparseClipModel(DualEncoder):
     def image_embed(self, grid):  # [B, C, h, w] (a ViT's class token: h = w = 1) -> [B, width]
         return self._act(self.image_proj(grid_to_cells(grid).mean(1)))
 
-    def text_embed(self, input_ids, attention_mask, **_):
+    def text_embed(self, input_ids, attention_mask):
         h = self.text_tower(input_ids, attention_mask)  # [B, L, H]
         if self.text_pooling == "eos":
             last = attention_mask.long().sum(1).clamp_min(1) - 1  # the [SEP] the tokenizer always keeps

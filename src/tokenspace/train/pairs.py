@@ -161,6 +161,7 @@ def build_seeded(recipe):
     import torch  # start-up: torch (see the module doc)
 
     from tokenspace.models.registry import build_model  # start-up: torch (see the module doc)
+    from tokenspace.train.recipe import model_config  # start-up: recipe imports train.precision (torch)
 
     torch.manual_seed(recipe.seed)
-    return build_model(recipe.model)
+    return build_model(model_config(recipe.model))

@@ -1,6 +1,7 @@
 """Training recipes: YAML files naming a model config, data, losses and the stage plan.
 
-    model: stair-emoji              # config name or path (tokenspace.models.config)
+    model: stair-emoji              # config name or path (tokenspace.models.config), or a mapping that
+                                    # changes fields of one: {config: sparse-clip-emoji, extra: {topk: 64}}
     data: {train: [emoji:train, openclipart:train], eval: [emoji:test]}
     batch_size: 128
     loss: {lambda_image: 1.0e-3, lambda_text: 1.0e-3, flops_warmup: 100}
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import yaml
 
+from tokenspace.models.config import ModelConfig
 from tokenspace.train.precision import CHOICES as PRECISIONS
 
 RECIPE_DIR = Path(__file__).resolve().parent.parent / "configs" / "recipes"
@@ -83,10 +85,27 @@ class StagePlan:
                 Stage("joint", s3, self.stage3_lr, warmup_steps=min(w, s3))]
 
 
+def model_config(model: str | dict):
+    """A recipe's ``model`` as a ModelConfig: a config name or path, or ``{config: NAME_OR_PATH, <field>:
+    value, ...}`` whose ``extra`` adds to the config's (each key checked by the family's typed options)."""
+    if isinstance(model, str):
+        return ModelConfig.load(model)
+    if not isinstance(model, dict) or not isinstance(model.get("config"), str):
+        raise ValueError(f"recipe model must be a config name or {{config: NAME, ...}}, not {model!r}")
+    over = {k: v for k, v in model.items() if k != "config"}
+    d = ModelConfig.load(model["config"]).to_dict()
+    if isinstance(over.get("extra"), dict):
+        over["extra"] = {**(d.get("extra") or {}), **over["extra"]}
+    unknown = sorted(set(over) - set(d))
+    if unknown:
+        raise ValueError(f"unknown model config keys {unknown} in the recipe's model (known: {sorted(d)})")
+    return ModelConfig.from_dict({**d, **over})
+
+
 @dataclass
 class Recipe:
     name: str
-    model: str
+    model: str | dict  # a config name or path, or {config: NAME, ...fields to change} (model_config)
     stages: list[Stage] = field(default_factory=list)
     plan: StagePlan | None = None  # instead of `stages`: STAIR's stages sized from a dense budget
     data: dict = field(default_factory=dict)
@@ -128,6 +147,8 @@ class Recipe:
     channels_last: bool = False  # NHWC memory format for conv towers on GPUs (tensor cores)
 
     def __post_init__(self):
+        if isinstance(self.model, dict):  # changed fields: a typo fails here, before any data loads
+            model_config(self.model)
         if self.plan is not None and not isinstance(self.plan, StagePlan):
             self.plan = StagePlan(**self.plan)
         self.stages = [s if isinstance(s, Stage) else Stage(**s) for s in self.stages]
@@ -195,6 +216,14 @@ class Recipe:
         for given, other in (("stages", "plan"), ("plan", "stages")):
             if given in overrides:
                 d.pop(other, None)
+        m = overrides.get("model")
+        if isinstance(m, dict) and "config" not in m and d.get("model") is not None:
+            # a model override without `config` ({extra: {topk: 64}}) changes the file's model config
+            base = d["model"] if isinstance(d["model"], dict) else {"config": d["model"]}
+            merged = {**base, **m}
+            if isinstance(base.get("extra"), dict) and isinstance(m.get("extra"), dict):
+                merged["extra"] = {**base["extra"], **m["extra"]}
+            overrides = {**overrides, "model": merged}
         d.update(overrides)
         return cls.from_dict(d)
 

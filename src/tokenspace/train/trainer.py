@@ -29,6 +29,7 @@ from safetensors.torch import load_model
 from tqdm.auto import tqdm
 
 from tokenspace import atomic
+from tokenspace.models.capabilities import GradCheckpointing, LowPrecisionHeads, RestrictsText, require
 from tokenspace.models.card import run_info
 from tokenspace.models.dual import DualEncoder
 from tokenspace.train import precision, ranks
@@ -126,7 +127,10 @@ class _Embed(torch.nn.Module):
             grid = m.image_tower.top(x, at)  # block-k activations -> [b, C, h, w]
         else:
             grid = x  # cached final grids [b, C, h, w]
-        return m.image_embed(grid), m.text_embed(ids, mask, restrict_to_input=restrict_text), m.logit_scale
+        # only a RestrictsText model takes restrict_to_input (the Trainer checked it); the others are
+        # called with the two arguments every family takes
+        text = m.text_embed(ids, mask, restrict_to_input=True) if restrict_text else m.text_embed(ids, mask)
+        return m.image_embed(grid), text, m.logit_scale
 
 
 class _ScaleFrom:
@@ -158,8 +162,8 @@ class Trainer:
         self._forward = self._embed
         self.loss_fn = SparseContrastiveLoss(recipe.lambda_image, recipe.lambda_text, recipe.flops_warmup,
                                              recipe.flops_reference_batch)
-        if any(s.restrict_text for s in recipe.stages) and not hasattr(model, "token_mask"):
-            raise ValueError(f"restrict_text needs a token-space model; {model.family!r} has none")
+        if any(s.restrict_text for s in recipe.stages):
+            require(model, RestrictsText, "a restrict_text stage")
 
     # ------------------------------------------------------------------ optimisation
     def _trainable(self, stage: Stage) -> list[torch.nn.Parameter]:
@@ -248,7 +252,7 @@ class Trainer:
         # per-rank dropout streams (rank 0 keeps the single-process one); a resume restores them instead
         torch.manual_seed(r.seed + self.dist.rank)
         self._setup_model()
-        if hasattr(self.model, "compute_dtype"):
+        if isinstance(self.model, LowPrecisionHeads):
             self.model.compute_dtype = torch.bfloat16 if self.precision == "bf16" else torch.float32
         rng = np.random.default_rng(r.seed)
         sampler = BatchSampler(self.data.groups, r.batch_size, rng)
@@ -308,7 +312,7 @@ class Trainer:
         self._forward = self._embed  # drop the DDP wrapper (and its hooks)
         for p in self.model.parameters():
             p.requires_grad_(True)
-        if hasattr(self.model, "compute_dtype"):
+        if isinstance(self.model, LowPrecisionHeads):
             self.model.compute_dtype = torch.float32  # inference is exact
         if self.recipe.gradient_checkpointing:
             set_grad_checkpointing(self.model, False)
@@ -393,12 +397,12 @@ def truncate_log(path: Path, step: int) -> None:
 
 
 def set_grad_checkpointing(model: torch.nn.Module, enable: bool) -> None:
-    """Activation checkpointing in every tower that supports it: towers with ``set_grad_checkpointing``
-    and any Hugging Face model inside one (e.g. the bert-mlm tower's BERT)."""
+    """Activation checkpointing in every tower that supports it: GradCheckpointing towers (their own
+    switch) and any Hugging Face model inside one (e.g. the bert-mlm tower's BERT)."""
     from transformers import PreTrainedModel  # start-up: transformers takes seconds to import
 
     for tower in (model.image_tower, model.text_tower):
-        if hasattr(tower, "set_grad_checkpointing"):
+        if isinstance(tower, GradCheckpointing):
             tower.set_grad_checkpointing(enable)
             continue
         for sub in tower.modules():

@@ -1,0 +1,201 @@
+"""Per-family model options: the typed form of ``ModelConfig.extra``.
+
+Each family declares its options as a small frozen dataclass; ``ModelConfig`` parses ``extra`` into it
+when the config is built or loaded, so a misspelt key is an error naming the family and its known
+options instead of an option silently left at its default:
+
+    unknown option 'relu_' for family sparse-clip (known: relu, topk, l1, text_pooling); did you mean 'relu'?
+
+``extra`` stays a plain dict in config.json (saved folders keep their format); models read
+``config.options``. Checks that need the built model (a width, a vocabulary) stay in the model.
+This module is plain Python (no torch): configs validate without importing a model.
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import MISSING, dataclass, fields
+from typing import Any, ClassVar
+
+
+def check_keys(given, known, where: str) -> None:
+    """ValueError naming every unknown key of ``given``, the known ones and the closest match."""
+    known = list(known)
+    unknown = [k for k in given if k not in known]
+    if not unknown:
+        return
+    names = ", ".join(repr(k) for k in unknown)
+    msg = f"unknown option{'s' if len(unknown) > 1 else ''} {names} for {where} (known: {', '.join(known)})"
+    close = difflib.get_close_matches(str(unknown[0]), known, n=1)
+    raise ValueError(msg + (f"; did you mean {close[0]!r}?" if close else ""))
+
+
+def _number(value, name: str, kind=float, allow_none: bool = False):
+    """``value`` as an int or float (YAML and JSON give 1 for 1.0); bools and strings are refused."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"option {name} must be a number, not {value!r}")
+    if kind is int and value != int(value):
+        raise ValueError(f"option {name} must be an integer, not {value!r}")
+    return kind(value)
+
+
+@dataclass(frozen=True)
+class FamilyOptions:
+    """Options of a family that has none: any key in ``extra`` is unknown (dense, and the default for a
+    family registered without its own options class)."""
+
+    family: ClassVar[str] = ""
+
+    @classmethod
+    def parse(cls, extra: dict | None, family: str | None = None) -> FamilyOptions:
+        extra = dict(extra or {})
+        check_keys(extra, [f.name for f in fields(cls)], f"family {family or cls.family}")
+        return cls(**extra)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The options that differ from their defaults (what a config file needs to say)."""
+        out = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.default is MISSING or v != f.default:
+                out[f.name] = v
+        return out
+
+    def _set(self, name: str, value) -> None:  # frozen: coercion in __post_init__ only
+        object.__setattr__(self, name, value)
+
+
+@dataclass(frozen=True)
+class StairOptions(FamilyOptions):
+    """STAIR's image head (all off by default: the paper's head). Why stair-emoji turns
+    image_revive_grad on: docs/results.md, "Tuning notes moved from code (issue L)"."""
+
+    family: ClassVar[str] = "stair"
+    # TRANSFORM = FC(C->N) + GELU + FC(N->H) + GELU + LayerNorm: a wider first layer before the tie to
+    # the H-wide word embeddings (None or 0: the paper's FC + GELU + LayerNorm)
+    image_head_mid: int | None = None
+    image_bias_init: str | float = "mlm"  # "mlm" (the text MLM bias, a token prior) | a constant
+    # dead image tokens get this times the gradient that would raise them (pooling.log1p_relu)
+    image_revive_grad: float = 0.0
+
+    def __post_init__(self):
+        self._set("image_head_mid", _number(self.image_head_mid, "image_head_mid", int, allow_none=True) or None)
+        if self.image_bias_init != "mlm":
+            if isinstance(self.image_bias_init, str):
+                raise ValueError(f"image_bias_init must be 'mlm' or a number, not {self.image_bias_init!r}")
+            self._set("image_bias_init", _number(self.image_bias_init, "image_bias_init"))
+        self._set("image_revive_grad", _number(self.image_revive_grad, "image_revive_grad"))
+        if self.image_revive_grad < 0:
+            raise ValueError(f"image_revive_grad must be >= 0, not {self.image_revive_grad}")
+
+
+TEXT_POOLINGS = ("mean", "eos")
+
+
+@dataclass(frozen=True)
+class SparseClipOptions(FamilyOptions):
+    """Sparse CLIP's activation and penalty (models/sparse_clip.py explains each)."""
+
+    family: ClassVar[str] = "sparse-clip"
+    relu: bool = True  # false: the signed, dense arm of the paper's Fig. 2a
+    topk: int | None = None  # keep each row's K largest pre-activations, then the ReLU (Fig. 2b)
+    l1: float = 0.0  # L1 weight on the L2-normalised rows (Fig. 2b's other arm)
+    text_pooling: str = "mean"  # mean | eos
+
+    def __post_init__(self):
+        if not isinstance(self.relu, bool):
+            raise ValueError(f"option relu must be true or false, not {self.relu!r}")
+        if self.topk is not None and (isinstance(self.topk, bool) or not isinstance(self.topk, int)):
+            raise ValueError(f"extra.topk must be an integer, got {self.topk!r}")
+        if self.topk is not None and not self.relu:
+            raise ValueError("extra.topk keeps the ReLU after the top-K (non-negative features): drop relu: false")
+        self._set("l1", _number(self.l1, "l1"))
+        if self.l1 < 0:
+            raise ValueError(f"extra.l1 must be >= 0, got {self.l1}")
+        if self.text_pooling not in TEXT_POOLINGS:
+            raise ValueError(f"extra.text_pooling must be one of {TEXT_POOLINGS}, got {self.text_pooling!r}")
+
+
+# VisualSparta's extra.label_fragments (models/label_fragments.py); n_classes: set by a saved folder
+LABEL_FRAGMENT_KEYS = ("classes", "classifier", "k", "max_label_tokens", "n_classes")
+
+
+@dataclass(frozen=True)
+class VisualSpartaOptions(FamilyOptions):
+    """VisualSparta's fragment encoder and index-time pruning (models/visualsparta.py)."""
+
+    family: ClassVar[str] = "visualsparta"
+    layers: int = 2
+    heads: int = 2
+    ffn: int | None = None  # None: 4 x the word-embedding width
+    dropout: float = 0.1
+    max_cells: int = 64  # position embeddings: the largest grid the model takes
+    bias_init: float = 0.0  # eq. 11's b
+    top_n: int | None = None  # index rows keep their n heaviest terms (paper Table 3); None keeps all
+    label_fragments: dict | None = None  # eqs. 6-7 from the backbone's classifier; off unless set
+
+    def __post_init__(self):
+        for name in ("layers", "heads", "max_cells"):
+            self._set(name, _number(getattr(self, name), name, int))
+        self._set("ffn", _number(self.ffn, "ffn", int, allow_none=True))
+        self._set("top_n", _number(self.top_n, "top_n", int, allow_none=True))
+        self._set("dropout", _number(self.dropout, "dropout"))
+        self._set("bias_init", _number(self.bias_init, "bias_init"))
+        if self.label_fragments:
+            if not isinstance(self.label_fragments, dict):
+                raise ValueError(f"extra.label_fragments must be a mapping, not {self.label_fragments!r}")
+            check_keys(self.label_fragments, LABEL_FRAGMENT_KEYS, "visualsparta extra.label_fragments")
+
+
+TAGGER_POOLS = ("cells", "image", "both")
+TAGGER_TEXT_SIDES = ("splade", "bag")
+
+
+@dataclass(frozen=True)
+class TaggerOptions(FamilyOptions):
+    """The training-free tagger (models/tagger.py explains each)."""
+
+    family: ClassVar[str] = "tagger"
+    classes: str | None = None  # wnids in classifier order (None in a saved folder)
+    wordnet: str | None = None  # WordNet dict folder (hypernyms); None: level 0 only
+    classifier: str | None = None  # where the classifier head is read from
+    hypernym_levels: int = 2
+    hypernym_decay: float = 1.0
+    pool: str = "cells"  # cells | image | both
+    top_classes: int = 5
+    scale: float = 1.0
+    text: str = "splade"  # splade | bag
+    table_tokens: int | None = None  # set on save: how many tokens the class table covers
+    n_classes: int | None = None  # set on save
+
+    def __post_init__(self):
+        self._set("hypernym_levels", _number(self.hypernym_levels, "hypernym_levels", int))
+        self._set("hypernym_decay", _number(self.hypernym_decay, "hypernym_decay"))
+        self._set("top_classes", _number(self.top_classes, "top_classes", int))
+        self._set("scale", _number(self.scale, "scale"))
+        if self.pool not in TAGGER_POOLS:
+            raise ValueError(f"tagger pool must be one of {TAGGER_POOLS}, not {self.pool!r}")
+        if self.text not in TAGGER_TEXT_SIDES:
+            raise ValueError(f"tagger text must be one of {TAGGER_TEXT_SIDES}, not {self.text!r}")
+        if self.top_classes < 1 or self.scale <= 0:
+            raise ValueError("tagger top_classes must be >= 1 and scale > 0")
+
+
+@dataclass(frozen=True)
+class DenseOptions(FamilyOptions):
+    family: ClassVar[str] = "dense"
+
+
+# family name -> its options class. registry.register_family adds a new family's (its model class's
+# ``Options``), so every family known to the registry validates its config's extra
+FAMILY_OPTIONS: dict[str, type[FamilyOptions]] = {
+    c.family: c for c in (StairOptions, DenseOptions, SparseClipOptions, VisualSpartaOptions, TaggerOptions)
+}
+
+
+def parse_options(family: str, extra: dict | None) -> FamilyOptions:
+    """``extra`` of a config of ``family`` as that family's typed options (ValueError on unknown keys)."""
+    if family not in FAMILY_OPTIONS:
+        raise KeyError(f"unknown model family {family!r}; known: {sorted(FAMILY_OPTIONS)}")
+    return FAMILY_OPTIONS[family].parse(extra, family)
