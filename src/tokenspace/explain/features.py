@@ -52,7 +52,7 @@ def wordnet_lemmas(root: str | os.PathLike | None = None) -> list[str]:
     root = Path(root)
     missing = [f for f in WORDNET_FILES if not (root / f).exists()]
     if missing:
-        raise FileNotFoundError(f"{root}: no WordNet data files {missing} (apt-get install wordnet-base)")
+        raise FileNotFoundError(f"{root}: no WordNet data files {missing} (make system-packages, or as root: apt-get install -y wordnet-base)")
     seen: dict[str, None] = {}
     for name in WORDNET_FILES:
         with open(root / name, encoding="utf-8", errors="replace") as f:
