@@ -76,7 +76,7 @@ def train(recipe: str, runs: Path, home) -> dict:
     return {"seconds": spent, "finished": done}
 
 
-def zeroshot_row(model, enc: pipeline.Encoded) -> dict[str, float]:
+def zeroshot_row(model, enc: pipeline.BackboneFeatures) -> dict[str, float]:
     """Top-1/5 over the set's classes, CLIP's prompt ensemble (cosine), as the tagger's rows."""
     classes = sorted({r.label for r in enc.records})
     labels = np.array([classes.index(r.label) for r in enc.records])
@@ -110,7 +110,7 @@ def train_seconds(run: Path) -> float:
     return total + last
 
 
-def token_row(model, enc: pipeline.Encoded) -> dict[str, float]:
+def token_row(model, enc: pipeline.BackboneFeatures) -> dict[str, float]:
     """Top-K accuracy of the concept's label among all 30,522 tokens (the dense model: Table 5's CLIP arm)."""
     classes, labels = class_indices([clean_classname(concept(r)) for r in enc.records])
     ev = InterpretabilityEvaluator(classes, labels, token_ids=model.tokenizer.token_ids, ks=TOKEN_KS,

@@ -80,7 +80,7 @@ def records_for(spec: str, home) -> list:
     return pipeline.load_split(f"{path}:{split}")
 
 
-def zeroshot(model, enc: pipeline.Encoded) -> dict[str, float]:
+def zeroshot(model, enc: pipeline.BackboneFeatures) -> dict[str, float]:
     classes = sorted({r.label for r in enc.records})
     labels = np.array([classes.index(r.label) for r in enc.records])
     img = model.encode_image_grids(enc.grids)

@@ -120,8 +120,8 @@ def test_a_two_caption_manifest_yields_both_pairs(monkeypatch, tmp_path, tiny_vo
                                                   two_caption_manifest):
     data = _captured_training_data(monkeypatch, tmp_path, tiny_vocab, make_config, two_caption_manifest)
     assert len(data) == 5 and data.texts[:2] == ["a red dog", "the red dog on the sun"]  # was 4: first caption only
-    np.testing.assert_array_equal(data.grids[[0]], data.grids[[1]])  # both captions pair with image 0
-    assert not np.array_equal(data.grids[[0]], data.grids[[2]])
+    np.testing.assert_array_equal(data.inputs[[0]], data.inputs[[1]])  # both captions pair with image 0
+    assert not np.array_equal(data.inputs[[0]], data.inputs[[2]])
     assert data.groups[0] == data.groups[1] and len(set(data.groups[1:].tolist())) == 4
 
 
@@ -162,7 +162,7 @@ def test_sampler_draws_one_caption_per_image_per_epoch_and_every_caption_over_ep
     seen = set()
     for _ in range(20):
         batch = sampler.next()  # one epoch = one batch here
-        images = data.grids[batch][:, 0]
+        images = data.inputs[batch][:, 0]
         assert sorted(images.tolist()) == list(range(len(recs)))  # each image once, never twice
         seen.update(batch.tolist())
     assert seen == set(range(len(data)))

@@ -19,7 +19,7 @@ from tokenspace.data.manifest import Record
 from tokenspace.sparse import SparseBatch
 from tokenspace.train.pairs import (  # noqa: F401 - re-exported: the pipeline's data and pair steps
     BUILT_DATASETS,
-    Encoded,
+    BackboneFeatures,
     RowsOf,
     _log,
     build_seeded,
@@ -34,14 +34,14 @@ from tokenspace.train.pairs import (  # noqa: F401 - re-exported: the pipeline's
 
 
 # ---------------------------------------------------------------------------------------------- train
-def _with_final_grids(model, enc: Encoded, at: int | None) -> Encoded:
+def _with_final_grids(model, enc: BackboneFeatures, at: int | None) -> BackboneFeatures:
     """``enc`` with final grids from the model's current tower top when it holds block-``at`` activations."""
     if at is None:
         return enc
     # start-up: torch; importing the pipeline stays torch-free
     from tokenspace.train.features import grids_from_trunk
 
-    return Encoded(grids_from_trunk(model, enc.grids, at), enc.records, enc.skipped)
+    return BackboneFeatures(grids_from_trunk(model, enc.grids, at), enc.records, enc.skipped)
 
 
 def train(recipe, out_dir, home=None, resume: bool = False, progress: bool = True, **overrides):
@@ -77,7 +77,7 @@ def texts_and_targets(records: Sequence[Record]) -> tuple[list[str], np.ndarray]
     return texts, np.asarray(target, dtype=np.int64)
 
 
-def evaluate_retrieval(model, enc: Encoded, folds: int | None = None) -> dict[str, float]:
+def evaluate_retrieval(model, enc: BackboneFeatures, folds: int | None = None) -> dict[str, float]:
     """R@1/5/10 both directions plus sparsity on one encoded split; ``folds=5`` adds the COCO-1K
     protocol (5 folds of the images, ``folds5/...`` keys) beside the whole-split numbers (COCO-5K)."""
     from tokenspace.eval import RetrievalEvaluator, SparsityEvaluator  # start-up: scipy, for evaluation only

@@ -79,7 +79,7 @@ def test_tracking_evaluator_reports_l0_and_recall(make_model):
     from tokenspace.train.tracking import tracking_evaluator
 
     data = tiny_data(6)
-    ev = tracking_evaluator(data.grids, data.texts, np.arange(6))
+    ev = tracking_evaluator(data.inputs, data.texts, np.arange(6))
     relu = ev(make_model("sparse-clip", expansion=4))
     width = 8 * 4
     assert 0 <= relu["l0_image"] <= width and relu["l0_frac_image"] == pytest.approx(relu["l0_image"] / width)
@@ -93,7 +93,7 @@ def test_tracking_through_training_lands_in_the_log(make_model, tmp_path):
     from tokenspace.train.tracking import eval_history, tracking_evaluator
 
     data = tiny_data()
-    ev = tracking_evaluator(data.grids[:6], data.texts[:6], np.arange(6))
+    ev = tracking_evaluator(data.inputs[:6], data.texts[:6], np.arange(6))
     r = Recipe(name="t", model="tiny", stages=[Stage("joint", steps=4)], batch_size=4, eval_every=2)
     Trainer(make_model("sparse-clip", expansion=4), r, data, tmp_path, evaluate=ev, progress=False).fit()
     hist = eval_history(tmp_path / "log.jsonl")

@@ -102,7 +102,7 @@ def test_the_corrupt_image_is_counted_and_blanked(make_model, tmp_path):
     assert trainer.skipped == 1
     # the blank stands where the JPEG was: the white square, normalised ((255 - 127.5) / 127.5 = 1)
     torch.testing.assert_close(x[0], torch.ones_like(x[0]))
-    np.testing.assert_allclose(x[1:].numpy(), data.grids[np.array([0, 1, 2, 3, 4])], atol=1e-6)
+    np.testing.assert_allclose(x[1:].numpy(), data.inputs[np.array([0, 1, 2, 3, 4])], atol=1e-6)
 
 
 class _Stop(Exception):

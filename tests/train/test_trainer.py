@@ -35,7 +35,7 @@ def test_two_step_training_run_logs_losses_and_sparsity(make_model, tmp_path):
 def test_stage2_freezes_the_image_side_and_trains_the_text_side(make_model, tmp_path):
     m = make_model()
     data = tiny_data()
-    grid = torch.from_numpy(data.grids[:3].astype(np.float32))
+    grid = torch.from_numpy(data.inputs[:3].astype(np.float32))
     m.eval()
     with torch.no_grad():
         img_before = m.image_embed(grid).clone()

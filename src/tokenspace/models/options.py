@@ -13,8 +13,8 @@ This module is plain Python (no torch): configs validate without importing a mod
 from __future__ import annotations
 
 import difflib
-from dataclasses import MISSING, dataclass, fields
-from typing import Any, ClassVar
+from dataclasses import dataclass, fields
+from typing import ClassVar
 
 
 def check_keys(given, known, where: str) -> None:
@@ -52,15 +52,6 @@ class FamilyOptions:
         extra = dict(extra or {})
         check_keys(extra, [f.name for f in fields(cls)], f"family {family or cls.family}")
         return cls(**extra)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The options that differ from their defaults (what a config file needs to say)."""
-        out = {}
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if f.default is MISSING or v != f.default:
-                out[f.name] = v
-        return out
 
     def _set(self, name: str, value) -> None:  # frozen: coercion in __post_init__ only
         object.__setattr__(self, name, value)

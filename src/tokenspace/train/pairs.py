@@ -66,15 +66,17 @@ def load_data(specs: Sequence[str] | str, home=None) -> list[Record]:
 
 
 @dataclass
-class Encoded:
-    """A collection's image grids with the records whose images could be read."""
+class BackboneFeatures:
+    """A collection's backbone feature grids (the frozen tower's output, not encoded rows: the model's
+    ``encode_image_grids`` turns them into those) with the records whose images could be read."""
 
-    grids: np.ndarray  # [N, C, h, w]
+    grids: np.ndarray  # [N, C, h, w]; with ``image_grids(at=k)`` the activations at block k's input
     records: list[Record]
     skipped: dict[str, str]  # record id -> reason
 
 
-def image_grids(model, records: Sequence[Record], home=None, progress: bool = True, at: int | None = None) -> Encoded:
+def image_grids(model, records: Sequence[Record], home=None, progress: bool = True,
+                at: int | None = None) -> BackboneFeatures:
     """Backbone grids of the records' images from the feature cache (computed once, resumable);
     unreadable images are skipped and counted, never a crash. ``at=k``: the activations at the input
     of the tower's block k instead (for training the tower's top, recipe.train_image_from)."""
@@ -85,7 +87,7 @@ def image_grids(model, records: Sequence[Record], home=None, progress: bool = Tr
     skipped = {records[i].id: cache.errors.get(i, "unreadable") for i in np.flatnonzero(~cache.ok)}
     if skipped:
         _log(f"skipped {len(skipped)} unreadable images (e.g. {next(iter(skipped.items()))})")
-    return Encoded(np.asarray(cache.grids[keep]), [records[i] for i in keep], skipped)
+    return BackboneFeatures(np.asarray(cache.grids[keep]), [records[i] for i in keep], skipped)
 
 
 class RowsOf:

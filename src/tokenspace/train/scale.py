@@ -96,7 +96,7 @@ class ScaleTrainer(Trainer):
             self._embed = torch.compile(self._embed)
             self._forward = self._embed
         self.workers, self.prefetch = workers, prefetch
-        g = data.grids
+        g = data.inputs
         self._rows = TarRows(g.c, Preprocess(g.size, tuple(g.mean), tuple(g.std))) \
             if isinstance(g, LazyPixels) else None
         self._stream = None
@@ -154,7 +154,7 @@ class ScaleTrainer(Trainer):
         if self._rows is not None:
             x = self._pixels(shard)  # decoded in workers, pinned for a GPU
         else:  # cached grids or activations: an array slice
-            x = torch.from_numpy(np.asarray(self.data.grids[shard], dtype=np.float32))
+            x = torch.from_numpy(np.asarray(self.data.inputs[shard], dtype=np.float32))
             if self.device.type == "cuda":
                 x = x.pin_memory()
         x = x.to(self.device, non_blocking=True)

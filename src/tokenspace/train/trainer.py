@@ -8,7 +8,7 @@ Run folder layout:
 Resume: ``Trainer(...).fit(resume=True)`` continues from checkpoint/ at the exact step.
 
 Under torchrun every rank runs the same loop on its shard of each global batch (train/ranks.py, train/distributed.py);
-rank 0 alone writes the log, checkpoints and the final model. ``data.grids`` holds cached backbone
+rank 0 alone writes the log, checkpoints and the final model. ``data.inputs`` holds cached backbone
 grids, pixels when the recipe trains the image tower end to end (``train_image_from: all``), or the
 cached activations at block k's input when it trains the tower's top from block k.
 """
@@ -40,24 +40,30 @@ from tokenspace.train.recipe import Recipe, Stage
 
 @dataclass
 class PairData:
-    """Training pairs on cached grids. Pairs of one group (same caption or concept) never share a batch:
-    two drawings of one emoji with one caption would otherwise be each other's false negatives."""
+    """Training pairs. Pairs of one group (same caption or concept) never share a batch: two drawings of
+    one emoji with one caption would otherwise be each other's false negatives.
 
-    grids: np.ndarray  # [N, C, h, w]
+    ``inputs`` is the image side of each pair as the trainer feeds the model, row i for pair i: cached
+    backbone grids [N, C, h, w] (the default: the tower is frozen), cached activations at block k's
+    input (``train_image_from: k``: the tower's top trains), or pixels [N, 3, S, S] (``train_image_from:
+    all``; a lazy reader such as train/scale.py's LazyPixels for webdataset shards). Anything indexable
+    by an array of rows with a length: an array, a memmap, pairs.RowsOf."""
+
+    inputs: np.ndarray  # [N, ...] grids, block activations or pixels (see above)
     texts: list[str]
     groups: np.ndarray  # [N] int
 
     def __post_init__(self):
-        if not (len(self.grids) == len(self.texts) == len(self.groups)):
-            raise ValueError("grids, texts and groups must have one entry per pair")
+        if not (len(self.inputs) == len(self.texts) == len(self.groups)):
+            raise ValueError("inputs, texts and groups must have one entry per pair")
         empty = [i for i, t in enumerate(self.texts) if not t or not t.strip()]
         if empty:
             raise ValueError(f"{len(empty)} empty texts (e.g. rows {empty[:5]}); filter them first")
 
     @classmethod
-    def from_texts(cls, grids, texts: list[str]) -> PairData:
+    def from_texts(cls, inputs, texts: list[str]) -> PairData:
         _, groups = np.unique(np.asarray(texts, dtype=object), return_inverse=True)
-        return cls(grids, list(texts), groups.astype(np.int64))
+        return cls(inputs, list(texts), groups.astype(np.int64))
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -199,7 +205,7 @@ class Trainer:
     def _inputs(self, idx: np.ndarray):
         """This rank's shard of a global batch: (grids or pixels, ids, mask) on the device."""
         shard = self.dist.shard(idx)
-        x = torch.from_numpy(np.asarray(self.data.grids[shard], dtype=np.float32)).to(self.device)
+        x = torch.from_numpy(np.asarray(self.data.inputs[shard], dtype=np.float32)).to(self.device)
         if self.recipe.channels_last and x.ndim == 4:
             x = x.contiguous(memory_format=torch.channels_last)
         ids, mask = self.model.tokenize([self.data.texts[i] for i in shard])
