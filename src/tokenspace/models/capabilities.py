@@ -11,7 +11,7 @@ capability by defining its members; nothing registers.
     OwnObjective        contrastive_objective(logits)             visualsparta (eq. 13: text -> image)
     Regularized         regularization(image_emb, text_emb)       sparse-clip (the L1 arm of Fig. 2b)
     CellScores          image_scores(grid)                        stair, visualsparta, tagger (heatmaps)
-    GradCheckpointing   set_grad_checkpointing(enable)            towers: vit, open_clip, transformer-mlm...
+    GradCheckpointing   set_grad_checkpointing(enable)            towers: vit, hf-clip-*, open-clip-*, transformer-mlm
 
 Plain Python (no torch at import): the explainers ask without loading a model family.
 """
