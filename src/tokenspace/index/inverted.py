@@ -23,7 +23,7 @@ import numpy as np
 from tokenspace.index import kernels, storage
 from tokenspace.index.base import Hit
 from tokenspace.index.query import Node, all_of, none_of, parse_query
-from tokenspace.index.segment import ARRAYS, Segment
+from tokenspace.index.segment import ARRAYS, Segment, n_chunks
 from tokenspace.index.storage import IndexCorruptError
 from tokenspace.index.token_filter import TokenFilter
 from tokenspace.sparse import SparseBatch
@@ -384,9 +384,14 @@ class InvertedIndex:
         raise IndexError(g)
 
     # ----------------------------------------------------------------- persistence
-    def save(self, path: str | os.PathLike) -> None:
+    def save(self, path: str | os.PathLike, *, remap: bool = False) -> None:
         """Commit the index to a folder (see storage.py); saving again to the same folder only
-        writes new segments and tombstones, then atomically swaps the manifest."""
+        writes new segments and tombstones, then atomically swaps the manifest.
+
+        remap: afterwards the newly written segments read their arrays memory-mapped from the saved
+        files, so the memory of the built arrays is freed: ``add`` part by part, each followed by
+        ``save(path, remap=True)``, builds an index larger than RAM (benchmarks/cost_curve.py: 10M docs).
+        """
         root = Path(path)
         root.mkdir(parents=True, exist_ok=True)
         same = self._path is not None and root.resolve() == self._path.resolve()
@@ -407,10 +412,13 @@ class InvertedIndex:
                 self._next_seg += 1
                 files = storage.write_segment(root, names[si], {a: seg.arrays[a] for a in ARRAYS})
                 seg.files = {f"{names[si]}/{a}.npy": meta for a, meta in files.items()}
+                if remap:  # the files were just written from these arrays: no checks needed
+                    seg.arrays = {a: storage.load_array(root / names[si] / f"{a}.npy", mmap=True) for a in ARRAYS}
+                    seg._kernel_arrays = None
             if self._deleted[si] is not None and del_files[si] is None:
                 rel = f"{names[si]}.del-{gen:06d}.npy"
                 del_files[si] = dict(storage.write_array(root / rel, self._deleted[si]), file=rel)
-            # "top_n" on disk is approx_top_n (the key predates the rename; format version 1 keeps it)
+            # "top_n" on disk is approx_top_n (the key predates the rename; the manifest keeps the name)
             segments.append({"name": names[si], "n": seg.n, "top_n": seg.approx_top_n, "files": seg.files,
                              "tombstones": del_files[si]})
         vocab = None
@@ -420,7 +428,7 @@ class InvertedIndex:
         storage.write_manifest(root, {
             "dim": self.dim, "dense_fraction": self.dense_fraction, "top_n": self.approx_top_n,
             "generation": gen, "next_segment": self._next_seg, "segments": segments, "vocab": vocab,
-            "block": kernels.BLOCK,
+            "block": kernels.BLOCK, "posting_chunk": kernels.POSTING_CHUNK,
             "token_filter": self.token_filter.to_dict() if self.token_filter else None,
         })
         keep = {s["name"] for s in segments} | {s["tombstones"]["file"] for s in segments if s["tombstones"]}
@@ -447,6 +455,8 @@ class InvertedIndex:
         storage.check_files(root, entries, verify)
         if man.get("block") != kernels.BLOCK:
             raise IndexCorruptError(f"{root}: block size {man.get('block')} != {kernels.BLOCK}")
+        if man.get("posting_chunk") != kernels.POSTING_CHUNK:
+            raise IndexCorruptError(f"{root}: posting chunk {man.get('posting_chunk')} != {kernels.POSTING_CHUNK}")
         vocab = None
         if man.get("vocab"):
             vocab_file = root / man["vocab"]["file"]
@@ -522,10 +532,10 @@ def _check_ids(ids, n: int | None) -> list[str]:
 
 
 _DTYPES = {
-    "fwd_indptr": np.int64, "fwd_indices": np.int32, "fwd_values": np.float32, "df": np.int32,
+    "fwd_indptr": np.int64, "fwd_idptr": np.int64, "fwd_ids": np.uint8, "fwd_values": np.float32, "df": np.int32,
     "wmax": np.float32, "scale": np.float32, "dense_slot": np.int32, "dense": np.uint8, "bmax": np.uint8,
-    "main_ptr": np.int64, "main_docs": np.int32, "main_codes": np.uint8, "res_ptr": np.int64,
-    "res_docs": np.int32, "res_codes": np.uint8, "ids_ptr": np.int64, "ids_blob": np.uint8,
+    "main_ptr": np.int64, "main_docs": np.uint16, "main_codes": np.uint8, "res_ptr": np.int64,
+    "res_docs": np.uint16, "res_codes": np.uint8, "ids_ptr": np.int64, "ids_blob": np.uint8,
 }
 
 
@@ -533,12 +543,13 @@ def _check_segment(seg: Segment, where: Path) -> None:
     """Cheap structural checks, so even verify=False never hands the kernels inconsistent arrays."""
     a, n, dim = seg.arrays, seg.n, seg.dim
     nd = a["dense"].shape[0] if a["dense"].ndim == 2 else -1
+    cells = dim * n_chunks(n) + 1
     expect = {
         "fwd_indptr": (n + 1,), "df": (dim,), "wmax": (dim,), "scale": (dim,), "dense_slot": (dim,),
-        "dense": (nd, n), "bmax": (nd, (n + kernels.BLOCK - 1) // kernels.BLOCK), "main_ptr": (dim + 1,),
-        "res_ptr": (dim + 1,), "ids_ptr": (n + 1,),
-        "fwd_indices": (int(a["fwd_indptr"][-1]) if len(a["fwd_indptr"]) else -1,),
-        "fwd_values": a["fwd_indices"].shape, "main_docs": (int(a["main_ptr"][-1]),),
+        "dense": (nd, n), "bmax": (nd, (n + kernels.BLOCK - 1) // kernels.BLOCK), "main_ptr": (cells,),
+        "res_ptr": (cells,), "ids_ptr": (n + 1,),
+        "fwd_idptr": (n + 1,), "fwd_ids": (int(a["fwd_idptr"][-1]) if len(a["fwd_idptr"]) else -1,),
+        "fwd_values": (int(a["fwd_indptr"][-1]) if len(a["fwd_indptr"]) else -1,), "main_docs": (int(a["main_ptr"][-1]),),
         "main_codes": a["main_docs"].shape, "res_docs": (int(a["res_ptr"][-1]),),
         "res_codes": a["res_docs"].shape, "ids_blob": (int(a["ids_ptr"][-1]),),
     }

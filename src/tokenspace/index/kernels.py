@@ -5,8 +5,10 @@ Layout of one segment (n docs, vocabulary size V), see segment.py for the arrays
 * every posting carries a uint8 *code* (weight quantised per term, ``code * scale[t] ~ w``, present
   weights never round to 0), so scoring streams 1 byte per posting instead of 4;
 * terms in at least ``dense_min_df`` docs are stored as a dense code column over all n docs (no doc
-  ids; SIMD friendly), the others as (doc id, code) posting lists sorted by doc id;
-* the exact float32 doc vectors stay in a forward CSR store.
+  ids; SIMD friendly), the others as (doc id, code) posting lists sorted by doc id, cut into chunks
+  of POSTING_CHUNK docs so that a doc id is a uint16 offset in its chunk (3 bytes a posting);
+* the exact float32 doc vectors stay in a forward CSR store whose term ids are varint-coded gaps
+  (encode_ids: 1 byte for a gap below 128, 2 below 16,384, ...), read in order when rescoring.
 
 The search kernels take the segment's arrays as one SegmentArrays and the knobs as one SearchOptions.
 Search walks the docs in chunks of CHUNK (accumulator stays in L1/L2), scatters the sparse lists,
@@ -30,6 +32,10 @@ from numba import njit, types
 from numba.extending import overload
 
 CHUNK = 16384  # docs per accumulator chunk: 64 KiB of float32, L2 resident
+# Posting lists are cut into chunks of this many docs and store each doc as a uint16 offset from its
+# chunk's first doc (2 bytes a posting instead of 4); a (term, chunk) cell pointer says where each
+# piece starts. Search walks the docs in accumulator chunks, which must tile posting chunks exactly.
+POSTING_CHUNK = 1 << 16
 BLOCK = 64  # docs per block-max block (one cache line of codes per dense column)
 SUB = 512  # docs per selection sub-chunk
 PIECE = 64  # docs per selection piece inside a sub-chunk
@@ -95,13 +101,37 @@ def encode(v, inv_scale):
 
 
 @njit(cache=True, nogil=True)
-def fill_postings(indptr, indices, values, scale, is_main, dense_slot, n_dense,
-                  main_ptr, res_ptr):
-    """Scatter the forward CSR into posting lists (doc-sorted), dense columns and block maxima."""
+def chunk_counts(indptr, indices, values, is_main, is_dense, dim, n_chunks):
+    """Postings per (term, POSTING_CHUNK-doc chunk) cell, cell = term * n_chunks + chunk: (main lists,
+    residual lists). Main postings of dense terms go to their column, not to a list."""
+    main = np.zeros(dim * n_chunks, np.int64)
+    res = np.zeros(dim * n_chunks, np.int64)
+    for i in range(len(indptr) - 1):
+        ch = i // POSTING_CHUNK
+        for p in range(indptr[i], indptr[i + 1]):
+            if values[p] <= 0.0:
+                continue
+            t = indices[p]
+            if is_main[p]:
+                if not is_dense[t]:
+                    main[t * n_chunks + ch] += 1
+            else:
+                res[t * n_chunks + ch] += 1
+    return main, res
+
+
+@njit(cache=True, nogil=True)
+def fill_postings(indptr, indices, values, scale, is_main, dense_slot, n_dense, main_ptr, res_ptr):
+    """Scatter the forward CSR into posting lists, dense columns and block maxima.
+
+    main_ptr/res_ptr: cell pointers (chunk_counts' cumulative sums): the postings of term t in chunk c
+    are [ptr[t * n_chunks + c], ptr[t * n_chunks + c + 1]), doc-sorted, each doc stored as its uint16
+    offset from the chunk's first doc (c * POSTING_CHUNK)."""
     n = len(indptr) - 1
-    main_docs = np.empty(main_ptr[-1], np.int32)
+    n_chunks = (len(main_ptr) - 1) // len(scale)
+    main_docs = np.empty(main_ptr[-1], np.uint16)
     main_codes = np.empty(main_ptr[-1], np.uint8)
-    res_docs = np.empty(res_ptr[-1], np.int32)
+    res_docs = np.empty(res_ptr[-1], np.uint16)
     res_codes = np.empty(res_ptr[-1], np.uint8)
     dense = np.zeros((n_dense, n), np.uint8)
     nblocks = (n + BLOCK - 1) // BLOCK
@@ -114,12 +144,15 @@ def fill_postings(indptr, indices, values, scale, is_main, dense_slot, n_dense,
             inv[t] = np.float32(1.0) / scale[t]
     for i in range(n):
         blk = i // BLOCK
+        ch = i // POSTING_CHUNK
+        off = np.uint16(i - ch * POSTING_CHUNK)
         for p in range(indptr[i], indptr[i + 1]):
             v = values[p]
             if v <= 0.0:
                 continue
             t = indices[p]
             c = encode(v, inv[t])
+            cell = t * n_chunks + ch
             if is_main[p]:
                 s = dense_slot[t]
                 if s >= 0:
@@ -127,14 +160,110 @@ def fill_postings(indptr, indices, values, scale, is_main, dense_slot, n_dense,
                     if c > bmax[s, blk]:
                         bmax[s, blk] = c
                 else:
-                    main_docs[mpos[t]] = i
-                    main_codes[mpos[t]] = c
-                    mpos[t] += 1
+                    main_docs[mpos[cell]] = off
+                    main_codes[mpos[cell]] = c
+                    mpos[cell] += 1
             else:
-                res_docs[rpos[t]] = i
-                res_codes[rpos[t]] = c
-                rpos[t] += 1
+                res_docs[rpos[cell]] = off
+                res_codes[rpos[cell]] = c
+                rpos[cell] += 1
     return main_docs, main_codes, res_docs, res_codes, dense, bmax
+
+
+# Forward term ids: row by row, each id as its gap to the previous one minus 1 (the first: the id
+# itself), in LEB128 varint bytes (7 bits a byte, high bit = more bytes follow). Sorted rows over a
+# 30K vocabulary have gaps of ~200 (bench-1M) or less (model outputs), so most ids take 1 byte, not 4.
+VARINT_MAX_BYTES = 5  # 35 bits: any int32 dim
+
+
+@njit(cache=True, nogil=True)
+def encode_ids(indptr, indices):
+    """(idptr int64[n + 1], ids uint8[...]): the varint-coded term ids of each row (rows must be
+    strictly increasing, as check_rows verifies)."""
+    n = len(indptr) - 1
+    idptr = np.zeros(n + 1, np.int64)
+    for i in range(n):
+        size = 0
+        prev = -1
+        for p in range(indptr[i], indptr[i + 1]):
+            g = np.int64(indices[p]) - prev - 1
+            prev = indices[p]
+            size += 1
+            while g >= 128:
+                g >>= 7
+                size += 1
+        idptr[i + 1] = idptr[i] + size
+    ids = np.empty(idptr[n], np.uint8)
+    q = 0
+    for i in range(n):
+        prev = -1
+        for p in range(indptr[i], indptr[i + 1]):
+            g = np.int64(indices[p]) - prev - 1
+            prev = indices[p]
+            while g >= 128:
+                ids[q] = np.uint8((g & 127) | 128)
+                g >>= 7
+                q += 1
+            ids[q] = np.uint8(g)
+            q += 1
+    return idptr, ids
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _next_id(ids, q, prev):
+    """The id after ``prev`` from the varint at byte q: (id, the next byte position)."""
+    b = np.int64(ids[q])
+    q += 1
+    g = b & 127
+    shift = 7
+    while b >= 128:
+        b = np.int64(ids[q])
+        q += 1
+        g |= (b & 127) << shift
+        shift += 7
+    return prev + 1 + g, q
+
+
+@njit(cache=True, nogil=True)
+def decode_rows(indptr, idptr, ids, rows, out_indptr, out_indices):
+    """Term ids (int32) of the given rows into out_indices at out_indptr (a gather of the forward store)."""
+    for r in range(len(rows)):
+        d = rows[r]
+        q = idptr[d]
+        t = np.int64(-1)
+        o = out_indptr[r]
+        for _ in range(indptr[d + 1] - indptr[d]):
+            t, q = _next_id(ids, q, t)
+            out_indices[o] = t
+            o += 1
+
+
+@njit(cache=True, nogil=True)
+def check_ids(indptr, idptr, ids, dim):
+    """-1 if every row's varint bytes [idptr[i], idptr[i + 1]) decode to exactly its indptr count of
+    ids, all below dim, each varint at most VARINT_MAX_BYTES long; else the first bad row. The pointer
+    arrays themselves (rise from 0 to the array lengths) are checked by the caller."""
+    for i in range(len(indptr) - 1):
+        q, end = idptr[i], idptr[i + 1]
+        t = np.int64(-1)
+        for _ in range(indptr[i + 1] - indptr[i]):
+            g = np.int64(0)
+            shift = 0
+            while True:
+                if q >= end or shift >= 7 * VARINT_MAX_BYTES:
+                    return i
+                b = np.int64(ids[q])
+                q += 1
+                g |= (b & 127) << shift
+                shift += 7
+                if b < 128:
+                    break
+            t = t + 1 + g
+            if t >= dim:
+                return i
+        if q != end:
+            return i
+    return -1
 
 
 # ----------------------------------------------------------------------------- search
@@ -156,7 +285,8 @@ class SegmentArrays(NamedTuple):
     res_docs: np.ndarray
     res_codes: np.ndarray
     fwd_indptr: np.ndarray
-    fwd_indices: np.ndarray
+    fwd_idptr: np.ndarray
+    fwd_ids: np.ndarray
     fwd_values: np.ndarray
 
 
@@ -225,10 +355,12 @@ def search_one(seg, opt, q_idx, q_val, f_idx, f_val, qdense, acc, out_docs, out_
     grows towards it, so such a doc was kept as a candidate and survives. Skipped blocks are bounded
     below the running threshold. Candidates are then ranked by their exact score (ties: doc id).
     """
-    sp_w, sp_pos, sp_end, sp_res, n_sp, dn_slot, dn_w, n_dn, slack = _query_terms(acc, seg, opt, q_idx, q_val)
+    sp_w, sp_cell, sp_res, n_sp, dn_slot, dn_w, n_dn, slack = _query_terms(acc, seg, opt, q_idx, q_val)
     if n_sp == 0 and n_dn == 0:
         return 0
     n = len(seg.fwd_indptr) - 1
+    sp_pos = np.empty(len(sp_w), np.int64)  # each list's next posting and end in the posting chunk
+    sp_end = np.empty(len(sp_w), np.int64)
     mask, has_mask = opt.mask, opt.has_mask
     heap = np.empty(opt.rerank, np.float32)  # min-heap of the best first-pass scores
     hsize = 0
@@ -251,8 +383,12 @@ def search_one(seg, opt, q_idx, q_val, f_idx, f_val, qdense, acc, out_docs, out_
         c1 = min(n, c0 + chunk)
         width = c1 - c0
         a = acc[:width]
+        base = c0 - c0 % POSTING_CHUNK  # first doc of the posting chunk: list entries are offsets from it
+        if c0 == base:
+            _enter_posting_chunk(seg, c0 // POSTING_CHUNK, sp_cell, sp_res, n_sp, sp_pos, sp_end)
         # 1) the sparse lists of this chunk
-        cnt, sp_max = _scatter(seg, a, c0, c1, sp_w, sp_pos, sp_end, sp_res, n_sp, chunk_start, zero)
+        cnt, sp_max = _scatter(seg, a, c0 - base, c1 - base, sp_w, sp_pos, sp_end, sp_res, n_sp, chunk_start,
+                               zero)
         if n_dn == 0:
             if cnt == 0:
                 continue
@@ -261,7 +397,7 @@ def search_one(seg, opt, q_idx, q_val, f_idx, f_val, qdense, acc, out_docs, out_
                 for i in range(n_sp):
                     docs = seg.res_docs if sp_res[i] else seg.main_docs
                     for p in range(chunk_start[i], sp_pos[i]):
-                        d = docs[p]
+                        d = base + np.int64(docs[p])
                         s = np.float32(a[np.uintp(d - c0)])
                         if s == 0.0:
                             continue
@@ -317,10 +453,20 @@ def search_one(seg, opt, q_idx, q_val, f_idx, f_val, qdense, acc, out_docs, out_
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _enter_posting_chunk(seg, ch, sp_cell, sp_res, n_sp, sp_pos, sp_end):
+    """Point every sparse list at its postings in posting chunk ``ch`` (cell sp_cell[i] + ch)."""
+    for i in range(n_sp):
+        ptr = seg.res_ptr if sp_res[i] else seg.main_ptr
+        sp_pos[i] = ptr[sp_cell[i] + ch]
+        sp_end[i] = ptr[sp_cell[i] + ch + 1]
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _scatter(seg, a, c0, c1, sp_w, sp_pos, sp_end, sp_res, n_sp, chunk_start, zero):
     """Add the postings of docs [c0, c1) of every sparse list to the chunk's accumulator ``a``, moving
     sp_pos past them (chunk_start keeps where they began); returns (how many, max value written).
-    The max is taken here: numba's array.max() is a slow scalar loop."""
+    c0, c1 are offsets inside the current posting chunk, as the list entries are. The max is taken
+    here: numba's array.max() is a slow scalar loop."""
     cnt = 0
     sp_max = zero
     for i in range(n_sp):
@@ -331,7 +477,7 @@ def _scatter(seg, a, c0, c1, sp_w, sp_pos, sp_end, sp_res, n_sp, chunk_start, ze
         docs = seg.res_docs if sp_res[i] else seg.main_docs
         codes = seg.res_codes if sp_res[i] else seg.main_codes
         while p < e and docs[p] < c1:
-            x = np.uintp(docs[p] - c0)
+            x = np.uintp(np.int64(docs[p]) - c0)
             v = _add_code(a[x], w, codes[p])
             a[x] = v
             if v > sp_max:
@@ -358,7 +504,7 @@ def _block_bounds(seg, u, b0, dn_slot, dn_w, n_dn):
 def _rescore(seg, c_doc, c_s, nc, thr, f_idx, f_val, qdense, k, out_docs, out_scores):
     """Exact scores (forward store, full query) of the candidates whose first-pass score is >= thr;
     writes the best k to out_docs/out_scores (ties: smaller doc id) and returns how many."""
-    fwd_indptr, fwd_indices, fwd_values = seg.fwd_indptr, seg.fwd_indices, seg.fwd_values
+    fwd_indptr, fwd_idptr, fwd_ids, fwd_values = seg.fwd_indptr, seg.fwd_idptr, seg.fwd_ids, seg.fwd_values
     for j in range(len(f_idx)):
         qdense[f_idx[j]] = f_val[j]
     m = 0
@@ -369,8 +515,11 @@ def _rescore(seg, c_doc, c_s, nc, thr, f_idx, f_val, qdense, k, out_docs, out_sc
             continue
         d = c_doc[c]
         s = np.float32(0.0)
+        q = fwd_idptr[d]
+        t = np.int64(-1)
         for p in range(fwd_indptr[d], fwd_indptr[d + 1]):
-            s += qdense[fwd_indices[p]] * fwd_values[p]
+            t, q = _next_id(fwd_ids, q, t)
+            s += qdense[t] * fwd_values[p]
         if s > 0.0:
             ex[m] = s
             keep[m] = d
@@ -411,6 +560,9 @@ U16_MAX_TERMS = 48
 U16_MAX = 65535
 QUAD = 4  # dense columns per pass in the 16-bit pass
 CHUNK16 = 16384  # docs per uint16 accumulator chunk (8K-64K measured: 16K fastest)
+# an accumulator chunk never straddles two posting chunks (search_one resets the list positions at
+# each posting chunk's first doc)
+assert POSTING_CHUNK % CHUNK == 0 and POSTING_CHUNK % CHUNK16 == 0
 
 
 @njit(cache=True, nogil=True)
@@ -452,9 +604,9 @@ def _query_terms_f32(acc, seg, opt, q_idx, q_val):
     nq = len(q_idx)
     # each term may have a main list (or a dense column) and, in exact mode, a residual list
     sp_w = np.empty(2 * nq, np.float32)
-    sp_pos = np.empty(2 * nq, np.int64)
-    sp_end = np.empty(2 * nq, np.int64)
+    sp_cell = np.empty(2 * nq, np.int64)
     sp_res = np.zeros(2 * nq, np.bool_)
+    n_chunks = _n_chunks(seg)
     dn_slot = np.empty(nq, np.int64)
     dn_w = np.empty(nq, np.float32)
     n_sp = 0
@@ -473,29 +625,27 @@ def _query_terms_f32(acc, seg, opt, q_idx, q_val):
             dn_slot[n_dn] = seg.dense_slot[t]
             dn_w[n_dn] = qs
             n_dn += 1
-        elif seg.main_ptr[t + 1] > seg.main_ptr[t]:
+        elif seg.main_ptr[(t + 1) * n_chunks] > seg.main_ptr[t * n_chunks]:
             sp_w[n_sp] = qs
-            sp_pos[n_sp] = seg.main_ptr[t]
-            sp_end[n_sp] = seg.main_ptr[t + 1]
+            sp_cell[n_sp] = t * n_chunks
             n_sp += 1
-        if opt.exact and seg.res_ptr[t + 1] > seg.res_ptr[t]:
+        if opt.exact and seg.res_ptr[(t + 1) * n_chunks] > seg.res_ptr[t * n_chunks]:
             sp_w[n_sp] = qs
-            sp_pos[n_sp] = seg.res_ptr[t]
-            sp_end[n_sp] = seg.res_ptr[t + 1]
+            sp_cell[n_sp] = t * n_chunks
             sp_res[n_sp] = True
             n_sp += 1
     # float32 accumulation slack on top of the quantisation bound
     err = err * 1.0001 + bound * 1e-5
     slack = 2.0 * err if opt.exact else 0.0
-    return sp_w, sp_pos, sp_end, sp_res, n_sp, dn_slot, dn_w, n_dn, slack
+    return sp_w, sp_cell, sp_res, n_sp, dn_slot, dn_w, n_dn, slack
 
 
 def _query_terms_u16(acc, seg, opt, q_idx, q_val):
     nq = len(q_idx)
     sp_w = np.empty(nq, np.uint16)
-    sp_pos = np.empty(nq, np.int64)
-    sp_end = np.empty(nq, np.int64)
+    sp_cell = np.empty(nq, np.int64)
     sp_res = np.zeros(nq, np.bool_)  # main lists only (approximate mode)
+    n_chunks = _n_chunks(seg)
     dn_slot = np.empty(nq + QUAD, np.int64)
     dn_w = np.zeros(nq + QUAD, np.uint16)
     n_sp = 0
@@ -508,7 +658,7 @@ def _query_terms_u16(acc, seg, opt, q_idx, q_val):
             total += 255.0 * q_val[j] * seg.scale[t]
             nt += 1
     if nt == 0:
-        return sp_w, sp_pos, sp_end, sp_res, n_sp, dn_slot, dn_w, n_dn, 0.0
+        return sp_w, sp_cell, sp_res, n_sp, dn_slot, dn_w, n_dn, 0.0
     # weights round to at most q/unit + 1/2, so the largest score is <= total/unit + 127.5 nt = U16_MAX
     unit = total / (U16_MAX - 127.5 * nt)
     for j in range(nq):
@@ -522,10 +672,9 @@ def _query_terms_u16(acc, seg, opt, q_idx, q_val):
             dn_slot[n_dn] = seg.dense_slot[t]
             dn_w[n_dn] = w
             n_dn += 1
-        elif seg.main_ptr[t + 1] > seg.main_ptr[t]:
+        elif seg.main_ptr[(t + 1) * n_chunks] > seg.main_ptr[t * n_chunks]:
             sp_w[n_sp] = w
-            sp_pos[n_sp] = seg.main_ptr[t]
-            sp_end[n_sp] = seg.main_ptr[t + 1]
+            sp_cell[n_sp] = t * n_chunks
             n_sp += 1
     # pad the dense terms to whole quads with weight-0 reads of a column already being read
     n_pad = n_dn
@@ -533,12 +682,13 @@ def _query_terms_u16(acc, seg, opt, q_idx, q_val):
         dn_slot[n_pad] = dn_slot[0]
         dn_w[n_pad] = 0
         n_pad += 1
-    return sp_w, sp_pos, sp_end, sp_res, n_sp, dn_slot, dn_w, n_dn, 0.0
+    return sp_w, sp_cell, sp_res, n_sp, dn_slot, dn_w, n_dn, 0.0
 
 
-# (sp_w, sp_pos, sp_end, sp_res, n_sp, dn_slot, dn_w, n_dn, slack): the query's sparse lists and dense
-# columns with weights in the accumulator's type; slack: how far below the heap's minimum a candidate
-# is still kept (2 err in exact mode, else 0)
+# (sp_w, sp_cell, sp_res, n_sp, dn_slot, dn_w, n_dn, slack): the query's sparse lists (weight, first
+# cell of the term in main_ptr or, where sp_res, res_ptr) and dense columns with weights in the
+# accumulator's type; slack: how far below the heap's minimum a candidate is still kept (2 err in
+# exact mode, else 0)
 _query_terms = _by_acc_dtype(_query_terms_f32, _query_terms_u16)
 
 
@@ -661,6 +811,12 @@ def _max_of(x):
 
 
 # ----------------------------------------------------------------------------- shared steps
+@njit(cache=True, nogil=True)  # not inline="always": called from inlined steps (see _float_bits)
+def _n_chunks(seg):
+    """Posting chunks of the segment (main_ptr holds dim * n_chunks + 1 cell pointers)."""
+    return (len(seg.main_ptr) - 1) // len(seg.df)
+
+
 @njit(cache=True, nogil=True)  # not inline="always": inside an inlined step numba warns on the IR
 def _float_bits(x, scratch):
     """int32 bits of float32 x (scratch: a float32[1]); for x >= 0 they order like x, and any x < 0

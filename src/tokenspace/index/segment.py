@@ -16,13 +16,26 @@ from tokenspace.sparse import SparseBatch
 
 # every array of a segment, in the order they are written; all are needed to search
 ARRAYS = (
-    "fwd_indptr", "fwd_indices", "fwd_values",  # exact doc vectors (CSR): get() and rescoring
+    "fwd_indptr", "fwd_idptr", "fwd_ids", "fwd_values",  # exact doc vectors (CSR, varint term ids)
     "df", "wmax", "scale", "dense_slot",  # per term: doc frequency, max weight, code step, column
     "dense", "bmax",  # dense code columns [n_dense, n] and their block maxima [n_dense, n_blocks]
-    "main_ptr", "main_docs", "main_codes",  # sparse posting lists (doc-sorted)
+    "main_ptr", "main_docs", "main_codes",  # sparse posting lists (doc-sorted, chunked: see below)
     "res_ptr", "res_docs", "res_codes",  # postings outside each doc's approx_top_n (exact mode only)
     "ids_ptr", "ids_blob",  # external ids, UTF-8, concatenated
 )
+# Format version 2 (docs/benchmarks.md, "Compressed postings": 1.55x the raw CSR -> about 1.1x):
+# * posting lists: the docs are cut into chunks of kernels.POSTING_CHUNK (65,536); main_ptr / res_ptr
+#   hold dim * n_chunks + 1 cell pointers, the postings of term t in chunk c being
+#   [ptr[t * n_chunks + c], ptr[t * n_chunks + c + 1]), and main_docs / res_docs hold each doc as a
+#   uint16 offset from its chunk's first doc: 2 bytes a doc id instead of 4;
+# * forward store: row i's values are fwd_values[fwd_indptr[i]:fwd_indptr[i + 1]] (float32, exact) and
+#   its term ids the varint-coded gaps fwd_ids[fwd_idptr[i]:fwd_idptr[i + 1]] (kernels.encode_ids):
+#   about 1.5 bytes an id on bench-1M instead of 4, any vocabulary size.
+
+
+def n_chunks(n: int) -> int:
+    """Posting chunks of a segment of n docs (at least 1, so that an empty term still has a cell)."""
+    return max(1, -(-n // kernels.POSTING_CHUNK))
 
 
 @dataclass
@@ -59,19 +72,24 @@ class Segment:
         is_dense = df_main >= dense_min_df
         dense_slot = np.full(dim, -1, np.int32)
         dense_slot[is_dense] = np.arange(int(is_dense.sum()), dtype=np.int32)
-        main_ptr = np.zeros(dim + 1, np.int64)
-        np.cumsum(np.where(is_dense, 0, df_main), out=main_ptr[1:])
-        res_ptr = np.zeros(dim + 1, np.int64)
-        np.cumsum(df - df_main, out=res_ptr[1:])
+        nch = n_chunks(n)
+        main_cnt, res_cnt = kernels.chunk_counts(indptr, indices, values, is_main, is_dense, dim, nch)
+        main_ptr = np.zeros(dim * nch + 1, np.int64)
+        np.cumsum(main_cnt, out=main_ptr[1:])
+        res_ptr = np.zeros(dim * nch + 1, np.int64)
+        np.cumsum(res_cnt, out=res_ptr[1:])
+        del main_cnt, res_cnt
         main_docs, main_codes, res_docs, res_codes, dense, bmax = kernels.fill_postings(
             indptr, indices, values, scale, is_main, dense_slot, int(is_dense.sum()), main_ptr, res_ptr)
+        del is_main
+        fwd_idptr, fwd_ids = kernels.encode_ids(indptr, indices)
         blobs = [s.encode("utf-8") for s in ids]
         ids_ptr = np.zeros(n + 1, np.int64)
         np.cumsum([len(b) for b in blobs], out=ids_ptr[1:])
         arrays = dict(
-            # the forward store shares the batch's arrays (no 1.3 GB copy at 1M docs): SparseBatch is
-            # immutable by contract, so do not modify a batch after indexing it
-            fwd_indptr=indptr, fwd_indices=indices, fwd_values=values,
+            # the forward store shares the batch's indptr and values (no 0.6 GB copy at 1M docs):
+            # SparseBatch is immutable by contract, so do not modify a batch after indexing it
+            fwd_indptr=indptr, fwd_idptr=fwd_idptr, fwd_ids=fwd_ids, fwd_values=values,
             df=df.astype(np.int32), wmax=wmax, scale=scale, dense_slot=dense_slot, dense=dense, bmax=bmax,
             main_ptr=main_ptr, main_docs=main_docs, main_codes=main_codes,
             res_ptr=res_ptr, res_docs=res_docs, res_codes=res_codes,
@@ -87,15 +105,25 @@ class Segment:
         naming the file."""
         a, n, dim = self.arrays, self.n, self.dim
         n_dense = a["dense"].shape[0]
-        for ptr, items, hi in (("fwd_indptr", "fwd_indices", dim), ("main_ptr", "main_docs", n),
-                               ("res_ptr", "res_docs", n)):
-            # the kernels walk each list forward (posting lists chunk by chunk): out-of-order entries
-            # would index before the chunk's start, so order is checked with the bounds
-            bad = _check_lists(a[ptr], a[items], hi)
+        nch = n_chunks(n)
+        for ptr, items in (("fwd_indptr", "fwd_values"), ("fwd_idptr", "fwd_ids")):
+            p = a[ptr]
+            if p[0] != 0 or p[-1] != len(a[items]) or bool(np.any(p[1:] < p[:-1])):
+                _corrupt(where, ptr, f"pointers must rise from 0 to {len(a[items])}")
+        bad = kernels.check_ids(a["fwd_indptr"], a["fwd_idptr"], a["fwd_ids"], dim)
+        if bad >= 0:
+            _corrupt(where, "fwd_ids", f"row {bad} does not decode to its {a['fwd_indptr'][bad + 1] - a['fwd_indptr'][bad]} "
+                     f"term ids below {dim}")
+        for ptr, items, hi, per in (("main_ptr", "main_docs", n, nch), ("res_ptr", "res_docs", n, nch)):
+            # the kernels walk each list forward (accumulator chunk by accumulator chunk): out-of-order
+            # entries would index before the chunk's start, so order is checked with the bounds. A
+            # posting list cell (term, chunk) holds offsets below the chunk's length.
+            bad = _check_lists(a[ptr], a[items], hi, per, kernels.POSTING_CHUNK)
             if bad == -1:
                 _corrupt(where, ptr, f"pointers must rise from 0 to {len(a[items])}")
             if bad >= 0:
-                _corrupt(where, items, f"row {bad} holds values outside [0, {hi}) or out of order")
+                t, c = divmod(bad, per)
+                _corrupt(where, items, f"term {t}, chunk {c} holds doc offsets outside the chunk or out of order")
         ids_ptr = a["ids_ptr"]
         if ids_ptr[0] != 0 or ids_ptr[-1] != len(a["ids_blob"]) or bool(np.any(ids_ptr[1:] < ids_ptr[:-1])):
             _corrupt(where, "ids_ptr", f"pointers must rise from 0 to {len(a['ids_blob'])}")
@@ -142,7 +170,17 @@ class Segment:
 
     # ----------------------------------------------------------------- access
     def rows(self, local: np.ndarray) -> SparseBatch:
-        return SparseBatch(self.fwd_indptr, self.fwd_indices, self.fwd_values, self.dim)[local]
+        """The stored vectors of these local docs. Gathered here, not through a SparseBatch of the whole
+        store: that would convert (copy) and range-check every term id of the segment."""
+        local = np.asarray(local, np.int64)
+        ip = self.fwd_indptr
+        starts, ends = ip[local], ip[local + 1]
+        indptr = np.zeros(len(local) + 1, np.int64)
+        np.cumsum(ends - starts, out=indptr[1:])
+        gather = np.repeat(starts - indptr[:-1], ends - starts) + np.arange(indptr[-1])
+        indices = np.empty(indptr[-1], np.int32)
+        kernels.decode_rows(ip, self.fwd_idptr, self.fwd_ids, local, indptr, indices)
+        return SparseBatch(indptr, indices, self.fwd_values[gather], self.dim)
 
     def has_dim(self, d: int) -> np.ndarray:
         """bool[n]: docs whose weight for dim d is > 0 (from the posting lists)."""
@@ -152,9 +190,13 @@ class Segment:
         s = self.dense_slot[d]
         if s >= 0:
             out |= self.dense[s] > 0
-        else:
-            out[self.main_docs[self.main_ptr[d]:self.main_ptr[d + 1]]] = True
-        out[self.res_docs[self.res_ptr[d]:self.res_ptr[d + 1]]] = True
+        nch = n_chunks(self.n)
+        for c in range(nch):
+            cell = d * nch + c
+            base = c * kernels.POSTING_CHUNK
+            if s < 0:
+                out[base + self.main_docs[self.main_ptr[cell]:self.main_ptr[cell + 1]].astype(np.int64)] = True
+            out[base + self.res_docs[self.res_ptr[cell]:self.res_ptr[cell + 1]].astype(np.int64)] = True
         return out
 
     def nbytes(self) -> int:
@@ -181,9 +223,10 @@ def _corrupt(where, name: str, why: str):
 
 
 @njit(cache=True, nogil=True)
-def _check_lists(ptr, items, hi):
-    """CSR structure: -1 when ``ptr`` does not rise from 0 to len(items); else the first row whose
-    items are outside [0, hi) or not strictly increasing; -2 when all is well."""
+def _check_lists(ptr, items, hi, per, chunk):
+    """Chunked posting lists: -1 when ``ptr`` does not rise from 0 to len(items); else the first cell
+    (term, chunk), per cells a term, whose items (offsets from the chunk's first doc) are not strictly
+    increasing or not below min(chunk, hi - (r % per) * chunk) for cell r; -2 when all is well."""
     if ptr[0] != 0 or ptr[len(ptr) - 1] != len(items):
         return -1
     for r in range(len(ptr) - 1):  # all pointers first: the scan below must not leave items
@@ -191,10 +234,11 @@ def _check_lists(ptr, items, hi):
             return -1
     for r in range(len(ptr) - 1):
         a, b = ptr[r], ptr[r + 1]
+        top = min(chunk, hi - (r % per) * chunk)
         prev = -1
         for p in range(a, b):
-            x = items[p]
-            if x <= prev or x >= hi:
+            x = np.int64(items[p])
+            if x <= prev or x >= top:
                 return r
             prev = x
     return -2

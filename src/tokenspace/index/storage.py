@@ -1,6 +1,7 @@
 """On-disk format of the inverted index: immutable segment folders, tombstone files, a manifest.
 
-Layout of an index folder (format version 1)::
+Layout of an index folder (format version 2: chunked uint16 posting doc ids and varint forward term
+ids, see segment.py)::
 
     MANIFEST.json            the commit point: lists the live files with their size and crc32
     vocab.txt                optional, one token per line (names the dims; needed for where= strings)
@@ -32,7 +33,9 @@ import numpy as np
 from tokenspace import atomic
 
 FORMAT = "tokenspace-inverted"
-VERSION = 1
+VERSION = 2
+# what changed in each version, for the error that asks to rebuild an older index
+_OLDER = {1: "int32 posting doc ids and forward term ids, before the compressed layout of version 2"}
 MANIFEST = "MANIFEST.json"
 _CRC_CHUNK = 1 << 24
 
@@ -116,6 +119,12 @@ def read_manifest(root: Path) -> dict:
         raise IndexCorruptError(f"{path}: manifest checksum mismatch")
     if doc.get("format") != FORMAT:
         raise IndexCorruptError(f"{path}: not a {FORMAT} index (format={doc.get('format')!r})")
+    if doc.get("version") in _OLDER:
+        # no converter: rebuilding from the vectors is as fast as converting them would be
+        raise IndexCorruptError(
+            f"{root}: an index in format version {doc['version']} ({_OLDER[doc['version']]}); this tokenspace "
+            f"reads version {VERSION}: rebuild the index from its vectors (tokenspace index build, or "
+            "InvertedIndex.build(...).save(...))")
     if doc.get("version") != VERSION:
         raise IndexCorruptError(f"{path}: format version {doc.get('version')} (this code reads {VERSION})")
     return doc
