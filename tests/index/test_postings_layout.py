@@ -1,4 +1,4 @@
-"""Format version 2: posting doc ids as uint16 offsets in 65,536-doc chunks, varint forward term ids.
+"""Format version 2: posting doc ids as uint16 offsets in 65,536-doc chunks, uint16 forward term ids.
 
 Checked against the exact reference (ExactIndex) across chunk boundaries, for a vocabulary too large
 for uint16 term ids, after a memory-mapped reload, and for damaged or older index folders.
@@ -63,6 +63,7 @@ def test_chunk_boundaries_match_the_reference(chunked, dense_fraction):
     index = InvertedIndex.build(docs, ids, dense_fraction=dense_fraction)
     seg = index._segments[0]
     assert n_chunks(N) == 3 and len(seg.main_ptr) == DIM * 3 + 1 and seg.main_docs.dtype == np.uint16
+    assert seg.fwd_indices.dtype == np.uint16
     # the edge terms sit where intended: BOUNDARY's last posting of chunk 0 is offset CH - 1, its
     # first of chunk 1 offset 0; LAST_ONLY has postings in chunk 2 only
     p = seg.main_ptr
@@ -88,7 +89,7 @@ def test_chunked_segment_survives_mmap_reload(chunked, tmp_path):
     index.save(tmp_path / "idx")
     loaded = InvertedIndex.load(tmp_path / "idx")
     seg = loaded._segments[0]
-    for name, dtype in (("main_docs", np.uint16), ("res_docs", np.uint16), ("fwd_ids", np.uint8)):
+    for name, dtype in (("main_docs", np.uint16), ("res_docs", np.uint16), ("fwd_indices", np.uint16)):
         arr = seg.arrays[name]
         assert arr.dtype == dtype and isinstance(arr, np.memmap), name
     assert_same_hits(loaded.search(queries, k=12), want)
@@ -111,8 +112,8 @@ def test_offset_past_the_last_chunk_is_corrupt(chunked, tmp_path):
         InvertedIndex.load(tmp_path / "idx", verify=False)
 
 
-def test_varint_term_ids_of_a_vocabulary_above_uint16(tmp_path):
-    """Ids above 65,535 and gaps of 1 to 3 varint bytes; get() decodes them back exactly."""
+def test_vocabulary_above_uint16_keeps_int32_term_ids(tmp_path):
+    """dim > 65,536: the forward store falls back to int32 term ids; get() returns them exactly."""
     dim = 70_000
     rng = np.random.default_rng(3)
     rows = []
@@ -124,14 +125,13 @@ def test_varint_term_ids_of_a_vocabulary_above_uint16(tmp_path):
     queries = _rows_to_batch([[(65_536, 1.0)], [(65_535, 1.0), (69_999, 2.0)], [(5, 0.3), (65_537, 1.0)]], dim)
     ids = ids_for(500)
     index = InvertedIndex.build(docs, ids)
-    seg = index._segments[0]
-    b = np.asarray(seg.fwd_ids)
-    assert b.dtype == np.uint8 and np.any((b[:-1] >= 128) & (b[1:] >= 128))  # 3-byte varints (gaps >= 16,384)
+    assert index._segments[0].fwd_indices.dtype == np.int32
     assert index.get(ids).to_dense().tolist() == docs.to_dense().tolist()
     want = ExactIndex.build(docs, ids).search(queries, k=10)
     assert_same_hits(index.search(queries, k=10), want)
     index.save(tmp_path / "big")
     loaded = InvertedIndex.load(tmp_path / "big")
+    assert loaded._segments[0].fwd_indices.dtype == np.int32
     assert_same_hits(loaded.search(queries, k=10), want)
     assert loaded.get(["d17"]).to_dense().tolist() == docs[[17]].to_dense().tolist()
 

@@ -23,7 +23,7 @@ import numpy as np
 from tokenspace.index import kernels, storage
 from tokenspace.index.base import Hit
 from tokenspace.index.query import Node, all_of, none_of, parse_query
-from tokenspace.index.segment import ARRAYS, Segment, n_chunks
+from tokenspace.index.segment import ARRAYS, Segment, fwd_index_dtype, n_chunks
 from tokenspace.index.storage import IndexCorruptError
 from tokenspace.index.token_filter import TokenFilter
 from tokenspace.sparse import SparseBatch
@@ -531,8 +531,8 @@ def _check_ids(ids, n: int | None) -> list[str]:
     return ids
 
 
-_DTYPES = {
-    "fwd_indptr": np.int64, "fwd_idptr": np.int64, "fwd_ids": np.uint8, "fwd_values": np.float32, "df": np.int32,
+_DTYPES = {  # fwd_indices: segment.fwd_index_dtype(dim)
+    "fwd_indptr": np.int64, "fwd_values": np.float32, "df": np.int32,
     "wmax": np.float32, "scale": np.float32, "dense_slot": np.int32, "dense": np.uint8, "bmax": np.uint8,
     "main_ptr": np.int64, "main_docs": np.uint16, "main_codes": np.uint8, "res_ptr": np.int64,
     "res_docs": np.uint16, "res_codes": np.uint8, "ids_ptr": np.int64, "ids_blob": np.uint8,
@@ -548,12 +548,12 @@ def _check_segment(seg: Segment, where: Path) -> None:
         "fwd_indptr": (n + 1,), "df": (dim,), "wmax": (dim,), "scale": (dim,), "dense_slot": (dim,),
         "dense": (nd, n), "bmax": (nd, (n + kernels.BLOCK - 1) // kernels.BLOCK), "main_ptr": (cells,),
         "res_ptr": (cells,), "ids_ptr": (n + 1,),
-        "fwd_idptr": (n + 1,), "fwd_ids": (int(a["fwd_idptr"][-1]) if len(a["fwd_idptr"]) else -1,),
-        "fwd_values": (int(a["fwd_indptr"][-1]) if len(a["fwd_indptr"]) else -1,), "main_docs": (int(a["main_ptr"][-1]),),
+        "fwd_indices": (int(a["fwd_indptr"][-1]) if len(a["fwd_indptr"]) else -1,),
+        "fwd_values": a["fwd_indices"].shape, "main_docs": (int(a["main_ptr"][-1]),),
         "main_codes": a["main_docs"].shape, "res_docs": (int(a["res_ptr"][-1]),),
         "res_codes": a["res_docs"].shape, "ids_blob": (int(a["ids_ptr"][-1]),),
     }
-    for name, dt in _DTYPES.items():
+    for name, dt in dict(_DTYPES, fwd_indices=fwd_index_dtype(dim)).items():
         if a[name].dtype != dt or a[name].shape != expect[name]:
             raise IndexCorruptError(f"{where}/{name}.npy: dtype {a[name].dtype} shape {a[name].shape}, "
                                     f"expected {np.dtype(dt)} {expect[name]}")

@@ -7,8 +7,8 @@ Layout of one segment (n docs, vocabulary size V), see segment.py for the arrays
 * terms in at least ``dense_min_df`` docs are stored as a dense code column over all n docs (no doc
   ids; SIMD friendly), the others as (doc id, code) posting lists sorted by doc id, cut into chunks
   of POSTING_CHUNK docs so that a doc id is a uint16 offset in its chunk (3 bytes a posting);
-* the exact float32 doc vectors stay in a forward CSR store whose term ids are varint-coded gaps
-  (encode_ids: 1 byte for a gap below 128, 2 below 16,384, ...), read in order when rescoring.
+* the exact float32 doc vectors stay in a forward CSR store (term ids as uint16 when the vocabulary
+  has at most 65,536 dims).
 
 The search kernels take the segment's arrays as one SegmentArrays and the knobs as one SearchOptions.
 Search walks the docs in chunks of CHUNK (accumulator stays in L1/L2), scatters the sparse lists,
@@ -170,102 +170,6 @@ def fill_postings(indptr, indices, values, scale, is_main, dense_slot, n_dense, 
     return main_docs, main_codes, res_docs, res_codes, dense, bmax
 
 
-# Forward term ids: row by row, each id as its gap to the previous one minus 1 (the first: the id
-# itself), in LEB128 varint bytes (7 bits a byte, high bit = more bytes follow). Sorted rows over a
-# 30K vocabulary have gaps of ~200 (bench-1M) or less (model outputs), so most ids take 1 byte, not 4.
-VARINT_MAX_BYTES = 5  # 35 bits: any int32 dim
-
-
-@njit(cache=True, nogil=True)
-def encode_ids(indptr, indices):
-    """(idptr int64[n + 1], ids uint8[...]): the varint-coded term ids of each row (rows must be
-    strictly increasing, as check_rows verifies)."""
-    n = len(indptr) - 1
-    idptr = np.zeros(n + 1, np.int64)
-    for i in range(n):
-        size = 0
-        prev = -1
-        for p in range(indptr[i], indptr[i + 1]):
-            g = np.int64(indices[p]) - prev - 1
-            prev = indices[p]
-            size += 1
-            while g >= 128:
-                g >>= 7
-                size += 1
-        idptr[i + 1] = idptr[i] + size
-    ids = np.empty(idptr[n], np.uint8)
-    q = 0
-    for i in range(n):
-        prev = -1
-        for p in range(indptr[i], indptr[i + 1]):
-            g = np.int64(indices[p]) - prev - 1
-            prev = indices[p]
-            while g >= 128:
-                ids[q] = np.uint8((g & 127) | 128)
-                g >>= 7
-                q += 1
-            ids[q] = np.uint8(g)
-            q += 1
-    return idptr, ids
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _next_id(ids, q, prev):
-    """The id after ``prev`` from the varint at byte q: (id, the next byte position)."""
-    b = np.int64(ids[q])
-    q += 1
-    g = b & 127
-    shift = 7
-    while b >= 128:
-        b = np.int64(ids[q])
-        q += 1
-        g |= (b & 127) << shift
-        shift += 7
-    return prev + 1 + g, q
-
-
-@njit(cache=True, nogil=True)
-def decode_rows(indptr, idptr, ids, rows, out_indptr, out_indices):
-    """Term ids (int32) of the given rows into out_indices at out_indptr (a gather of the forward store)."""
-    for r in range(len(rows)):
-        d = rows[r]
-        q = idptr[d]
-        t = np.int64(-1)
-        o = out_indptr[r]
-        for _ in range(indptr[d + 1] - indptr[d]):
-            t, q = _next_id(ids, q, t)
-            out_indices[o] = t
-            o += 1
-
-
-@njit(cache=True, nogil=True)
-def check_ids(indptr, idptr, ids, dim):
-    """-1 if every row's varint bytes [idptr[i], idptr[i + 1]) decode to exactly its indptr count of
-    ids, all below dim, each varint at most VARINT_MAX_BYTES long; else the first bad row. The pointer
-    arrays themselves (rise from 0 to the array lengths) are checked by the caller."""
-    for i in range(len(indptr) - 1):
-        q, end = idptr[i], idptr[i + 1]
-        t = np.int64(-1)
-        for _ in range(indptr[i + 1] - indptr[i]):
-            g = np.int64(0)
-            shift = 0
-            while True:
-                if q >= end or shift >= 7 * VARINT_MAX_BYTES:
-                    return i
-                b = np.int64(ids[q])
-                q += 1
-                g |= (b & 127) << shift
-                shift += 7
-                if b < 128:
-                    break
-            t = t + 1 + g
-            if t >= dim:
-                return i
-        if q != end:
-            return i
-    return -1
-
-
 # ----------------------------------------------------------------------------- search
 class SegmentArrays(NamedTuple):
     """The arrays of one segment that search reads (segment.ARRAYS says what they hold), handed to the
@@ -285,8 +189,7 @@ class SegmentArrays(NamedTuple):
     res_docs: np.ndarray
     res_codes: np.ndarray
     fwd_indptr: np.ndarray
-    fwd_idptr: np.ndarray
-    fwd_ids: np.ndarray
+    fwd_indices: np.ndarray
     fwd_values: np.ndarray
 
 
@@ -504,7 +407,7 @@ def _block_bounds(seg, u, b0, dn_slot, dn_w, n_dn):
 def _rescore(seg, c_doc, c_s, nc, thr, f_idx, f_val, qdense, k, out_docs, out_scores):
     """Exact scores (forward store, full query) of the candidates whose first-pass score is >= thr;
     writes the best k to out_docs/out_scores (ties: smaller doc id) and returns how many."""
-    fwd_indptr, fwd_idptr, fwd_ids, fwd_values = seg.fwd_indptr, seg.fwd_idptr, seg.fwd_ids, seg.fwd_values
+    fwd_indptr, fwd_indices, fwd_values = seg.fwd_indptr, seg.fwd_indices, seg.fwd_values
     for j in range(len(f_idx)):
         qdense[f_idx[j]] = f_val[j]
     m = 0
@@ -515,11 +418,8 @@ def _rescore(seg, c_doc, c_s, nc, thr, f_idx, f_val, qdense, k, out_docs, out_sc
             continue
         d = c_doc[c]
         s = np.float32(0.0)
-        q = fwd_idptr[d]
-        t = np.int64(-1)
         for p in range(fwd_indptr[d], fwd_indptr[d + 1]):
-            t, q = _next_id(fwd_ids, q, t)
-            s += qdense[t] * fwd_values[p]
+            s += qdense[fwd_indices[p]] * fwd_values[p]
         if s > 0.0:
             ex[m] = s
             keep[m] = d

@@ -16,21 +16,25 @@ from tokenspace.sparse import SparseBatch
 
 # every array of a segment, in the order they are written; all are needed to search
 ARRAYS = (
-    "fwd_indptr", "fwd_idptr", "fwd_ids", "fwd_values",  # exact doc vectors (CSR, varint term ids)
+    "fwd_indptr", "fwd_indices", "fwd_values",  # exact doc vectors (CSR): get() and rescoring
     "df", "wmax", "scale", "dense_slot",  # per term: doc frequency, max weight, code step, column
     "dense", "bmax",  # dense code columns [n_dense, n] and their block maxima [n_dense, n_blocks]
     "main_ptr", "main_docs", "main_codes",  # sparse posting lists (doc-sorted, chunked: see below)
     "res_ptr", "res_docs", "res_codes",  # postings outside each doc's approx_top_n (exact mode only)
     "ids_ptr", "ids_blob",  # external ids, UTF-8, concatenated
 )
-# Format version 2 (docs/benchmarks.md, "Compressed postings": 1.55x the raw CSR -> about 1.1x):
-# * posting lists: the docs are cut into chunks of kernels.POSTING_CHUNK (65,536); main_ptr / res_ptr
-#   hold dim * n_chunks + 1 cell pointers, the postings of term t in chunk c being
-#   [ptr[t * n_chunks + c], ptr[t * n_chunks + c + 1]), and main_docs / res_docs hold each doc as a
-#   uint16 offset from its chunk's first doc: 2 bytes a doc id instead of 4;
-# * forward store: row i's values are fwd_values[fwd_indptr[i]:fwd_indptr[i + 1]] (float32, exact) and
-#   its term ids the varint-coded gaps fwd_ids[fwd_idptr[i]:fwd_idptr[i + 1]] (kernels.encode_ids):
-#   about 1.5 bytes an id on bench-1M instead of 4, any vocabulary size.
+# Posting lists (format version 2): the docs are cut into chunks of kernels.POSTING_CHUNK (65,536);
+# main_ptr / res_ptr hold dim * n_chunks + 1 cell pointers, the postings of term t in chunk c being
+# [ptr[t * n_chunks + c], ptr[t * n_chunks + c + 1]), and main_docs / res_docs hold each doc as a uint16
+# offset from its chunk's first doc: 2 bytes a doc id instead of 4 (index 1.55x -> see
+# docs/benchmarks.md, "Compressed postings"). fwd_indices is uint16 when dim <= 65,536 (BERT's 30,522),
+# else int32.
+FWD_INDEX_U16_MAX_DIM = 1 << 16
+
+
+def fwd_index_dtype(dim: int) -> type:
+    """dtype of the forward store's term ids for a vocabulary of ``dim`` dims."""
+    return np.uint16 if dim <= FWD_INDEX_U16_MAX_DIM else np.int32
 
 
 def n_chunks(n: int) -> int:
@@ -82,14 +86,14 @@ class Segment:
         main_docs, main_codes, res_docs, res_codes, dense, bmax = kernels.fill_postings(
             indptr, indices, values, scale, is_main, dense_slot, int(is_dense.sum()), main_ptr, res_ptr)
         del is_main
-        fwd_idptr, fwd_ids = kernels.encode_ids(indptr, indices)
         blobs = [s.encode("utf-8") for s in ids]
         ids_ptr = np.zeros(n + 1, np.int64)
         np.cumsum([len(b) for b in blobs], out=ids_ptr[1:])
         arrays = dict(
             # the forward store shares the batch's indptr and values (no 0.6 GB copy at 1M docs):
-            # SparseBatch is immutable by contract, so do not modify a batch after indexing it
-            fwd_indptr=indptr, fwd_idptr=fwd_idptr, fwd_ids=fwd_ids, fwd_values=values,
+            # SparseBatch is immutable by contract, so do not modify a batch after indexing it. Term ids
+            # are narrowed to uint16 when they fit (a copy of half the size).
+            fwd_indptr=indptr, fwd_indices=indices.astype(fwd_index_dtype(dim)), fwd_values=values,
             df=df.astype(np.int32), wmax=wmax, scale=scale, dense_slot=dense_slot, dense=dense, bmax=bmax,
             main_ptr=main_ptr, main_docs=main_docs, main_codes=main_codes,
             res_ptr=res_ptr, res_docs=res_docs, res_codes=res_codes,
@@ -106,24 +110,19 @@ class Segment:
         a, n, dim = self.arrays, self.n, self.dim
         n_dense = a["dense"].shape[0]
         nch = n_chunks(n)
-        for ptr, items in (("fwd_indptr", "fwd_values"), ("fwd_idptr", "fwd_ids")):
-            p = a[ptr]
-            if p[0] != 0 or p[-1] != len(a[items]) or bool(np.any(p[1:] < p[:-1])):
-                _corrupt(where, ptr, f"pointers must rise from 0 to {len(a[items])}")
-        bad = kernels.check_ids(a["fwd_indptr"], a["fwd_idptr"], a["fwd_ids"], dim)
-        if bad >= 0:
-            _corrupt(where, "fwd_ids", f"row {bad} does not decode to its {a['fwd_indptr'][bad + 1] - a['fwd_indptr'][bad]} "
-                     f"term ids below {dim}")
-        for ptr, items, hi, per in (("main_ptr", "main_docs", n, nch), ("res_ptr", "res_docs", n, nch)):
+        for ptr, items, hi, per in (("fwd_indptr", "fwd_indices", dim, 0), ("main_ptr", "main_docs", n, nch),
+                                    ("res_ptr", "res_docs", n, nch)):
             # the kernels walk each list forward (accumulator chunk by accumulator chunk): out-of-order
             # entries would index before the chunk's start, so order is checked with the bounds. A
             # posting list cell (term, chunk) holds offsets below the chunk's length.
             bad = _check_lists(a[ptr], a[items], hi, per, kernels.POSTING_CHUNK)
             if bad == -1:
                 _corrupt(where, ptr, f"pointers must rise from 0 to {len(a[items])}")
-            if bad >= 0:
+            if bad >= 0 and per:
                 t, c = divmod(bad, per)
                 _corrupt(where, items, f"term {t}, chunk {c} holds doc offsets outside the chunk or out of order")
+            if bad >= 0:
+                _corrupt(where, items, f"row {bad} holds values outside [0, {hi}) or out of order")
         ids_ptr = a["ids_ptr"]
         if ids_ptr[0] != 0 or ids_ptr[-1] != len(a["ids_blob"]) or bool(np.any(ids_ptr[1:] < ids_ptr[:-1])):
             _corrupt(where, "ids_ptr", f"pointers must rise from 0 to {len(a['ids_blob'])}")
@@ -178,9 +177,7 @@ class Segment:
         indptr = np.zeros(len(local) + 1, np.int64)
         np.cumsum(ends - starts, out=indptr[1:])
         gather = np.repeat(starts - indptr[:-1], ends - starts) + np.arange(indptr[-1])
-        indices = np.empty(indptr[-1], np.int32)
-        kernels.decode_rows(ip, self.fwd_idptr, self.fwd_ids, local, indptr, indices)
-        return SparseBatch(indptr, indices, self.fwd_values[gather], self.dim)
+        return SparseBatch(indptr, self.fwd_indices[gather].astype(np.int32), self.fwd_values[gather], self.dim)
 
     def has_dim(self, d: int) -> np.ndarray:
         """bool[n]: docs whose weight for dim d is > 0 (from the posting lists)."""
@@ -224,9 +221,10 @@ def _corrupt(where, name: str, why: str):
 
 @njit(cache=True, nogil=True)
 def _check_lists(ptr, items, hi, per, chunk):
-    """Chunked posting lists: -1 when ``ptr`` does not rise from 0 to len(items); else the first cell
-    (term, chunk), per cells a term, whose items (offsets from the chunk's first doc) are not strictly
-    increasing or not below min(chunk, hi - (r % per) * chunk) for cell r; -2 when all is well."""
+    """CSR structure: -1 when ``ptr`` does not rise from 0 to len(items); else the first row whose
+    items are outside [0, hi) or not strictly increasing; -2 when all is well. per > 0: rows are
+    (term, chunk) cells of posting lists, per cells a term, holding offsets from the chunk's first
+    doc, so row r's items must be below min(chunk, hi - (r % per) * chunk)."""
     if ptr[0] != 0 or ptr[len(ptr) - 1] != len(items):
         return -1
     for r in range(len(ptr) - 1):  # all pointers first: the scan below must not leave items
@@ -234,7 +232,9 @@ def _check_lists(ptr, items, hi, per, chunk):
             return -1
     for r in range(len(ptr) - 1):
         a, b = ptr[r], ptr[r + 1]
-        top = min(chunk, hi - (r % per) * chunk)
+        top = hi
+        if per > 0:
+            top = min(chunk, hi - (r % per) * chunk)
         prev = -1
         for p in range(a, b):
             x = np.int64(items[p])

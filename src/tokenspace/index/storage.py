@@ -1,7 +1,6 @@
 """On-disk format of the inverted index: immutable segment folders, tombstone files, a manifest.
 
-Layout of an index folder (format version 2: chunked uint16 posting doc ids and varint forward term
-ids, see segment.py)::
+Layout of an index folder (format version 2: chunked uint16 posting doc ids, see segment.py)::
 
     MANIFEST.json            the commit point: lists the live files with their size and crc32
     vocab.txt                optional, one token per line (names the dims; needed for where= strings)
@@ -35,7 +34,7 @@ from tokenspace import atomic
 FORMAT = "tokenspace-inverted"
 VERSION = 2
 # what changed in each version, for the error that asks to rebuild an older index
-_OLDER = {1: "int32 posting doc ids and forward term ids, before the compressed layout of version 2"}
+_OLDER = {1: "int32 posting doc ids and forward term ids, before the compressed postings of version 2"}
 MANIFEST = "MANIFEST.json"
 _CRC_CHUNK = 1 << 24
 
