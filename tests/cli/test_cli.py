@@ -73,6 +73,32 @@ def test_version_and_help(tmp_path):
         assert f"\n    {cmd}" in r.out or f" {cmd} " in r.out, cmd
 
 
+def test_help_imports_only_the_chosen_command_module():
+    """`tokenspace --help` lists every command without importing one (no torch, numba, fastapi); a command
+    imports its own module (tokenspace/cli/<command>.py) and no other command's."""
+    code = ("import sys\nfrom tokenspace.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in sys.modules if m.startswith('tokenspace.cli.') or m in ('torch', 'numba', "
+            "'fastapi')))")
+
+    def loaded(*argv):
+        p = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+        return p.stdout.splitlines()[-1]
+
+    assert loaded("--help") == "['tokenspace.cli.common']"
+    assert loaded("data", "--help") == "['tokenspace.cli.common', 'tokenspace.cli.data']"
+    assert loaded("serve", "--help") == ("['tokenspace.cli.common', 'tokenspace.cli.model_loading', "
+                                         "'tokenspace.cli.serve', 'torch']")  # fastapi only to serve
+
+
+def test_python_m_tokenspace_is_the_command():
+    from tokenspace import __version__
+
+    for module in ("tokenspace", "tokenspace.cli"):
+        p = subprocess.run([sys.executable, "-m", module, "--version"], capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0 and p.stdout.strip() == f"tokenspace {__version__}", p.stderr
+
+
 def test_index_build_stats_and_bad_inputs(world, tmp_path):
     out = tmp_path / "idx"
     r = world.run("index", "build", "--model", world.model, "--data", f"{world.manifest}:test", "--out", out,

@@ -1,0 +1,109 @@
+"""The `tokenspace` command: a thin layer over the library (each subcommand is a few library calls).
+
+    tokenspace assets install|status         offline weights and data into the cache
+    tokenspace data build                    manifests of the offline datasets
+    tokenspace train --recipe R --out DIR    train a model (resumable with --resume)
+    tokenspace eval --model DIR --data S..   retrieval metrics
+    tokenspace encode --shards S.. --index I webdataset shards into an index, in resumable parts
+    tokenspace index build|stats|export      an inverted index of a collection
+    tokenspace search --index DIR "query"    search, with each hit explained token by token
+    tokenspace decode --model DIR ...        top tokens of an image or a text
+    tokenspace demo                          the main job: train, index, search, report
+    tokenspace serve --model M --index I     the HTTP API and web page
+    tokenspace export-st MODEL OUT           STAIR's text side as a sentence-transformers SparseEncoder
+
+Each command is a module of this package (tokenspace/cli/<module>.py: ``add_arguments(parser)`` and
+``run(args) -> exit code``) that imports its library modules at the top. The parser lists every command
+by name and help from COMMANDS and imports only the chosen command's module, by name (as git and
+transformers do): `tokenspace --help` loads no torch, numba or fastapi, and `tokenspace train` no web app.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Iterable
+from types import ModuleType
+
+from tokenspace import __version__
+from tokenspace.cli.common import CLIError, UsageError, one_line
+
+__all__ = ["COMMANDS", "CLIError", "build_parser", "command_module", "main", "setup_logging"]
+
+log = logging.getLogger("tokenspace")
+
+# command -> (module of this package, one-line help shown by `tokenspace --help`), in --help's order
+COMMANDS: dict[str, tuple[str, str]] = {
+    "assets": ("assets", "install or check the offline weights and datasets"),
+    "data": ("data", "build the dataset manifests"),
+    "train": ("train", "train a model from a recipe"),
+    "eval": ("eval", "retrieval metrics of a model on data specs"),
+    "encode": ("encode", "encode webdataset shards into an index, in resumable parts"),
+    "index": ("index", "build, inspect or export an inverted index"),
+    "search": ("search", "search an index by text (or image), explaining every hit"),
+    "decode": ("decode", "top tokens of images or texts"),
+    "demo": ("demo", "train STAIR and the dense baseline, index, search, report"),
+    "serve": ("serve", "HTTP API and web page"),
+    "export-st": ("export_st", "the STAIR text encoder as a sentence-transformers SparseEncoder folder"),
+}
+
+
+def command_module(name: str) -> ModuleType:
+    """The module that implements command ``name`` (imported now, with its library modules)."""
+    return importlib.import_module(f"{__name__}.{COMMANDS[name][0]}")
+
+
+def build_parser(commands: Iterable[str] | None = None) -> argparse.ArgumentParser:
+    """The `tokenspace` parser. ``commands=None``: every command with all its options (tests, docs/usage.md;
+    imports every command module). Given names: only those commands get their options, the others are
+    listed by name and help, so building it imports no other command's libraries."""
+    full = set(COMMANDS) if commands is None else set(commands)
+    p = argparse.ArgumentParser(prog="tokenspace", description=__doc__.split("\n")[0],
+                                epilog="exit codes: 0 ok, 1 runtime error (one line on stderr), 2 usage error")
+    p.add_argument("--version", action="version", version=f"tokenspace {__version__}")
+    p.add_argument("--home", default=None, help="asset cache (default $TOKENSPACE_HOME or ~/.cache/tokenspace)")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
+                   help="messages on stderr (default info; debug also prints the traceback of an error)")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    for name, (_, help_text) in COMMANDS.items():
+        if name in full:
+            command_module(name).add_arguments(sub.add_parser(name, help=help_text))
+        else:  # a placeholder: its arguments (--help included) are left for the second pass of main()
+            sub.add_parser(name, help=help_text, add_help=False)
+    return p
+
+
+def setup_logging(level: str = "info") -> None:
+    """The CLI's handler: library modules log through logging.getLogger(__name__) under "tokenspace"."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("[tokenspace] %(message)s"))
+    root = logging.getLogger("tokenspace")
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    root.propagate = False
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # pass 1, no command module imported: the global options and the command's name. `tokenspace --help`,
+    # --version and usage errors before the command (none given, an unknown one) end here.
+    cmd = build_parser(commands=()).parse_known_args(argv)[0].cmd
+    try:
+        parser = build_parser(commands=[cmd])  # imports the command's module and its libraries
+    except Exception as e:  # noqa: BLE001 - a broken install is one line too (no traceback)
+        print(f"tokenspace {cmd}: error: {one_line(e)}", file=sys.stderr)
+        return 1
+    args = parser.parse_args(argv)  # usage errors: argparse prints the usage and exits 2
+    setup_logging(args.log_level)
+    try:
+        return command_module(cmd).run(args)
+    except UsageError as e:
+        parser.exit(2, f"tokenspace {cmd}: error: {e}\n")
+    except KeyboardInterrupt:
+        print(f"tokenspace {cmd}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 - a user never sees a traceback; --log-level debug shows it
+        log.debug("traceback of the error below", exc_info=True)
+        print(f"tokenspace {cmd}: error: {one_line(e)}", file=sys.stderr)
+        return 1

@@ -1,0 +1,6 @@
+"""python -m tokenspace.cli: the `tokenspace` command without the console script."""
+import sys
+
+from tokenspace.cli import main
+
+sys.exit(main())

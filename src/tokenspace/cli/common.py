@@ -1,0 +1,63 @@
+"""What every command module shares, light enough for the parser: the error types main() reports, the
+argument types, and the one-line form of an exception."""
+from __future__ import annotations
+
+import argparse
+
+
+class CLIError(Exception):
+    """A runtime problem the user can fix, reported as one line (exit 1)."""
+
+
+class UsageError(Exception):
+    """Arguments that parse but say nothing to do (e.g. `search` without a query): reported like argparse's
+    own usage errors, one line and exit 2."""
+
+
+def positive_int(text: str) -> int:
+    n = int(text)  # argparse turns the ValueError into "invalid positive integer value" (exit 2)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {n}")
+    return n
+
+
+positive_int.__name__ = "positive integer"  # argparse names the type in its message
+
+
+def nonnegative_int(text: str) -> int:
+    n = int(text)
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {n}")
+    return n
+
+
+nonnegative_int.__name__ = "non-negative integer"
+
+
+def tcp_port(text: str) -> int:
+    n = int(text)
+    if not 1 <= n <= 65535:
+        raise argparse.ArgumentTypeError(f"a TCP port is 1..65535, got {n}")
+    return n
+
+
+tcp_port.__name__ = "port"
+
+
+def positive_float(text: str) -> float:
+    x = float(text)
+    if not 0 < x < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text}")
+    return x
+
+
+positive_float.__name__ = "positive number"
+
+DEVICE_HELP = "torch device for the model: cpu (default), cuda, cuda:N or mps"
+
+
+def one_line(e: BaseException) -> str:
+    """An exception as one line: multi-line messages (YAML's) collapsed."""
+    msg = e.args[0] if isinstance(e, KeyError) and e.args else e
+    text = " ".join(str(msg).split())
+    return text if isinstance(e, (CLIError, OSError, ValueError, KeyError)) else f"{type(e).__name__}: {text}"

@@ -1,0 +1,94 @@
+"""tokenspace index build|stats|export: an inverted index of a collection."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from tokenspace import pipeline
+from tokenspace.cli.common import DEVICE_HELP, CLIError, positive_float, positive_int
+from tokenspace.cli.index_loading import load_index
+from tokenspace.cli.model_loading import load_model
+from tokenspace.index import InvertedIndex, export
+
+
+def add_arguments(i: argparse.ArgumentParser) -> None:
+    isub = i.add_subparsers(dest="action", required=True, metavar="ACTION")
+    ib = isub.add_parser("build", help="encode a collection's images and index them")
+    ib.add_argument("--model", required=True, help="model folder or release name")
+    ib.add_argument("--data", nargs="+", required=True, help="DATASET:SPLIT[:LIMIT] specs (or MANIFEST.jsonl:SPLIT)")
+    ib.add_argument("--out", required=True, help="index folder to write")
+    ib.add_argument("--top-n", type=positive_int, default=None, help="keep each image's n heaviest tokens")
+    ib.add_argument("--device", default="cpu", help=DEVICE_HELP)
+    ist = isub.add_parser("stats", help="print an index's statistics as JSON")
+    ist.add_argument("index", help="index folder")
+    iex = isub.add_parser("export", help="write the index's vectors in another engine's format")
+    iex.add_argument("index", help="index folder")
+    iex.add_argument("--format", choices=["jsonl", "jsonl-int", "opensearch"], default="jsonl",
+                     help="jsonl: float impacts (Seismic); jsonl-int: integer impacts (Anserini/pyserini); "
+                          "opensearch: rank_features mapping + bulk files (default jsonl)")
+    iex.add_argument("--out", required=True, help="output file (jsonl formats) or folder (opensearch)")
+    iex.add_argument("--scale", type=positive_float, default=100.0,
+                     help="jsonl-int: integer impact = max(1, round(weight x scale)) (default 100)")
+    iex.add_argument("--queries", default=None, metavar="FILE",
+                     help="also encode these query texts (one a line) into a query file: queries.jsonl "
+                          "beside --out (jsonl, Seismic) or queries.tsv beside --out's folder (jsonl-int, "
+                          "Anserini, which parses every file of the collection folder)")
+    iex.add_argument("--queries-out", default=None, metavar="PATH", help="--queries: write the query file here")
+    iex.add_argument("--model", default=None, help="--queries: model folder (default: the index's own)")
+
+
+def run(args) -> int:
+    if args.action == "build":
+        return _build(args)
+    index = load_index(args.index, nonempty=args.action != "stats")
+    if args.action == "stats":
+        print(json.dumps(index.stats(), indent=2, default=str))
+        return 0
+    ids = list(index.ids())
+    vectors = index.get(ids)
+    if args.queries:
+        _export_queries(args)
+    if args.format == "jsonl":
+        out = export.write_jsonl(vectors, ids, args.out)
+    elif args.format == "jsonl-int":
+        out = export.write_jsonl_quantized(vectors, ids, args.out, scale=args.scale)
+    else:
+        out = export.write_rank_features(vectors, ids, args.out)
+    print(f"wrote {len(ids)} documents to {args.out}" + (f" ({len(out)} files)" if isinstance(out, list) else ""))
+    return 0
+
+
+def _build(args) -> int:
+    model = load_model(args.model, args.device)
+    vectors, ids, records = pipeline.encode_collection(model, args.data, home=args.home)
+    if not ids:
+        raise CLIError(f"no readable images in {' '.join(args.data)}: nothing to index")
+    if args.top_n:
+        vectors = vectors.prune_topk(args.top_n)
+    index = InvertedIndex.build(vectors, ids)
+    index.save(args.out)
+    pipeline.write_collection_meta(args.out, records, Path(args.model).resolve())
+    print(json.dumps(index.stats(), indent=2, default=str))
+    return 0
+
+
+def _export_queries(args) -> None:
+    """--queries FILE: one text a line, encoded with the index's model, written beside --out."""
+    if args.format == "opensearch":
+        raise CLIError("--queries: OpenSearch takes queries as rank_feature clauses, not a file")
+    texts = [t.strip() for t in Path(args.queries).read_text(encoding="utf-8").splitlines() if t.strip()]
+    if not texts:
+        raise CLIError(f"--queries {args.queries}: no query text in the file")
+    model_ref = args.model or pipeline.read_collection_meta(args.index).get("model")
+    if not model_ref:
+        raise CLIError(f"--queries needs --model: the index at {args.index} does not name its model")
+    queries = load_model(model_ref).encode_texts(texts)
+    qids = [f"q{n}" for n in range(1, len(texts) + 1)]
+    if args.format == "jsonl":
+        path = Path(args.queries_out or Path(args.out).with_name("queries.jsonl"))
+        export.write_queries_jsonl(queries, qids, path)
+    else:  # Anserini parses every file of the collection folder: the topics go beside that folder
+        path = Path(args.queries_out or Path(args.out).resolve().parent.parent / "queries.tsv")
+        export.write_queries_tsv(queries, qids, path, scale=args.scale)
+    print(f"wrote {len(texts)} queries (q1..q{len(texts)}, in file order) to {path}")

@@ -1,0 +1,36 @@
+"""--model and --device of the commands that run a model (torch loads with this module)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from tokenspace.cli.common import CLIError, one_line
+from tokenspace.models.registry import load
+
+
+def load_model(ref: str, device: str = "cpu"):
+    """A model folder or a release name (`tokenspace.models.registry.list_releases()`), on ``device``;
+    a missing folder is named. A config name is an untrained architecture: refused (library message)."""
+    looks_like_path = os.sep in ref or ref.startswith(".") or Path(ref).suffix in (".json", ".safetensors")
+    if looks_like_path and not Path(ref).exists():
+        raise CLIError(f"no model at {ref}")
+    dev = device_named(device)
+    model = load(ref)
+    return model.to(dev) if dev.type != "cpu" else model
+
+
+def device_named(name: str) -> torch.device:
+    """--device as a torch.device that exists here (cpu, cuda, cuda:1, mps)."""
+    try:
+        dev = torch.device(name)
+    except RuntimeError as e:
+        raise CLIError(f"--device {name}: not a torch device ({one_line(e)})") from None
+    available = {"cpu": lambda: True, "cuda": torch.cuda.is_available,
+                 "mps": lambda: getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()}
+    if not available.get(dev.type, lambda: False)():
+        raise CLIError(f"--device {name}: not available on this machine")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise CLIError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return dev

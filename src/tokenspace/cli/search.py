@@ -1,0 +1,51 @@
+"""tokenspace search --index DIR "query": search, with each hit explained token by token."""
+from __future__ import annotations
+
+import argparse
+
+from tokenspace import pipeline
+from tokenspace.cli.common import CLIError, UsageError, positive_int
+from tokenspace.cli.index_loading import load_index
+from tokenspace.cli.model_loading import load_model
+from tokenspace.explain.hits import contributions, format_hit
+from tokenspace.index import parse_query
+
+
+def add_arguments(s: argparse.ArgumentParser) -> None:
+    s.add_argument("--index", required=True, help="index folder")
+    s.add_argument("--model", default=None, help="default: the model the index was built with")
+    s.add_argument("query", nargs="*", help="query texts (one search each)")
+    s.add_argument("--image", default=None, help="search by an image file instead")
+    s.add_argument("-k", type=positive_int, default=5, help="hits per query (default 5)")
+    s.add_argument("--where", default=None, help="boolean filter, e.g. 'dog AND (beach OR sand) NOT cat'")
+
+
+def run(args) -> int:
+    if not args.query and not args.image:
+        raise UsageError("give a query text or --image")
+    index = load_index(args.index)
+    meta = pipeline.read_collection_meta(args.index)
+    model_path = args.model or meta.get("model")
+    if not model_path:
+        raise CLIError(f"no --model given and the index at {args.index} does not name one")
+    model = load_model(model_path)
+    if args.image:
+        queries = model.encode_images([args.image])
+    else:
+        queries = model.encode_texts(args.query)
+    options = {}
+    if args.where:
+        options["where"] = parse_query(args.where, model.vocab)
+    for q_text, qi in zip(args.query or [args.image], range(len(queries))):
+        q = queries[qi]
+        hits = index.search(q, k=args.k, **options)[0]
+        print(f"\nquery: {q_text}")
+        print("  query tokens: " + ", ".join(f"{t} {w:.2f}" for t, w in model.decode(q, top_k=8)[0]))
+        if not hits:
+            print("  no hits")
+            continue
+        docs = index.get([h.id for h in hits])
+        for rank, (h, parts) in enumerate(zip(hits, contributions(q, docs)), 1):
+            text = meta["items"].get(h.id, {}).get("text")
+            print(format_hit(rank, h.id, h.score, parts, text))
+    return 0

@@ -1,0 +1,42 @@
+"""tokenspace serve --model M --index I: the HTTP API and web page."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from tokenspace import pipeline
+from tokenspace.cli.common import DEVICE_HELP, CLIError, tcp_port
+from tokenspace.cli.model_loading import device_named, load_model
+from tokenspace.models.registry import DEFAULT_RELEASE, release_path
+
+
+def add_arguments(sv: argparse.ArgumentParser) -> None:
+    sv.add_argument("--model", help="model folder or release name (default: the model the index names, "
+                    "else the release model)")
+    sv.add_argument("--index", default="runs/demo/index",
+                    help="index folder written by `tokenspace index build` (default: make demo's, runs/demo/index)")
+    sv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    sv.add_argument("--port", type=tcp_port, default=8000, help="TCP port (default 8000)")
+    sv.add_argument("--device", default="cpu", help=DEVICE_HELP)
+
+
+def run(args) -> int:
+    app = web_app()  # first: without the serve extra installed, say so before loading anything
+    device_named(args.device)  # a bad --device is reported next, as on the other commands
+    if not Path(args.index).is_dir():
+        raise CLIError(f"--index {args.index}: no index folder there (make one with `make demo` or "
+                       "`tokenspace index build`)")
+    model_ref = args.model or pipeline.read_collection_meta(args.index).get("model") or (
+        DEFAULT_RELEASE if release_path(DEFAULT_RELEASE) else None)
+    if not model_ref:
+        raise CLIError(f"serve needs --model: the index at {args.index} does not name its model and no release "
+                       "model is installed")
+    app.run(model=load_model(model_ref, args.device), index=args.index, host=args.host, port=args.port)
+    return 0
+
+
+def web_app():
+    """tokenspace.serve.app (its ``run`` serves a model and an index folder until Ctrl-C)."""
+    from tokenspace.serve import app  # optional: fastapi (the serve extra); `serve --help` works without it
+
+    return app

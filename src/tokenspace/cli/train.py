@@ -1,0 +1,38 @@
+"""tokenspace train --recipe R --out DIR: train a model (resumable with --resume)."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import yaml
+
+from tokenspace import pipeline
+from tokenspace.cli.common import CLIError
+from tokenspace.train import scale
+from tokenspace.train.recipe import Recipe, parse_overrides, yaml_problem
+
+
+def add_arguments(t: argparse.ArgumentParser) -> None:
+    t.add_argument("--recipe", required=True, help="recipe name (configs/recipes) or YAML path")
+    t.add_argument("--out", required=True, help="run folder (checkpoints, log.jsonl, model/)")
+    t.add_argument("--resume", action="store_true", help="continue from the run folder's last checkpoint")
+    t.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override a recipe field with a YAML value (repeatable), e.g. --set batch_size=64")
+
+
+def run(args) -> int:
+    overrides = parse_overrides(args.set)  # a bad --set is a ValueError naming it: one line, exit 1
+    try:
+        recipe = Recipe.load(args.recipe, **overrides)
+    except yaml.YAMLError as e:
+        raise CLIError(f"{args.recipe}: not valid YAML ({yaml_problem(e)})") from None
+    specs = recipe.data.get("train") or []
+    specs = [specs] if isinstance(specs, str) else specs
+    if recipe.train_image_tower or any(str(s).startswith("wds:") for s in specs):
+        # pixels end to end (webdataset shards); under torchrun use `python -m tokenspace.train.distributed`
+        train = scale.train
+    else:
+        train = pipeline.train  # cached backbone grids, per-step eval on data.eval
+    model = train(recipe, args.out, home=args.home, resume=args.resume)
+    print(f"trained {model.config.name}: {Path(args.out) / 'model'}")
+    return 0
