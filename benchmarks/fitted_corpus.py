@@ -16,6 +16,12 @@ What is fitted, per generated document:
 Queries come from ``--queries`` the same way, or, without it, from the document statistics.
 Dependencies between tokens of one row (co-occurrence) are not modelled: documents are independent
 draws from the marginals.
+
+``--stream`` (for corpora larger than RAM, e.g. 10M docs of ~230 tokens = 18 GB): the same sampling
+scheme run by a numba kernel that writes the documents straight into memory-mapped .npy files, one
+block of rows at a time (2 threads; each block seeds its own generator, so the output does not depend
+on the thread count). It is a different random stream from the in-memory path, so the two do not
+produce the same rows for one seed.
 """
 from __future__ import annotations
 
@@ -24,6 +30,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from numba import njit, prange
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
@@ -119,6 +126,72 @@ def write_corpus(out: Path, docs: SparseBatch, queries: SparseBatch) -> None:
         np.save(out / f"{prefix}_data.npy", b.values)
 
 
+@njit(parallel=True, cache=True)
+def _stream_rows(indptr, row0, row1, cdf, support, w_ptr, w_pool, dim, seed, block, out_idx, out_val):
+    """Rows [row0, row1) into out_idx/out_val (positions indptr[i] - indptr[row0]): per row, tokens
+    drawn one at a time from cdf over support with repeats discarded until the row has its length,
+    sorted; each weight a uniform pick from that token's observed weights."""
+    n_blocks = (row1 - row0 + block - 1) // block
+    off = indptr[row0]
+    for b in prange(n_blocks):
+        np.random.seed(seed + row0 // block + b)  # per block: independent of the thread that runs it
+        stamp = np.full(dim, -1, np.int64)
+        r0 = row0 + b * block
+        r1 = min(row1, r0 + block)
+        for i in range(r0, r1):
+            a, e = indptr[i] - off, indptr[i + 1] - off
+            m = 0
+            while m < e - a:
+                t = support[np.searchsorted(cdf, np.random.random())]
+                if stamp[t] != i:
+                    stamp[t] = i
+                    out_idx[a + m] = t
+                    m += 1
+            out_idx[a:e] = np.sort(out_idx[a:e])
+            for p in range(a, e):
+                t = out_idx[p]
+                lo, hi = w_ptr[t], w_ptr[t + 1]
+                out_val[p] = w_pool[lo + np.int64(np.random.random() * (hi - lo))]
+
+
+def generate_streaming(docs_npz, out, n, queries_npz=None, n_queries=1000, seed=0, rows_per_step=1_000_000):
+    """--stream: n documents written into memory-mapped .npy files step by step (bounded memory);
+    queries as fit_and_generate makes them. Returns (indptr of the docs, queries)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    src = SparseBatch.load(docs_npz)
+    sampler = FittedSampler(src)
+    want = np.minimum(rng.choice(sampler.nnz, size=n), sampler.max_nnz).astype(np.int64)
+    indptr = np.zeros(n + 1, np.int64)
+    np.cumsum(want, out=indptr[1:])
+    del want
+    np.save(out / "d_indptr.npy", indptr)
+    idx = np.lib.format.open_memmap(out / "d_indices.npy", mode="w+", dtype=np.int32, shape=(int(indptr[-1]),))
+    val = np.lib.format.open_memmap(out / "d_data.npy", mode="w+", dtype=np.float32, shape=(int(indptr[-1]),))
+    cdf, support = sampler.cdf, sampler.support.astype(np.int64)
+    for r0 in range(0, n, rows_per_step):
+        r1 = min(n, r0 + rows_per_step)
+        a, b = indptr[r0], indptr[r1]
+        _stream_rows(indptr, r0, r1, cdf, support, sampler.w_ptr, sampler.w_pool, sampler.dim, seed * 1_000_003,
+                     10_000, idx[a:b], val[a:b])
+        print(f"  rows {r1:,} / {n:,}", flush=True)
+    idx.flush()
+    val.flush()
+    qsrc = SparseBatch.load(queries_npz) if queries_npz else src
+    if qsrc.dim != src.dim:
+        raise ValueError(f"queries have dim {qsrc.dim}, documents {src.dim}")
+    queries = FittedSampler(qsrc).sample(n_queries, rng)
+    for name, arr in (("q_indptr", queries.indptr), ("q_indices", queries.indices), ("q_data", queries.values)):
+        np.save(out / f"{name}.npy", arr)
+    # fidelity on the first step's rows: share of rows holding each token vs the input's
+    m = min(n, rows_per_step)
+    got = np.bincount(np.asarray(idx[:indptr[m]]), minlength=sampler.dim)[sampler.support] / m
+    print(f"document frequency vs input (first {m:,} rows): max abs diff {np.abs(got - sampler.target).max():.4f}, "
+          f"mean nnz {indptr[-1] / n:.1f} (input {sampler.nnz.mean():.1f})")
+    return indptr, queries
+
+
 def fit_and_generate(docs_npz, out, n, queries_npz=None, n_queries=1000, seed=0):
     rng = np.random.default_rng(seed)
     src = SparseBatch.load(docs_npz)
@@ -139,7 +212,14 @@ def main(argv=None):
     ap.add_argument("--queries", type=Path, default=None, help="SparseBatch .npz of real query (text) vectors")
     ap.add_argument("--n-queries", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--stream", action="store_true",
+                    help="write the docs into memory-mapped files step by step (bounded memory; a different "
+                         "random stream than without it)")
     a = ap.parse_args(argv)
+    if a.stream:
+        indptr, queries = generate_streaming(a.docs, a.out, a.n, a.queries, a.n_queries, a.seed)
+        print(f"wrote {a.out}: {a.n:,} docs, nnz {int(indptr[-1]):,}; queries {queries.stats()}")
+        return
     docs, queries = fit_and_generate(a.docs, a.out, a.n, a.queries, a.n_queries, a.seed)
     print(f"wrote {a.out}: docs {docs.stats()}, queries {queries.stats()}")
 
