@@ -24,7 +24,9 @@ def tiny_model(family="stair", seed=0):
         # The pure-torch tower keeps transformers out of the workers (its import costs seconds)
         text_tower={"type": "transformer-mlm", "vocab_size": len(vocab), "width": 16, "layers": 1, "heads": 2,
                     "max_len": 16, "dropout": 0.0},
-        embed_dim=8, max_text_len=16, extra={"dropout": 0.0})
+        # (no extra: stair and sparse-clip have no dropout option; the typed options now refuse the
+        # extra={"dropout": 0.0} that used to be silently ignored here)
+        embed_dim=8, max_text_len=16)
     torch.manual_seed(seed)
     return build_model(cfg, vocab=vocab)
 
