@@ -21,12 +21,12 @@ class Bench:
     read from the feature cache on first use, once per distinct image tower.
     """
 
-    def __init__(self, models: dict, data: dict[str, pipeline.Encoded] | None = None, home=None,
+    def __init__(self, models: dict, data: dict[str, pipeline.BackboneFeatures] | None = None, home=None,
                  progress: bool = False, provenance: dict[str, str] | None = None):
         self.models = models
         self.home, self.progress = home, progress
         self.provenance = provenance or {}
-        self._data: dict[tuple[str, str], pipeline.Encoded] = {}
+        self._data: dict[tuple[str, str], pipeline.BackboneFeatures] = {}
         self._given = dict(data or {})
         self._emb: dict[tuple, object] = {}
 
@@ -36,7 +36,7 @@ class Bench:
     def present(self, runs: Sequence[str]) -> list[str]:
         return [r for r in runs if r in self.models]
 
-    def encoded(self, spec: str, run: str) -> pipeline.Encoded:
+    def encoded(self, spec: str, run: str) -> pipeline.BackboneFeatures:
         if spec in self._given:
             return self._given[spec]
         model = self.models[run]

@@ -30,7 +30,7 @@ def token_accuracy_row(bench: Bench, run: str, spec: str) -> dict[str, float]:
     return ev(bench.images(run, spec), reference=backbone_reference(bench.encoded(spec, run)))
 
 
-def backbone_reference(enc: pipeline.Encoded) -> np.ndarray:
+def backbone_reference(enc: pipeline.BackboneFeatures) -> np.ndarray:
     """Mean-pooled frozen backbone grid per image: Clarity's reference embedding. Like the paper's
     separate CLIP vision encoder it is independent of the model being judged, and at ~1k dense dims it
     keeps Clarity cheap (with the activations themselves as reference, a weakly sparse model makes the
