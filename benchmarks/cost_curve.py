@@ -273,6 +273,8 @@ def main(argv=None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the built indexes")
     ap.add_argument("--verify", action="store_true", help="load with crc32 checks (reads the index once more)")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--merge", action="store_true",
+                    help="keep the other sizes' results of the existing --json (each keeps its command and date)")
     ap.add_argument("--plot", type=Path)
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)  # internal: measure one size, print JSON
     args = ap.parse_args(argv)
@@ -298,6 +300,16 @@ def main(argv=None) -> int:
             continue
         results.append(got[0])
 
+    command = "python benchmarks/cost_curve.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    for r in results:
+        r["run"] = {"command": command, "date": date}
+    if args.merge and args.json and args.json.exists():
+        old = json.loads(args.json.read_text())
+        done = {r["n"] for r in results}
+        kept = [dict(r, run=r.get("run", {"command": old["command"], "date": old["date"]}))
+                for r in old["results"] if r["n"] not in done]
+        results = sorted(kept + results, key=lambda r: r["n"])
     ok = [r for r in results if "error" not in r]
     hdr = (f"{'N':>11s} {'build s':>8s} {'peak anon MB':>12s} {'index GB':>9s} {'x CSR':>6s} {'exact QPS':>9s} "
            f"{'approx QPS':>10s} {'approx R@10':>11s} {'scipy QPS':>9s} {'exact=scipy':>11s} {'search anon/file MB':>19s}")
@@ -309,8 +321,7 @@ def main(argv=None) -> int:
               f"{r['size_vs_raw_csr']:6.2f} {r['exact']['qps']:9.1f} {r['approx']['qps']:10.1f} "
               f"{r['approx']['recall@10_vs_exact']:11.3f} {('%.1f' % sq) if sq else '-':>9s} "
               f"{r['check']['same_ranking']:>5d}/{r['check']['queries']:<5d} {mem:>19s}")
-    command = "python benchmarks/cost_curve.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    report = {"command": command, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    report = {"command": "; ".join(dict.fromkeys(r["run"]["command"] for r in results)), "date": date,
               "corpus": str(args.corpus), "results": results}
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
