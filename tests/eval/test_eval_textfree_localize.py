@@ -3,12 +3,11 @@ import numpy as np
 import pytest
 
 from tokenspace.eval.localize import query_heatmap
+from tokenspace.eval.retrieval import retrieval_metrics
 from tokenspace.eval.textfree import TokenMaskEncoder, token_mask_embeddings
 from tokenspace.eval.zeroshot import ZeroShotEvaluator
 from tokenspace.sparse import SparseBatch
 from tokenspace.vocab import Vocabulary
-
-from tokenspace.eval.retrieval import retrieval_metrics
 
 VOCAB = Vocabulary(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "cat", "dog", "the", "on", "mat"])
 IDS = {"a": 5, "cat": 6, "dog": 7, "the": 8, "on": 9, "mat": 10}
