@@ -174,7 +174,7 @@ def cmd_topn(a) -> None:
     from tokenspace.index import InvertedIndex
 
     model = train_run(scaled(Recipe.load(SYSTEMS["visualsparta"]), a.scale), a.runs / "visualsparta", True)
-    model.top_n = None
+    model.image_top_n = None
     rows, r1, lat = {}, [], []
     enc = pipeline.image_grids(model, pipeline.load_split(EVAL_SPEC), progress=False)
     texts, target = pipeline.texts_and_targets(enc.records)

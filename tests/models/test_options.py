@@ -37,7 +37,7 @@ def test_every_shipped_config_and_release_folder_still_loads():
 
 @pytest.mark.parametrize("family, known", [
     ("sparse-clip", "relu, topk, l1, text_pooling"),
-    ("stair", "image_head_mid, image_bias_init, image_revive_grad"),
+    ("stair", "image_head_mid, image_bias_init, image_revive_grad, image_top_n, text_top_n"),
     ("visualsparta", "layers, heads, ffn, dropout, max_cells, bias_init, top_n, label_fragments"),
     ("dense", ""),
 ])

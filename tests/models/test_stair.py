@@ -213,3 +213,36 @@ def test_image_revive_grad_changes_only_the_gradient_of_dead_tokens(make_model):
     torch.testing.assert_close(g_p[live], g_r[live])
     with pytest.raises(ValueError, match="image_revive_grad"):
         make_model(extra={"image_revive_grad": -1.0})
+
+
+def test_top_n_options_prune_encoded_rows_against_a_numpy_reference(make_model, tmp_path):
+    """extra.image_top_n / text_top_n: each encoded row is the full vector cut to its n heaviest tokens,
+    then L2-normalised (cosine of the pruned vectors); image_embed (training) is left whole."""
+    from tokenspace.models.dual import DualEncoder
+
+    full = make_model().eval()
+    pruned = make_model(extra={"image_top_n": 3, "text_top_n": 2}).eval()  # same seed: same weights
+    grids, texts = torch.randn(5, 16, 2, 2), ["a red dog", "blue stars and a cat", "tree"]
+    with torch.no_grad():
+        torch.testing.assert_close(pruned.image_embed(grids), full.image_embed(grids))
+        raw_img = full.image_embed(grids).numpy()
+        raw_txt = full.text_embed(*full.tokenize(texts)).numpy()
+    for got, raw, n in ((pruned.encode_image_grids(grids), raw_img, 3), (pruned.encode_texts(texts), raw_txt, 2)):
+        ref = np.zeros_like(raw)
+        for i, row in enumerate(raw):
+            top = np.argsort(-row, kind="stable")[:n]
+            ref[i, top] = row[top]
+        ref /= np.maximum(np.linalg.norm(ref, axis=1, keepdims=True), 1e-12)
+        assert (got.row_nnz() <= n).all() and (got.row_nnz() > 0).any()
+        np.testing.assert_allclose(got.to_dense(), ref, atol=1e-6)
+    # the options travel with a saved folder
+    pruned.save_pretrained(tmp_path / "m")
+    loaded = DualEncoder.from_pretrained(tmp_path / "m")
+    assert (loaded.image_top_n, loaded.text_top_n) == (3, 2)
+    assert (loaded.encode_image_grids(grids).row_nnz() <= 3).all()
+
+
+@pytest.mark.parametrize("value", [0, -2, 2.5, "10", True])
+def test_top_n_options_refuse_what_is_not_a_positive_int(make_model, value):
+    with pytest.raises(ValueError, match="image_top_n"):
+        make_model(extra={"image_top_n": value})

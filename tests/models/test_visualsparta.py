@@ -79,7 +79,7 @@ def test_top_n_pruning_keeps_the_heaviest_terms(make_model):
     m = vs_model(make_model)
     grids = torch.randn(4, 16, 2, 2)
     full = m.encode_image_grids(grids).to_dense()
-    m.top_n = 5
+    m.image_top_n = 5  # what extra.top_n sets
     pruned = m.encode_image_grids(grids)
     assert (pruned.row_nnz() <= 5).all()
     dense = pruned.to_dense()

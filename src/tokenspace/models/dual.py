@@ -36,6 +36,7 @@ from tokenspace.models.config import (  # noqa: F401 - the folder file names, re
     ModelConfig,
 )
 from tokenspace.models.options import FamilyOptions
+from tokenspace.models.pooling import keep_top
 from tokenspace.models.towers import build_image_tower, build_text_tower
 from tokenspace.sparse import SparseBatch
 from tokenspace.vocab import Vocabulary, WordPieceTokenizer
@@ -47,6 +48,10 @@ class DualEncoder(nn.Module):
     sparse: bool = True  # False: encode_* return dense np.ndarray rows (dense baseline only)
     # the typed form of config.extra (models/options.py); the base has none, so any key is refused
     Options: type[FamilyOptions] = FamilyOptions
+    # top-n pruning of encoded rows (encode_* only, never training): each row keeps its n heaviest terms
+    # before normalising. None keeps every active term; a family sets them from its options
+    image_top_n: int | None = None
+    text_top_n: int | None = None
 
     @classmethod
     def output_vocabulary(cls, config: ModelConfig, tokenizer_vocab: Vocabulary) -> Vocabulary:
@@ -125,7 +130,9 @@ class DualEncoder(nn.Module):
         with torch.inference_mode():
             yield self.device
 
-    def _to_output(self, emb: torch.Tensor):
+    def _to_output(self, emb: torch.Tensor, top_n: int | None = None):
+        if top_n:
+            emb = keep_top(emb, top_n)
         emb = self.normalize(emb).float()
         if self.sparse:
             return SparseBatch.from_torch(emb, vocab=self.vocab)  # copies to the CPU
@@ -138,7 +145,7 @@ class DualEncoder(nn.Module):
         with self._encoding(batch_size) as device:
             for s in tqdm(range(0, len(images), batch_size), disable=not progress, desc="encode images"):
                 pixels = self.preprocess(images[s : s + batch_size]).to(device)  # [b, 3, H, W]
-                outs.append(self._to_output(self.image_embed(self.image_grid(pixels))))
+                outs.append(self._to_output(self.image_embed(self.image_grid(pixels)), self.image_top_n))
         return self._concat(outs, len(images))
 
     def encode_image_grids(self, grids: torch.Tensor | np.ndarray, batch_size: int = 256):
@@ -148,7 +155,8 @@ class DualEncoder(nn.Module):
             for s in range(0, len(grids), batch_size):
                 g = grids[s : s + batch_size]
                 g = g if isinstance(g, torch.Tensor) else torch.from_numpy(np.asarray(g))
-                outs.append(self._to_output(self.image_embed(g.to(device=device, dtype=torch.float32))))
+                emb = self.image_embed(g.to(device=device, dtype=torch.float32))
+                outs.append(self._to_output(emb, self.image_top_n))
         return self._concat(outs, len(grids))
 
     def encode_texts(self, texts: Sequence[str], batch_size: int = 256, progress: bool = False):
@@ -163,7 +171,7 @@ class DualEncoder(nn.Module):
         with self._encoding(batch_size) as device:
             for s in tqdm(range(0, len(texts), batch_size), disable=not progress, desc="encode texts"):
                 ids, mask = self.tokenize(texts[s : s + batch_size])  # [b, L] each
-                outs.append(self._to_output(self.text_embed(ids.to(device), mask.to(device))))
+                outs.append(self._to_output(self.text_embed(ids.to(device), mask.to(device)), self.text_top_n))
         return self._concat(outs, len(texts))
 
     def _concat(self, outs, n):

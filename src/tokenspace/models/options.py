@@ -69,6 +69,10 @@ class StairOptions(FamilyOptions):
     image_bias_init: str | float = "mlm"  # "mlm" (the text MLM bias, a token prior) | a constant
     # dead image tokens get this times the gradient that would raise them (pooling.log1p_relu)
     image_revive_grad: float = 0.0
+    # top-n pruning of encoded rows (VisualSparta's Table 3, not in STAIR): encode_* keep each image's /
+    # text's n heaviest tokens before normalising; training and the losses see the whole vector. None: all
+    image_top_n: int | None = None
+    text_top_n: int | None = None
 
     def __post_init__(self):
         self._set("image_head_mid", _number(self.image_head_mid, "image_head_mid", int, allow_none=True) or None)
@@ -79,6 +83,11 @@ class StairOptions(FamilyOptions):
         self._set("image_revive_grad", _number(self.image_revive_grad, "image_revive_grad"))
         if self.image_revive_grad < 0:
             raise ValueError(f"image_revive_grad must be >= 0, not {self.image_revive_grad}")
+        for name in ("image_top_n", "text_top_n"):
+            n = _number(getattr(self, name), name, int, allow_none=True)
+            if n is not None and n < 1:
+                raise ValueError(f"option {name} must be a positive integer or null, not {n}")
+            self._set(name, n)
 
 
 TEXT_POOLINGS = ("mean", "eos")

@@ -15,6 +15,15 @@ def max_log1p_relu(scores: torch.Tensor, mask: torch.Tensor | None = None) -> to
     return log1p_relu(scores.amax(dim=1))
 
 
+def keep_top(x: torch.Tensor, k: int) -> torch.Tensor:
+    """[B, D] -> [B, D] with all but each row's k largest entries zeroed (Sparse CLIP's TopK activation,
+    and the top-n pruning of encoded rows: VisualSparta Table 3). k >= D keeps the row as it is."""
+    if k >= x.shape[-1]:
+        return x
+    top = x.topk(k, dim=-1)
+    return torch.zeros_like(x).scatter(-1, top.indices, top.values)
+
+
 def masked_mean(hidden: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """[B, L, H] -> [B, H], averaging valid positions only."""
     if mask is None:

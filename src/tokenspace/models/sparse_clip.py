@@ -25,7 +25,7 @@ from torch import nn
 
 from tokenspace.models.dual import DualEncoder
 from tokenspace.models.options import SparseClipOptions
-from tokenspace.models.pooling import grid_to_cells, masked_mean
+from tokenspace.models.pooling import grid_to_cells, keep_top, masked_mean
 from tokenspace.vocab import Vocabulary
 
 
@@ -57,8 +57,7 @@ class SparseClipModel(DualEncoder):
 
     def _act(self, x: torch.Tensor) -> torch.Tensor:  # [B, width] pre-activations
         if self.topk is not None:
-            top = x.topk(self.topk, dim=-1)
-            x = torch.zeros_like(x).scatter(-1, top.indices, top.values)
+            x = keep_top(x, self.topk)
         return torch.relu(x) if self.relu else x
 
     def image_embed(self, grid):  # [B, C, h, w] (a ViT's class token: h = w = 1) -> [B, width]

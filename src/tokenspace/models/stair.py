@@ -42,6 +42,7 @@ class StairModel(DualEncoder):
         else:
             self.image_transform = nn.Sequential(nn.Linear(c, hidden), nn.GELU(), nn.LayerNorm(hidden))
         self.image_revive = opts.image_revive_grad
+        self.image_top_n, self.text_top_n = opts.image_top_n, opts.text_top_n  # encode_* only (DualEncoder)
         # the image side has its own bias b
         if opts.image_bias_init == "mlm":
             self.image_bias = nn.Parameter(t.mlm_bias.detach().clone())

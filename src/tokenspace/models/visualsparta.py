@@ -33,7 +33,6 @@ from tokenspace.models.label_fragments import LabelFragments
 from tokenspace.models.maxproj import max_projection
 from tokenspace.models.options import VisualSpartaOptions
 from tokenspace.models.pooling import grid_to_cells
-from tokenspace.sparse import SparseBatch
 
 
 def text_to_image_loss(logits: torch.Tensor) -> torch.Tensor:
@@ -69,7 +68,7 @@ class VisualSpartaModel(DualEncoder):
         opts = config.options  # VisualSpartaOptions (models/options.py)
         width = t.hidden_size  # fragments live in the word-embedding space (eq. 10 is a dot product)
         self.max_cells = opts.max_cells
-        self.top_n = opts.top_n  # index-time pruning (paper Table 3); None keeps all terms
+        self.image_top_n = opts.top_n  # index-time pruning (paper Table 3); None keeps all terms
         self.fragment_proj = nn.Linear(self.image_tower.out_channels, width)  # eq. 8: E_image W + b
         self.position = nn.Parameter(torch.randn(self.max_cells, width) * 0.02)
         self.fragment_norm = nn.LayerNorm(width)  # BERT-style embedding norm before the encoder
@@ -144,17 +143,6 @@ class VisualSpartaModel(DualEncoder):
         y = torch.einsum("bjd,tid->btij", h, w).amax(-1)  # [Bi, Bt, m]  (eq. 10)
         f = torch.log1p(torch.relu(y + self.term_bias))  # eqs. 11-12
         return (f * self.query_mask(input_ids, attention_mask)).sum(-1)  # [Bi, Bt]
-
-    # ------------------------------------------------------------------ indexing (eq. 14)
-    def _prune(self, rows):
-        return rows.prune_topk(int(self.top_n)) if self.top_n and isinstance(rows, SparseBatch) else rows
-
-    def encode_images(self, images, batch_size: int = 64, progress: bool = False):
-        """Index rows: each image's term cache, pruned to its ``top_n`` heaviest terms when set."""
-        return self._prune(super().encode_images(images, batch_size, progress))
-
-    def encode_image_grids(self, grids, batch_size: int = 256):
-        return self._prune(super().encode_image_grids(grids, batch_size))
 
     def image_parameters(self):
         """What a frozen-image stage freezes: everything that builds the term cache, including e."""

@@ -1,0 +1,101 @@
+"""Top-n pruning of a trained model's encoded rows on the val splits: recall vs tokens per image / text.
+
+    python benchmarks/prune_sweep.py                         # the release model, emoji/icons/openclipart val
+    python benchmarks/prune_sweep.py --model runs/exp/x/model --image 0 100 60 --text 0 40
+
+Each (image n, text n) pair sets the model's ``image_top_n`` / ``text_top_n`` (the STAIR options of the
+same name: each encoded row keeps its n heaviest tokens, then is normalised; 0 keeps all) and measures
+R@1/5/10 both ways on every split. Val splits only: the choice of n for a release is made here, and the
+test splits are measured once, by benchmarks/release_model.py. Top-n pruning is VisualSparta's (Table 3),
+not STAIR's: a table row that uses it says so.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+import tokenspace
+from tokenspace import pipeline
+from tokenspace.atomic import write_text
+from tokenspace.eval import ResultsDoc
+
+ROOT = Path(__file__).resolve().parent.parent
+SPLITS = ["emoji:val", "icons:val", "openclipart:val"]
+RECALLS = [f"{side}_retrieval_recall@{k}" for side in ("image", "text") for k in (1, 5, 10)]
+
+
+def mean_recall(m: dict) -> float:
+    """Mean of R@1/5/10 in both directions, in % (the trainer's val number, on one split)."""
+    return 100 * float(np.mean([m[k] for k in RECALLS]))
+
+
+def sweep(model, encoded: dict, image_ns, text_ns) -> list[dict]:
+    rows = []
+    for ni in image_ns:
+        for nt in text_ns:
+            model.image_top_n, model.text_top_n = ni or None, nt or None
+            per = {s: pipeline.evaluate_retrieval(model, enc) for s, enc in encoded.items()}
+            rows.append({"image_top_n": ni, "text_top_n": nt,
+                         "mean_recall": float(np.mean([mean_recall(m) for m in per.values()])),
+                         "t2i_r1": 100 * float(np.mean([m["image_retrieval_recall@1"] for m in per.values()])),
+                         "nnz_image": max(m["nnz_image"] for m in per.values()),
+                         "nnz_text": max(m["nnz_text"] for m in per.values()),
+                         "splits": {s: {"mean_recall": mean_recall(m), **m} for s, m in per.items()}})
+            r = rows[-1]
+            print(f"image {ni or 'all':>4} text {nt or 'all':>4}: mean recall {r['mean_recall']:.2f}, "
+                  f"T→I R@1 {r['t2i_r1']:.2f}, tokens {r['nnz_image']:.1f} / {r['nnz_text']:.1f}", flush=True)
+    return rows
+
+
+def table(rows: list[dict], splits) -> str:
+    head = ("| image top-n | text top-n | " + " | ".join(f"{s} mean R" for s in splits)
+            + " | mean R (all) | T→I R@1 | tokens/image (max) | tokens/text (max) |")
+    lines = [head, "|" + "---:|" * (head.count("|") - 1)]
+    for r in rows:
+        cells = [str(r["image_top_n"] or "all"), str(r["text_top_n"] or "all")]
+        cells += [f"{r['splits'][s]['mean_recall']:.1f}" for s in splits]
+        cells += [f"{r['mean_recall']:.2f}", f"{r['t2i_r1']:.1f}", f"{r['nnz_image']:.1f}", f"{r['nnz_text']:.1f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="tokenspace-stair-drawings", help="a model name or folder")
+    ap.add_argument("--splits", nargs="+", default=SPLITS, help="val splits only (see the docstring)")
+    ap.add_argument("--image", nargs="+", type=int, default=[0, 150, 100, 80, 60, 40], help="0 keeps all")
+    ap.add_argument("--text", nargs="+", type=int, default=[0, 40, 30, 20], help="0 keeps all")
+    ap.add_argument("--home", default=None)
+    ap.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "prune_sweep.json"))
+    ap.add_argument("--doc", default="", help="docs/results.md to write its section there ('' skips)")
+    args = ap.parse_args(argv)
+    if any(s.split(":")[-1].startswith("test") for s in args.splits):
+        ap.error("prune_sweep chooses n: it runs on val splits only (the test splits are measured once)")
+    if any(n < 0 for n in args.image + args.text):
+        ap.error("top-n values must be >= 0 (0 keeps every token)")
+    model = tokenspace.load(args.model)
+    if not model.sparse:
+        ap.error(f"{args.model} is dense: there are no tokens to prune")
+    encoded = {s: pipeline.image_grids(model, pipeline.load_split(s, args.home), args.home, progress=False)
+               for s in args.splits}
+    rows = sweep(model, encoded, args.image, args.text)
+    command = "python benchmarks/prune_sweep.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    write_text(Path(args.json), json.dumps({"command": command.strip(), "model": args.model, "rows": rows},
+                                           indent=1, default=float) + "\n")
+    body = (f"Model `{args.model}`; R@1/5/10 both ways per val split, mean in %; tokens: the largest split "
+            "mean. Top-n pruning of encoded rows is VisualSparta's (Table 3), a deviation from STAIR.\n\n"
+            + table(rows, args.splits))
+    print(body)
+    if args.doc:
+        ResultsDoc(args.doc).update("prune-sweep", body, command.strip(),
+                                    heading="Top-n pruning of the release model's vectors, val splits (issue H)")
+    return 0
+
+
+if __name__ == "__main__":
+    np.seterr(all="ignore")
+    sys.exit(main())
