@@ -60,7 +60,7 @@ demo: assets
 serve: install
 	$(BIN)/tokenspace serve --index runs/demo/index
 
-# The release model (models/tokenspace-stair-drawings) and its dense twin: about 45 minutes on 2 cores,
+# The release model (models/tokenspace-stair-drawings) and its dense twin: about 75 minutes on 2 cores,
 # resumable (run it again after a stop); then measured on every test split, card and docs/results.md.
 release-model: assets
 	$(BIN)/tokenspace data build

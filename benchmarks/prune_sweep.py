@@ -25,12 +25,6 @@ from tokenspace.eval import ResultsDoc
 
 ROOT = Path(__file__).resolve().parent.parent
 SPLITS = ["emoji:val", "icons:val", "openclipart:val"]
-RECALLS = [f"{side}_retrieval_recall@{k}" for side in ("image", "text") for k in (1, 5, 10)]
-
-
-def mean_recall(m: dict) -> float:
-    """Mean of R@1/5/10 in both directions, in % (the trainer's val number, on one split)."""
-    return 100 * float(np.mean([m[k] for k in RECALLS]))
 
 
 def sweep(model, encoded: dict, image_ns, text_ns) -> list[dict]:
@@ -40,11 +34,12 @@ def sweep(model, encoded: dict, image_ns, text_ns) -> list[dict]:
             model.image_top_n, model.text_top_n = ni or None, nt or None
             per = {s: pipeline.evaluate_retrieval(model, enc) for s, enc in encoded.items()}
             rows.append({"image_top_n": ni, "text_top_n": nt,
-                         "mean_recall": float(np.mean([mean_recall(m) for m in per.values()])),
+                         # the evaluator's mean_recall: R@1/5/10 both ways (a fraction per split; % here)
+                         "mean_recall": 100 * float(np.mean([m["mean_recall"] for m in per.values()])),
                          "t2i_r1": 100 * float(np.mean([m["image_retrieval_recall@1"] for m in per.values()])),
                          "nnz_image": max(m["nnz_image"] for m in per.values()),
                          "nnz_text": max(m["nnz_text"] for m in per.values()),
-                         "splits": {s: {"mean_recall": mean_recall(m), **m} for s, m in per.items()}})
+                         "splits": per})
             r = rows[-1]
             print(f"image {ni or 'all':>4} text {nt or 'all':>4}: mean recall {r['mean_recall']:.2f}, "
                   f"T→I R@1 {r['t2i_r1']:.2f}, tokens {r['nnz_image']:.1f} / {r['nnz_text']:.1f}", flush=True)
@@ -57,7 +52,7 @@ def table(rows: list[dict], splits) -> str:
     lines = [head, "|" + "---:|" * (head.count("|") - 1)]
     for r in rows:
         cells = [str(r["image_top_n"] or "all"), str(r["text_top_n"] or "all")]
-        cells += [f"{r['splits'][s]['mean_recall']:.1f}" for s in splits]
+        cells += [f"{100 * r['splits'][s]['mean_recall']:.1f}" for s in splits]
         cells += [f"{r['mean_recall']:.2f}", f"{r['t2i_r1']:.1f}", f"{r['nnz_image']:.1f}", f"{r['nnz_text']:.1f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -72,26 +67,32 @@ def main(argv=None) -> int:
     ap.add_argument("--home", default=None)
     ap.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "prune_sweep.json"))
     ap.add_argument("--doc", default="", help="docs/results.md to write its section there ('' skips)")
+    ap.add_argument("--report-only", action="store_true", help="write --doc's section from --json (no measuring)")
     args = ap.parse_args(argv)
     if any(s.split(":")[-1].startswith("test") for s in args.splits):
         ap.error("prune_sweep chooses n: it runs on val splits only (the test splits are measured once)")
     if any(n < 0 for n in args.image + args.text):
         ap.error("top-n values must be >= 0 (0 keeps every token)")
-    model = tokenspace.load(args.model)
-    if not model.sparse:
-        ap.error(f"{args.model} is dense: there are no tokens to prune")
-    encoded = {s: pipeline.image_grids(model, pipeline.load_split(s, args.home), args.home, progress=False)
-               for s in args.splits}
-    rows = sweep(model, encoded, args.image, args.text)
-    command = "python benchmarks/prune_sweep.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    write_text(Path(args.json), json.dumps({"command": command.strip(), "model": args.model, "rows": rows},
-                                           indent=1, default=float) + "\n")
+    if args.report_only:
+        doc = json.loads(Path(args.json).read_text())
+        command, rows, args.model = doc["command"], doc["rows"], doc["model"]
+        args.splits = list(rows[0]["splits"])
+    else:
+        model = tokenspace.load(args.model)
+        if not model.sparse:
+            ap.error(f"{args.model} is dense: there are no tokens to prune")
+        encoded = {s: pipeline.image_grids(model, pipeline.load_split(s, args.home), args.home, progress=False)
+                   for s in args.splits}
+        rows = sweep(model, encoded, args.image, args.text)
+        command = ("python benchmarks/prune_sweep.py " + " ".join(sys.argv[1:] if argv is None else argv)).strip()
+        write_text(Path(args.json), json.dumps({"command": command, "model": args.model, "rows": rows},
+                                               indent=1, default=float) + "\n")
     body = (f"Model `{args.model}`; R@1/5/10 both ways per val split, mean in %; tokens: the largest split "
             "mean. Top-n pruning of encoded rows is VisualSparta's (Table 3), a deviation from STAIR.\n\n"
             + table(rows, args.splits))
     print(body)
     if args.doc:
-        ResultsDoc(args.doc).update("prune-sweep", body, command.strip(),
+        ResultsDoc(args.doc).update("prune-sweep", body, command,
                                     heading="Top-n pruning of the release model's vectors, val splits (issue H)")
     return 0
 
