@@ -91,15 +91,30 @@ def zeroshot_row(model, enc: pipeline.BackboneFeatures) -> dict[str, float]:
     return {f"ensemble_{k}": v for k, v in ev(model.encode_image_grids(enc.grids), model.encode_texts).items()}
 
 
-def recipe_note(run: Path) -> str:
-    """The run's image-tower setting and FLOPs weight, read from the recipe it trained with (the card
-    must describe the trained run, not the recipe's defaults of the day)."""
-    rec = json.loads((run / "recipe.json").read_text())
+def recipe_note(rec: dict) -> str:
+    """The run's image-tower setting and FLOPs weight, read from the recipe it trained with (its
+    recipe.json, or the copy in the stored card: the card must describe the trained run, not the
+    recipe's defaults of the day)."""
     start = rec.get("train_image_from")
     tower = ("the image tower frozen (only the head learns the image side; the paper trains the tower)"
              if start is None else f"the image tower trained from block {start} up (the paper: all of it)")
     lam = (rec.get("lambda_image"), rec.get("lambda_text"))
     return f"{tower}, FLOPs weight λ image/text {lam[0]:g}/{lam[1]:g}"
+
+
+def card_recipe(folder: Path) -> dict:
+    """The training recipe recorded in a stored folder's card (its "## Recipe" JSON block)."""
+    text = (folder / "README.md").read_text()
+    block = text.split("## Recipe", 1)[1].split("```json", 1)[1].split("```", 1)[0]
+    return json.loads(block)
+
+
+def replace_card_notes(folder: Path, notes: str) -> None:
+    """Swap the "## Notes" section of a stored folder's card, leaving the rest (recipe, training
+    metrics) as the training run wrote it."""
+    path = folder / "README.md"
+    head, rest = path.read_text().split("## Notes\n", 1)
+    write_text(path, head + "## Notes\n\n" + notes + "\n\n## Licence\n" + rest.split("## Licence\n", 1)[1])
 
 
 def train_seconds(run: Path) -> float:
@@ -140,6 +155,17 @@ def measure(model, home) -> dict[str, dict]:
             out["tokens"][spec] = token_row(model, enc)
         log(f"{model.config.name}: {spec} measured")
     return out
+
+
+def measure_all(folder: Path, runs: Path, home) -> dict[str, dict]:
+    """The stored release as users load it (with its encode options), the same weights with every
+    active token kept, and the dense twin's run."""
+    stored = tokenspace.load(folder)
+    results = {STAIR: measure(stored, home)}
+    stored.image_top_n = stored.text_top_n = None
+    results[UNPRUNED] = measure(stored, home)
+    results["dense baseline"] = measure(tokenspace.load(runs / RECIPES["dense baseline"] / "model"), home)
+    return results
 
 
 def targets(stair: dict, dense: dict) -> list[tuple[str, str, str, str]]:
@@ -190,11 +216,21 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "release_model.json"))
     ap.add_argument("--report-only", action="store_true",
                     help="rewrite the card and the docs section from --json's measurements (no training, no measuring)")
+    ap.add_argument("--stored", action="store_true",
+                    help="re-measure the committed STAIR folder without its run (weights untouched): set its "
+                         "encode options (ENCODE_TOP_N) in config.json, train the dense twin if missing, "
+                         "measure, rewrite the card's notes; training facts from --json's previous run")
     args = ap.parse_args(argv)
     torch.manual_seed(0)
     runs = Path(args.runs)
+    folder = Path(args.models) / RELEASE
+    stair_run = runs / RECIPES[STAIR]
+    previous = json.loads(Path(args.json).read_text()) if (args.stored or args.report_only) else {}
     walls = {}
     for name, recipe in RECIPES.items():
+        if args.stored and name == STAIR:
+            walls[name] = previous["wall_seconds"][name]
+            continue
         if not (args.skip_train or args.report_only):
             train(recipe, runs, args.home)
         tally = runs / recipe / "wall_seconds.json"
@@ -203,10 +239,14 @@ def main(argv=None) -> int:
             log(f"{recipe} has not finished: run this again to continue it")
             return 1
 
-    folder = Path(args.models) / RELEASE
-    stair_run = runs / RECIPES[STAIR]
     if args.report_only:
-        results = json.loads(Path(args.json).read_text())["results"]
+        results = previous["results"]
+    elif args.stored:
+        config_path = folder / "config.json"
+        config = json.loads(config_path.read_text())
+        config["extra"] = {**config.get("extra", {}), **ENCODE_TOP_N}
+        write_text(config_path, json.dumps(config, indent=2) + "\n")
+        results = measure_all(folder, runs, args.home)
     else:
         trained = tokenspace.load(stair_run / "model")
         trained.config.name = RELEASE
@@ -215,19 +255,22 @@ def main(argv=None) -> int:
         # which build of the concept splits the model was trained on: the splits depend on the installed
         # sources, and the demo checks its own build against this before calling its images held out
         write_text(folder / SPLITS_FILE, json.dumps(split_build(pipeline.home_dir(args.home)), indent=1) + "\n")
-        stored = tokenspace.load(folder)  # the stored weights, as users load them
-        results = {STAIR: measure(stored, args.home)}
-        stored.image_top_n = stored.text_top_n = None
-        results[UNPRUNED] = measure(stored, args.home)
-        results["dense baseline"] = measure(tokenspace.load(runs / RECIPES["dense baseline"] / "model"), args.home)
+        results = measure_all(folder, runs, args.home)
     goals = targets(results[STAIR], results["dense baseline"])
     goal_table = "\n".join(["| target | measured | goal | met |", "|---|---:|---:|---|"]
                            + [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in goals])
-    info = run_info(stair_run)
     weights = folder / "model.safetensors"
     steps = {n: run_info(runs / r).get("steps") for n, r in RECIPES.items()}
     step_seconds = {n: train_seconds(runs / r) for n, r in RECIPES.items()}
+    if args.stored:  # the STAIR run is not on this machine: its facts as the last full run recorded them
+        steps[STAIR] = previous["steps"][STAIR]
+        step_seconds[STAIR] = previous["train_step_seconds"][STAIR]
+        trained_with = card_recipe(folder)
+    else:
+        trained_with = json.loads((stair_run / "recipe.json").read_text())
     command = "make release-model  (python benchmarks/release_model.py)"
+    if args.stored:
+        command = "python benchmarks/release_model.py --stored  (the committed weights, trained by make release-model)"
     body = ("Recipes `stair-drawings` and `dense-drawings` on emoji:train + emoji:train-extra + icons:train + "
             "openclipart:train (30,036 drawings); steps: " + ", ".join(f"{n} {s}" for n, s in steps.items())
             + "; on this 2-core machine (shared with other work), wall time incl. the feature cache and "
@@ -239,13 +282,18 @@ def main(argv=None) -> int:
               "with every active token kept; the dense row its run's float32 model. Labelled deviations from "
               "the STAIR paper: EfficientNet-Lite0 / SPLADE-tiny towers (128-d tied space), image_revive_grad "
               "0.1 (a tuned head option), stage-3 lr 1e-3 after 2e-3 (the paper: 10x lower), batch 64 with "
-              "AdamW, " + recipe_note(stair_run) + ", top-n pruning of the encoded rows (VisualSparta's, "
-              "Table 3).\n\n"
-            + tables(results) + "\n\nIssue H's targets:\n\n" + goal_table)
+              "AdamW, " + recipe_note(trained_with) + ", top-n pruning of the encoded rows (VisualSparta's, "
+              "Table 3)."
+            + (" This measurement re-used the committed weights (`--stored`): only their encode options "
+               "changed; STAIR's steps and times are those of the run that trained them." if args.stored else "")
+            + "\n\n" + tables(results) + "\n\nIssue H's targets:\n\n" + goal_table)
     notes = (f"{body}\n\nWeights: `model.safetensors`, float16, {weights.stat().st_size / 1e6:.1f} MB, "
              f"sha256 `{sha256(weights)}`.\n\nCommand: `{command}`")
-    card = {**info, "notes": notes, "command": command}
-    write_text(folder / "README.md", render_card(tokenspace.load(folder), card))
+    if args.stored:
+        replace_card_notes(folder, notes)
+    else:
+        card = {**run_info(stair_run), "notes": notes, "command": command}
+        write_text(folder / "README.md", render_card(tokenspace.load(folder), card))
     doc = {"command": command, "release": RELEASE, "sha256": sha256(weights), "bytes": weights.stat().st_size,
            "wall_seconds": walls, "train_step_seconds": step_seconds, "steps": steps, "results": results, "targets": goals}
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
