@@ -260,14 +260,12 @@ def main(argv=None) -> int:
     goal_table = "\n".join(["| target | measured | goal | met |", "|---|---:|---:|---|"]
                            + [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in goals])
     weights = folder / "model.safetensors"
-    steps = {n: run_info(runs / r).get("steps") for n, r in RECIPES.items()}
-    step_seconds = {n: train_seconds(runs / r) for n, r in RECIPES.items()}
-    if args.stored:  # the STAIR run is not on this machine: its facts as the last full run recorded them
-        steps[STAIR] = previous["steps"][STAIR]
-        step_seconds[STAIR] = previous["train_step_seconds"][STAIR]
-        trained_with = card_recipe(folder)
-    else:
-        trained_with = json.loads((stair_run / "recipe.json").read_text())
+    # with --stored the STAIR run is not on this machine: its facts as the last full run recorded them
+    from_run = {n: r for n, r in RECIPES.items() if not (args.stored and n == STAIR)}
+    steps = {n: run_info(runs / r).get("steps") if n in from_run else previous["steps"][n] for n, r in RECIPES.items()}
+    step_seconds = {n: train_seconds(runs / r) if n in from_run else previous["train_step_seconds"][n]
+                    for n, r in RECIPES.items()}
+    trained_with = card_recipe(folder) if args.stored else json.loads((stair_run / "recipe.json").read_text())
     command = "make release-model  (python benchmarks/release_model.py)"
     if args.stored:
         command = "python benchmarks/release_model.py --stored  (the committed weights, trained by make release-model)"
