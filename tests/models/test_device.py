@@ -41,7 +41,7 @@ def _record_inputs(model, seen):
         method = getattr(model, name)
         setattr(model, name, lambda *a, _m=method, _n=name, **kw: (note(_n, *a), _m(*a, **kw))[1])
     outputs = []
-    model._to_output = lambda emb: outputs.append(emb.device.type)
+    model._to_output = lambda emb, top_n=None: outputs.append(emb.device.type)
     model._concat = lambda outs, n: outs
     return outputs
 
