@@ -69,7 +69,7 @@ def main(argv=None) -> int:
     ap.add_argument("--doc", default="", help="docs/results.md to write its section there ('' skips)")
     ap.add_argument("--report-only", action="store_true", help="write --doc's section from --json (no measuring)")
     args = ap.parse_args(argv)
-    if any(s.split(":")[-1].startswith("test") for s in args.splits):
+    if any(part.startswith("test") for s in args.splits for part in s.split(":")[1:]):  # emoji:test, x:test:300
         ap.error("prune_sweep chooses n: it runs on val splits only (the test splits are measured once)")
     if any(n < 0 for n in args.image + args.text):
         ap.error("top-n values must be >= 0 (0 keeps every token)")

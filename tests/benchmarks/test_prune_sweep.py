@@ -52,7 +52,8 @@ def test_sweep_rows_equal_retrieval_on_rows_pruned_by_hand(ps, make_model):
     assert rows[0]["nnz_image"] > 3  # the tiny model is dense enough for the cut to bite
 
 
-def test_the_sweep_refuses_test_splits(ps, capsys):
+@pytest.mark.parametrize("spec", ["emoji:test", "emoji:test-concepts", "openclipart:test:300"])
+def test_the_sweep_refuses_test_splits(ps, capsys, spec):
     with pytest.raises(SystemExit):
-        ps.main(["--splits", "emoji:test", "--json", "/dev/null"])
+        ps.main(["--splits", "emoji:val", spec, "--json", "/dev/null"])
     assert "val splits only" in capsys.readouterr().err
