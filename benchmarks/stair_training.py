@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 DATA = {"train": ["emoji:train", "openclipart:train:2000"], "eval": ["emoji:val"]}
+MINILM = {"type": "bert-mlm", "weights": "asset:all-minilm-l6-v2"}
 
 # name -> (recipe, overrides, what it is)
 VARIANTS = {
@@ -39,6 +40,14 @@ VARIANTS = {
     "paper-equal": ("stair-emoji-paper", {"plan": {"dense_steps": 300, "split": "equal", "ratio": [1, 1, 2], "lr": 1e-3,
                                                    "stage3_lr": 1e-4, "warmup_steps": 5}},
                     "paper-faithful STAIR, stages 1:1:2 in the dense budget"),
+    # the wider tied space (item 5): all-MiniLM-L6-v2's 384-d word embeddings instead of SPLADE-tiny's 128-d;
+    # its wheel has no MLM head, so the text TRANSFORM and bias start fresh (SPLADE-tiny's are trained)
+    "split-minilm": ("stair-emoji-split", {"model": {"text_tower": MINILM}},
+                     "split with all-MiniLM-L6-v2 as the text tower (384-d tied space; fresh MLM head)"),
+    "split-minilm-tlr0.1": ("stair-emoji-split", {"model": {"text_tower": MINILM}, "text_lr_scale": 0.1},
+                            "split-minilm with the text tower at 0.1x the lr (a 6-layer pretrained encoder)"),
+    "dense-minilm": ("dense-emoji", {"model": {"text_tower": MINILM}},
+                     "dense with all-MiniLM-L6-v2 as the text tower (mean-pooled, projected to 512)"),
     "dense": ("dense-emoji", {}, "dense-emoji: the dense baseline, same towers, data and budget"),
     "dense-last1": ("dense-emoji", {"train_image_from": -1}, "dense + block 15 + conv head trained"),
 }

