@@ -1,7 +1,10 @@
 """Shared fixtures: tiny vocabularies, tiny models and tiny image-text data, all built in code."""
 from __future__ import annotations
 
+import importlib.util
 import logging
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -33,6 +36,30 @@ def tiny_config(family: str = "stair", vocab_size: int = 34, **over):
     )
     base.update(over)
     return ModelConfig(**base)
+
+
+@pytest.fixture(scope="module")
+def load_benchmark():
+    """``load_benchmark("release_model")`` -> the module of benchmarks/release_model.py, set up as
+    ``python benchmarks/<name>.py`` sees it: the folder on sys.path (scripts import their siblings, some
+    inside functions) and the module in sys.modules (dataclasses resolve string annotations there). Both
+    are undone after the test module, so no script name shadows anything in another test module."""
+    folder = Path(__file__).resolve().parents[1] / "benchmarks"
+    before = set(sys.modules)
+    sys.path.insert(0, str(folder))
+
+    def load(name: str):
+        spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+        return mod
+
+    yield load
+    sys.path.remove(str(folder))
+    for name in set(sys.modules) - before:
+        if str(getattr(sys.modules[name], "__file__", None) or "").startswith(str(folder)):
+            del sys.modules[name]
 
 
 @pytest.fixture

@@ -1,23 +1,15 @@
 """benchmarks/fitted_corpus.py on a tiny batch: the generated corpus keeps the input's statistics."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from tokenspace.sparse import SparseBatch
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture(scope="module")
-def fitted():
-    spec = importlib.util.spec_from_file_location("fitted_corpus", ROOT / "benchmarks/fitted_corpus.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def fitted(load_benchmark):
+    return load_benchmark("fitted_corpus")
 
 
 def _tiny(rng) -> SparseBatch:

@@ -1,9 +1,6 @@
 """benchmarks/prune_sweep.py on a tiny in-code STAIR model and in-code grids (no assets)."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -12,15 +9,10 @@ from tokenspace.data.manifest import Record
 from tokenspace.eval import RetrievalEvaluator
 from tokenspace.pipeline import BackboneFeatures
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture(scope="module")
-def ps():
-    spec = importlib.util.spec_from_file_location("prune_sweep", ROOT / "benchmarks/prune_sweep.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def ps(load_benchmark):
+    return load_benchmark("prune_sweep")
 
 
 def test_sweep_rows_equal_retrieval_on_rows_pruned_by_hand(ps, make_model):

@@ -1,29 +1,14 @@
 """benchmarks/release_model.py's --stored helpers on a tiny in-code model's card (no assets)."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
 from tokenspace.models.card import render_card
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture(scope="module")
-def rm():
-    sys.path.insert(0, str(ROOT / "benchmarks"))  # release_model imports its sibling scripts
-    try:
-        spec = importlib.util.spec_from_file_location("release_model", ROOT / "benchmarks/release_model.py")
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        yield mod
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
-        for name in ("reproduce", "tagger_zeroshot"):
-            sys.modules.pop(name, None)
+def rm(load_benchmark):
+    return load_benchmark("release_model")
 
 
 def test_stored_mode_reads_the_cards_recipe_and_swaps_only_its_notes(rm, make_model, tmp_path):

@@ -1,11 +1,8 @@
 """benchmarks/reproduce.py section builders on tiny in-code models and a tiny manifest (no assets)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,17 +11,10 @@ import torch
 from tokenspace.data.manifest import Record, write_manifest
 from tokenspace.eval import ResultsDoc, RetrievalEvaluator
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture(scope="module")
-def rp():
-    spec = importlib.util.spec_from_file_location("reproduce", ROOT / "benchmarks/reproduce.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["reproduce"] = mod  # dataclasses resolve string annotations through sys.modules
-    spec.loader.exec_module(mod)
-    yield mod
-    sys.modules.pop("reproduce", None)
+def rp(load_benchmark):
+    return load_benchmark("reproduce")
 
 
 @pytest.fixture

@@ -2,18 +2,12 @@
 its synthetic shards through the ScaleTrainer and its loss falls, within a minute of CPU time."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import time
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_gpu_smoke_tiny_runs_every_paper_config_on_cpu(tmp_path):
-    spec = importlib.util.spec_from_file_location("gpu_smoke", ROOT / "benchmarks/gpu_smoke.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+def test_gpu_smoke_tiny_runs_every_paper_config_on_cpu(tmp_path, load_benchmark):
+    mod = load_benchmark("gpu_smoke")
     cpu0 = time.process_time()
     # workers 0: the decoding runs in this process, so its CPU time is all counted below
     code = mod.main(["--tiny", "--workers", "0", "--out", str(tmp_path / "smoke.json"), "--work", str(tmp_path / "w")])
