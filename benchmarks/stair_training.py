@@ -46,6 +46,11 @@ VARIANTS = {
                      "split with all-MiniLM-L6-v2 as the text tower (384-d tied space; fresh MLM head)"),
     "split-minilm-tlr0.1": ("stair-emoji-split", {"model": {"text_tower": MINILM}, "text_lr_scale": 0.1},
                             "split-minilm with the text tower at 0.1x the lr (a 6-layer pretrained encoder)"),
+    # with a fresh head over 384 dims the vectors come out ~20x denser at split's lambda: more FLOPs weight
+    **{f"split-minilm-tlr0.1-l{lam:g}": (
+        "stair-emoji-split", {"model": {"text_tower": MINILM}, "text_lr_scale": 0.1,
+                              "loss": {"lambda": lam, "flops_warmup": 100, "flops_warmup_per_stage": False}},
+        f"split-minilm-tlr0.1 with lambda {lam:g} (split's is 1e-3)") for lam in (1e-2, 3e-2)},
     "dense-minilm": ("dense-emoji", {"model": {"text_tower": MINILM}},
                      "dense with all-MiniLM-L6-v2 as the text tower (mean-pooled, projected to 512)"),
     "dense": ("dense-emoji", {}, "dense-emoji: the dense baseline, same towers, data and budget"),

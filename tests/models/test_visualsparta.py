@@ -90,6 +90,13 @@ def test_top_n_pruning_keeps_the_heaviest_terms(make_model):
         assert (row_full[kept] >= fifth).all()  # nothing lighter than the 5th heaviest survives
 
 
+@pytest.mark.parametrize("value", [0, -1, 2.5])
+def test_top_n_refuses_what_is_not_a_positive_int(make_model, value):
+    """0 used to keep every term; it reads as "keep none", so it is refused like STAIR's top-n options."""
+    with pytest.raises(ValueError, match="top_n"):
+        vs_model(make_model, top_n=value)
+
+
 def test_encode_returns_unnormalised_rows(make_model):
     m = vs_model(make_model)
     txts = m.encode_texts(["dog dog"])

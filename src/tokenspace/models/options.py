@@ -57,6 +57,14 @@ class FamilyOptions:
         object.__setattr__(self, name, value)
 
 
+def _top_n(value, name: str) -> int | None:
+    """A top-n pruning option: a positive int, or None to keep every token (0 would read as "keep none")."""
+    n = _number(value, name, int, allow_none=True)
+    if n is not None and n < 1:
+        raise ValueError(f"option {name} must be a positive integer or null, not {n}")
+    return n
+
+
 @dataclass(frozen=True)
 class StairOptions(FamilyOptions):
     """STAIR's image head (all off by default: the paper's head). Why stair-emoji turns
@@ -84,10 +92,7 @@ class StairOptions(FamilyOptions):
         if self.image_revive_grad < 0:
             raise ValueError(f"image_revive_grad must be >= 0, not {self.image_revive_grad}")
         for name in ("image_top_n", "text_top_n"):
-            n = _number(getattr(self, name), name, int, allow_none=True)
-            if n is not None and n < 1:
-                raise ValueError(f"option {name} must be a positive integer or null, not {n}")
-            self._set(name, n)
+            self._set(name, _top_n(getattr(self, name), name))
 
 
 TEXT_POOLINGS = ("mean", "eos")
@@ -139,7 +144,7 @@ class VisualSpartaOptions(FamilyOptions):
         for name in ("layers", "heads", "max_cells"):
             self._set(name, _number(getattr(self, name), name, int))
         self._set("ffn", _number(self.ffn, "ffn", int, allow_none=True))
-        self._set("top_n", _number(self.top_n, "top_n", int, allow_none=True))
+        self._set("top_n", _top_n(self.top_n, "top_n"))
         self._set("dropout", _number(self.dropout, "dropout"))
         self._set("bias_init", _number(self.bias_init, "bias_init"))
         if self.label_fragments:
