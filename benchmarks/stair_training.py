@@ -7,6 +7,9 @@ and the markdown table is printed.
 
     python benchmarks/stair_training.py --variants base head last1 --out benchmarks/results/stair_training.json
     python benchmarks/stair_training.py --batch-sweep 64 256 1024 --steps 12   # step time vs batch only
+    # the wider tied space (all-MiniLM-L6-v2; `tokenspace assets install all-minilm-l6-v2`) beside SPLADE-tiny
+    python benchmarks/stair_training.py --scale 0.3333333 --out benchmarks/results/stair_training_minilm.json \
+        --variants split split-minilm split-minilm-tlr0.1 dense dense-minilm
 
 Step times on a shared 2-core CPU are indicative only (other jobs run beside).
 """
