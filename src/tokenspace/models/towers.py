@@ -7,6 +7,9 @@ downloads.
 from __future__ import annotations
 
 import importlib
+import json
+import logging
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
@@ -14,6 +17,8 @@ import torch
 from torch import nn
 
 from tokenspace import assets
+
+log = logging.getLogger(__name__)
 
 # name -> class, or "module:Class" for a tower living in its own file: imported by name on first use
 # (as transformers' auto classes do), so this module imports none of them and they all import it
@@ -84,6 +89,27 @@ def build_text_tower(spec: dict) -> nn.Module:
     if kind not in TEXT_TOWERS:
         raise KeyError(f"unknown text tower {kind!r}; known: {sorted(TEXT_TOWERS)}")
     return _lookup(TEXT_TOWERS, kind)(**spec)
+
+
+def _encoder_only(folder: Path) -> bool:
+    """The folder's config names a bare BertModel (no MLM head to load)."""
+    try:
+        arch = json.loads((folder / "config.json").read_text()).get("architectures") or []
+    except (OSError, ValueError):
+        return False  # from_pretrained reports what is wrong with the folder
+    return arch == ["BertModel"]
+
+
+@contextmanager
+def _transformers_errors_only():
+    from transformers.utils import logging as hf_logging  # start-up: only the bert-mlm tower needs it
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
 
 
 # ---------------------------------------------------------------------------------------- image towers
@@ -229,7 +255,13 @@ class BertMLMTower(TextTower):
         from transformers import BertConfig, BertForMaskedLM  # start-up: transformers takes seconds to import
 
         path = resolve_weights(weights)
-        if path is not None:
+        if path is not None and _encoder_only(path):
+            # a sentence encoder such as all-MiniLM-L6-v2: transformers' load report calls the absent head
+            # "missing" and the checkpoint "corrupted"; say what it means here instead, once
+            log.info("%s is a BERT encoder without an MLM head: the head's TRANSFORM and bias start fresh", path)
+            with _transformers_errors_only():
+                mlm = BertForMaskedLM.from_pretrained(str(path), local_files_only=True)
+        elif path is not None:
             mlm = BertForMaskedLM.from_pretrained(str(path), local_files_only=True)
         else:
             if config is None:
