@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 import json
 import logging
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Callable
 
@@ -255,14 +255,14 @@ class BertMLMTower(TextTower):
         from transformers import BertConfig, BertForMaskedLM  # start-up: transformers takes seconds to import
 
         path = resolve_weights(weights)
-        if path is not None and _encoder_only(path):
-            # a sentence encoder such as all-MiniLM-L6-v2: transformers' load report calls the absent head
-            # "missing" and the checkpoint "corrupted"; say what it means here instead, once
-            log.info("%s is a BERT encoder without an MLM head: the head's TRANSFORM and bias start fresh", path)
-            with _transformers_errors_only():
+        if path is not None:
+            head_less = _encoder_only(path)
+            if head_less:
+                # a sentence encoder such as all-MiniLM-L6-v2: transformers' load report calls the absent
+                # head "missing" and the checkpoint "corrupted"; say what it means here instead, once
+                log.info("%s is a BERT encoder without an MLM head: the head's TRANSFORM and bias start fresh", path)
+            with _transformers_errors_only() if head_less else nullcontext():
                 mlm = BertForMaskedLM.from_pretrained(str(path), local_files_only=True)
-        elif path is not None:
-            mlm = BertForMaskedLM.from_pretrained(str(path), local_files_only=True)
         else:
             if config is None:
                 raise ValueError("bert-mlm needs `weights` (a folder or asset:NAME) or a `config` dict")
