@@ -220,8 +220,7 @@ def search_batch(seg, opt, q_indptr, q_indices, q_values, rows, out_docs, out_sc
     """search_one over the query rows `rows` of a CSR batch; results land in row r of the out_* arrays.
 
     opt.query_mass < 1 cuts each query (cut_row) for candidate generation; rescoring uses the full row.
-    Queries take the 16-bit first pass where use_u16 says so (exact ones also where u16_exact_ok
-    does), all others the float one.
+    Approximate queries take the 16-bit first pass where use_u16 says so, all others the float one.
     The cut is done here, not in Python: building a cut SparseBatch cost ~50 us per query.
     """
     qdense = np.zeros(len(seg.df), np.float32)
@@ -233,8 +232,7 @@ def search_batch(seg, opt, q_indptr, q_indices, q_values, rows, out_docs, out_sc
         q_idx, q_val = f_idx, f_val
         if opt.query_mass < 1.0:
             q_idx, q_val = cut_row(f_idx, f_val, opt.query_mass)
-        if use_u16(q_idx, q_val, seg.df, seg.dense_slot) and (
-                not opt.exact or u16_exact_ok(q_idx, q_val, seg.df, seg.scale)):
+        if not opt.exact and use_u16(q_idx, q_val, seg.df, seg.dense_slot):
             out_count[r] = search_one(seg, opt, q_idx, q_val, f_idx, f_val, qdense, acc16, out_docs[r],
                                       out_scores[r])
         else:
@@ -248,13 +246,13 @@ def search_one(seg, opt, q_idx, q_val, f_idx, f_val, qdense, acc, out_docs, out_
 
     q_idx/q_val: the terms that generate candidates (maybe cut); f_idx/f_val: the full query used
     for exact rescoring; qdense: float32[dim] zeros (scratch). acc: the accumulator, whose dtype picks
-    the first pass, compiled from this one body: float32 scores codes times float query weights;
-    uint16 scores them with integer weights (see the 16-bit section). The opt.rerank best first-pass
+    the first pass, compiled from this one body: float32 scores codes times float query weights within
+    a proven error bound (exact mode, and approximate queries use_u16 turns down); uint16 scores them
+    with integer weights (approximate only, see the 16-bit section). The opt.rerank best first-pass
     scores are kept in a heap; exact mode also keeps every doc within 2 err of the heap's minimum.
 
-    Why exact: let t be the rerank-th best first-pass score at the end and err the largest
-    |first-pass - exact| of any doc (float32: the quantisation bound, sum over query terms of
-    q * scale; uint16: that bound plus what rounding the weights adds, see _query_terms_u16). The rerank >= k docs in the
+    Why exact: let t be the rerank-th best quantised score at the end and err the largest
+    |quantised - exact| of any doc (sum over query terms of q * scale). The rerank >= k docs in the
     heap have exact scores >= t - err, so the true k-th exact score is >= t - err, and any doc of the
     true top-k has a quantised score >= t - 2 err = the final threshold. The running threshold only
     grows towards it, so such a doc was kept as a candidate and survives. Skipped blocks are bounded
@@ -450,21 +448,15 @@ def _rescore(seg, c_doc, c_s, nc, thr, f_idx, f_val, qdense, k, out_docs, out_sc
 # approx_top_n are read too. Dense columns are added two per pass (half the accumulator loads/stores;
 # measured ~15% faster than one).
 #
-# uint16: each query term's code step (q * scale[t]) becomes an integer weight on a per-query unit
-# chosen so that the largest possible score fits in 16 bits (_u16_unit). Twice the docs per SIMD
-# register and half the accumulator bytes; dense columns are added four per pass (one accumulator
-# load/store per four codes). Rounding the weights adds at most unit/2 * 255 per term to a doc's
-# score, which grows with the term count, so long queries (more than U16_MAX_TERMS terms after the
-# cut) and queries without dense columns (nothing to vectorise) keep the float pass (use_u16).
-# Approximate mode needs only the `rerank` best first-pass scores and takes this pass whenever
-# use_u16 allows. Exact mode needs a proven error: the rounding of each weight is known (|w - x| for
-# a term of real weight x units), so 255 * sum |w - x| units bounds what it adds on top of the
-# quantisation bound, and the window widens by that much. Where that would more than
-# U16_EXACT_MAX_ROUNDING-fold the window (more candidates to rescore than the pass saves), or a
-# term's weight would round to 0, exact mode keeps the float pass (u16_exact_ok).
-# Measurements: docs/benchmarks.md ("the 16-bit approximate first pass", "16-bit exact pass").
+# uint16 (approximate mode): approximate mode needs only the `rerank` best first-pass scores, not
+# scores within a proven error, so it scores in uint16: each query term's code step (q * scale[t])
+# becomes an integer weight on a per-query unit chosen so that the largest possible score fits in 16
+# bits. Twice the docs per SIMD register and half the accumulator bytes; dense columns are added four
+# per pass (one accumulator load/store per four codes). Rounding the weights adds at most unit/2 * 255
+# per term to a doc's score, which grows with the term count, so long queries (more than
+# U16_MAX_TERMS terms after the cut) and queries without dense columns (nothing to vectorise) keep
+# the float pass (use_u16). Measurements: docs/benchmarks.md ("the 16-bit approximate first pass").
 U16_MAX_TERMS = 48
-U16_EXACT_MAX_ROUNDING = 3.0
 U16_MAX = 65535
 QUAD = 4  # dense columns per pass in the 16-bit pass
 CHUNK16 = 16384  # docs per uint16 accumulator chunk (8K-64K measured: 16K fastest)
@@ -485,42 +477,6 @@ def use_u16(q_idx, q_val, df, dense_slot):
             if dense_slot[t] >= 0:
                 n_dn += 1
     return n_dn > 0 and nt <= U16_MAX_TERMS
-
-
-@njit(cache=True, nogil=True)
-def _u16_unit(q_idx, q_val, df, scale):
-    """The 16-bit pass's score unit for this query (0 when no term can score): weights round to at most
-    x + 1/2 for a term of real weight x = q * scale / unit, so the largest score is at most
-    total / unit + 127.5 nt = U16_MAX, total being the largest real score (255 code steps a term)."""
-    total = 0.0
-    nt = 0
-    for j in range(len(q_idx)):
-        t = q_idx[j]
-        if q_val[j] > 0.0 and df[t] > 0:
-            total += 255.0 * q_val[j] * scale[t]
-            nt += 1
-    if nt == 0:
-        return 0.0
-    return total / (U16_MAX - 127.5 * nt)
-
-
-@njit(cache=True, nogil=True)
-def u16_exact_ok(q_idx, q_val, df, scale):
-    """Whether an exact query that use_u16 allows takes the 16-bit pass (see the comment above)."""
-    unit = _u16_unit(q_idx, q_val, df, scale)
-    if unit == 0.0:
-        return False
-    err = 0.0
-    rounding = 0.0
-    for j in range(len(q_idx)):
-        t = q_idx[j]
-        if q_val[j] > 0.0 and df[t] > 0:
-            x = q_val[j] * scale[t] / unit
-            if x < 0.5:
-                return False
-            err += x
-            rounding += 255.0 * abs(np.floor(x + 0.5) - x)
-    return rounding <= U16_EXACT_MAX_ROUNDING * err
 
 
 def _by_acc_dtype(float_impl, u16_impl):
@@ -586,28 +542,30 @@ def _query_terms_f32(acc, seg, opt, q_idx, q_val):
 
 def _query_terms_u16(acc, seg, opt, q_idx, q_val):
     nq = len(q_idx)
-    # each term may have a main list (or a dense column) and, in exact mode, a residual list
-    sp_w = np.empty(2 * nq, np.uint16)
-    sp_cell = np.empty(2 * nq, np.int64)
-    sp_res = np.zeros(2 * nq, np.bool_)
+    sp_w = np.empty(nq, np.uint16)
+    sp_cell = np.empty(nq, np.int64)
+    sp_res = np.zeros(nq, np.bool_)  # main lists only (approximate mode)
     n_chunks = _n_chunks(seg)
     dn_slot = np.empty(nq + QUAD, np.int64)
     dn_w = np.zeros(nq + QUAD, np.uint16)
     n_sp = 0
     n_dn = 0
-    unit = _u16_unit(q_idx, q_val, seg.df, seg.scale)
-    if unit == 0.0:
+    total = 0.0
+    nt = 0
+    for j in range(nq):
+        t = q_idx[j]
+        if q_val[j] > 0.0 and seg.df[t] > 0:
+            total += 255.0 * q_val[j] * seg.scale[t]
+            nt += 1
+    if nt == 0:
         return sp_w, sp_cell, sp_res, n_sp, dn_slot, dn_w, n_dn, 0.0
-    err = 0.0  # in units: the quantisation bound (as _query_terms_f32's) ...
-    rounding = 0.0  # ... and what rounding the weights can add to a score (exact mode's window)
+    # weights round to at most q/unit + 1/2, so the largest score is <= total/unit + 127.5 nt = U16_MAX
+    unit = total / (U16_MAX - 127.5 * nt)
     for j in range(nq):
         t = q_idx[j]
         if q_val[j] <= 0.0 or seg.df[t] == 0:
             continue
-        x = q_val[j] * seg.scale[t] / unit
-        w = np.int64(x + 0.5)
-        err += x
-        rounding += 255.0 * abs(w - x)
+        w = np.int64(q_val[j] * seg.scale[t] / unit + 0.5)
         if w == 0:  # below half a unit: contributes nothing at this precision
             continue
         if seg.dense_slot[t] >= 0:
@@ -618,20 +576,13 @@ def _query_terms_u16(acc, seg, opt, q_idx, q_val):
             sp_w[n_sp] = w
             sp_cell[n_sp] = t * n_chunks
             n_sp += 1
-        if opt.exact and seg.res_ptr[(t + 1) * n_chunks] > seg.res_ptr[t * n_chunks]:
-            sp_w[n_sp] = w
-            sp_cell[n_sp] = t * n_chunks
-            sp_res[n_sp] = True
-            n_sp += 1
-    # the window is kept in float32 (heap minimum - slack): a little margin for its rounding
-    slack = 2.0 * (err + rounding) * 1.0001 + 1.0 if opt.exact else 0.0
     # pad the dense terms to whole quads with weight-0 reads of a column already being read
     n_pad = n_dn
     while n_pad % QUAD != 0:
         dn_slot[n_pad] = dn_slot[0]
         dn_w[n_pad] = 0
         n_pad += 1
-    return sp_w, sp_cell, sp_res, n_sp, dn_slot, dn_w, n_dn, slack
+    return sp_w, sp_cell, sp_res, n_sp, dn_slot, dn_w, n_dn, 0.0
 
 
 # (sp_w, sp_cell, sp_res, n_sp, dn_slot, dn_w, n_dn, slack): the query's sparse lists (weight, first
