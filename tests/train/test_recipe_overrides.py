@@ -36,3 +36,34 @@ def test_torchrun_entry_reports_a_bad_set_in_one_line(tmp_path):
     with pytest.raises(SystemExit) as e:
         distributed.main(["--recipe", "stair-emoji", "--out", str(tmp_path), "--set", "batch_size"])
     assert str(e.value.code) == "--set takes KEY=VALUE, got 'batch_size'"
+
+
+def test_dotted_set_keys_change_one_field_and_keep_the_rest():
+    # stair-emoji: model "stair-emoji" (a config name), loss {lambda: 1e-3, flops_warmup: 100, ...}
+    base = Recipe.load("stair-emoji")
+    got = parse_overrides(["model.extra.image_revive_grad=0.5", "loss.flops_warmup=7", "loss.lambda_image=2.0e-2"])
+    assert got == {"model": {"extra": {"image_revive_grad": 0.5}},
+                   "loss": {"flops_warmup": 7, "lambda_image": 2e-2}}
+    r = Recipe.load("stair-emoji", **got)
+    assert r.model == {"config": "stair-emoji", "extra": {"image_revive_grad": 0.5}}
+    assert r.flops_warmup == 7 and r.flops_warmup_per_stage == base.flops_warmup_per_stage
+    # the side given on its own wins over the file's `lambda`, the other side keeps it
+    assert (r.lambda_image, r.lambda_text) == (2e-2, base.lambda_text)
+    # a plain mapping still replaces the file's: the file's flops_warmup is gone (the default)
+    plain = Recipe.load("stair-emoji", **parse_overrides(["loss={lambda: 1.0e-2}"]))
+    assert plain.lambda_image == plain.lambda_text == 1e-2 and plain.flops_warmup != 100
+
+
+def test_dotted_set_key_on_a_key_the_file_lacks_or_unknown():
+    r = Recipe.load("stair-emoji", **parse_overrides(["data.eval=[emoji:val]"]))
+    assert r.data["eval"] == ["emoji:val"] and r.data["train"] == Recipe.load("stair-emoji").data["train"]
+    with pytest.raises(ValueError, match="unknown recipe keys: \\['nonsense'\\]"):
+        Recipe.load("stair-emoji", **parse_overrides(["nonsense.x=1"]))
+
+
+def test_bad_dotted_set_options_are_one_line_errors():
+    for bad in ("model..extra=1", "model.=1", ".model=1"):
+        with pytest.raises(ValueError, match="^--set takes KEY=VALUE, got "):
+            parse_overrides([bad])
+    with pytest.raises(ValueError, match="^--set batch_size.x=1: batch_size is set to 64 by an earlier --set, not to a mapping$"):
+        parse_overrides(["batch_size=64", "batch_size.x=1"])

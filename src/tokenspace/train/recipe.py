@@ -187,11 +187,11 @@ class Recipe:
     def from_dict(cls, d: dict) -> Recipe:
         d = dict(d)
         loss = dict(d.pop("loss", {}) or {})  # a copy: the caller's mapping is left as given
+        if "lambda" in loss:  # both sides, unless a side is given on its own (below)
+            d["lambda_image"] = d["lambda_text"] = loss.pop("lambda")
         for k in ("lambda_image", "lambda_text"):
             if k in loss:
                 d[k] = loss.pop(k)
-        if "lambda" in loss:
-            d["lambda_image"] = d["lambda_text"] = loss.pop("lambda")
         for k in ("flops_warmup", "flops_warmup_per_stage", "flops_reference_batch"):
             if k in loss:
                 d[k] = loss.pop(k)
@@ -216,6 +216,8 @@ class Recipe:
         for given, other in (("stages", "plan"), ("plan", "stages")):
             if given in overrides:
                 d.pop(other, None)
+        overrides = {k: _merge_dotted(d.get(k), k, v) if isinstance(v, DottedValue) else v
+                     for k, v in overrides.items()}
         m = overrides.get("model")
         if isinstance(m, dict) and "config" not in m and d.get("model") is not None:
             # a model override without `config` ({extra: {topk: 64}}) changes the file's model config
@@ -228,20 +230,55 @@ class Recipe:
         return cls.from_dict(d)
 
 
+class DottedValue(dict):
+    """What dotted ``--set`` keys give a top-level key (``model.extra.topk=64`` -> ``model:
+    {extra: {topk: 64}}``): Recipe.load merges it into the recipe file's mapping at that key, level by
+    level, where a plain override replaces the file's value."""
+
+
+def _merge_dotted(base, key: str, value: DottedValue):
+    """``value`` merged into the file's ``base`` (a model config name counts as ``{config: NAME}``)."""
+    if key == "model" and isinstance(base, str):
+        base = {"config": base}
+    if not isinstance(base, dict):
+        return _plain(value)
+    out = dict(base)
+    for k, v in value.items():
+        out[k] = _merge_dotted(out.get(k), k, v) if isinstance(v, DottedValue) else v
+    return out
+
+
+def _plain(value):
+    return {k: _plain(v) for k, v in value.items()} if isinstance(value, DottedValue) else value
+
+
 def parse_overrides(pairs: Iterable[str] | None) -> dict:
     """``--set KEY=VALUE`` options (the CLI's and torchrun's) as ``Recipe.load`` overrides. VALUE is YAML,
-    the recipe's own syntax: ``batch_size=64`` is an int, ``stages=[...]`` a list. A pair without
-    ``KEY=`` or a VALUE that is not YAML is a ValueError naming the option (keys are checked by
-    ``Recipe.from_dict``, which knows the fields)."""
-    overrides = {}
+    the recipe's own syntax: ``batch_size=64`` is an int, ``stages=[...]`` a list. A dotted KEY sets one
+    field inside a mapping and keeps the rest of it: ``model.extra.topk=64``, ``loss.flops_warmup=100``
+    (DottedValue). A pair without ``KEY=``, an empty part of a dotted key, a dotted key inside a value
+    that is not a mapping, or a VALUE that is not YAML is a ValueError naming the option (keys are
+    checked by ``Recipe.from_dict``, which knows the fields)."""
+    overrides: dict = {}
     for kv in pairs or []:
         key, sep, value = kv.partition("=")
-        if not sep or not key.strip():
+        path = [part.strip() for part in key.split(".")]
+        if not sep or not all(path):
             raise ValueError(f"--set takes KEY=VALUE, got {kv!r}")
         try:
-            overrides[key.strip()] = yaml.safe_load(value)
+            parsed = yaml.safe_load(value)
         except yaml.YAMLError as e:
             raise ValueError(f"--set {kv}: not a YAML value ({yaml_problem(e)})") from None
+        node = overrides
+        for depth, part in enumerate(path[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = node[part] = DottedValue()
+            elif not isinstance(child, dict):
+                raise ValueError(f"--set {kv}: {'.'.join(path[:depth + 1])} is set to {child!r} by an "
+                                 "earlier --set, not to a mapping")
+            node = child
+        node[path[-1]] = parsed  # the last one wins, as argparse
     return overrides
 
 
