@@ -287,15 +287,16 @@ def main(argv=None) -> int:
             + "\n\n" + tables(results) + "\n\nIssue H's targets:\n\n" + goal_table)
     notes = (f"{body}\n\nWeights: `model.safetensors`, float16, {weights.stat().st_size / 1e6:.1f} MB, "
              f"sha256 `{sha256(weights)}`.\n\nCommand: `{command}`")
+    # the measurements first (an hour of work): --report-only can rewrite the card and docs from them
+    doc = {"command": command, "release": RELEASE, "sha256": sha256(weights), "bytes": weights.stat().st_size,
+           "wall_seconds": walls, "train_step_seconds": step_seconds, "steps": steps, "results": results, "targets": goals}
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    write_text(Path(args.json), json.dumps(doc, indent=1, default=float) + "\n")
     if args.stored:
         replace_card_notes(folder, notes)
     else:
         card = {**run_info(stair_run), "notes": notes, "command": command}
         write_text(folder / "README.md", render_card(tokenspace.load(folder), card))
-    doc = {"command": command, "release": RELEASE, "sha256": sha256(weights), "bytes": weights.stat().st_size,
-           "wall_seconds": walls, "train_step_seconds": step_seconds, "steps": steps, "results": results, "targets": goals}
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    write_text(Path(args.json), json.dumps(doc, indent=1, default=float) + "\n")
     if args.doc:
         ResultsDoc(args.doc).update("release", body, command, heading=f"Release model: {RELEASE} (issue H)")
     print(body)
