@@ -31,13 +31,40 @@ from tokenspace.sparse import SparseBatch
 
 
 def resolve_tokens(tokens, vocab) -> list[int]:
-    """Dimension ids of ``tokens``; ValueError naming *every* unknown one (one round trip to fix them)."""
+    """Dimension ids of ``tokens``: a vocabulary entry as typed, else a word that the vocabulary's
+    tokenizer turns into exactly one entry ("Dog", "dog " -> dog), as a boolean query's words are read.
+    ValueError naming *every* unknown one (one round trip to fix them), with the pieces of a word that
+    is several tokens ("dogs" = dog ##s)."""
     if vocab is None:
         raise ValueError("resolving tokens needs a vocabulary")
-    unknown = [t for t in tokens if t not in vocab]
+    ids, unknown, split = [], [], []
+    for t in tokens:
+        d, pieces = _one_token(t, vocab)
+        if d is None:
+            unknown.append(t)
+            if len(pieces) > 1:
+                split.append(f"{t!r} is {' '.join(vocab.tokens[p] for p in pieces)}")
+        ids.append(d)
     if unknown:
-        raise ValueError(f"unknown tokens {unknown} (not in the {len(vocab)}-entry vocabulary {vocab.name!r})")
-    return [vocab.id(t) for t in tokens]
+        why = f" ({'; '.join(split)}: one token each here; a `where` query takes such words)" if split else ""
+        raise ValueError(f"unknown tokens {unknown} (not in the {len(vocab)}-entry vocabulary {vocab.name!r}){why}")
+    return ids
+
+
+def _one_token(word: str, vocab) -> tuple[int | None, list[int]]:
+    """(dim, []) for an entry or a one-token word; (None, the word's pieces) otherwise. Vocabularies
+    without a WordPiece tokenizer (learned features, f00012) take names only."""
+    if word in vocab:
+        return vocab.id(word), []
+    if "[UNK]" not in vocab:
+        return None, []
+    try:
+        pieces = vocab.token_ids(word)
+    except TypeError:  # a lone surrogate (JSON can carry one): not text any tokenizer takes
+        return None, []
+    if vocab.id("[UNK]") in pieces:
+        return None, []
+    return (pieces[0], []) if len(pieces) == 1 else (None, pieces)
 
 
 def steer(query: SparseBatch, weights: Mapping[str, float], vocab=None) -> SparseBatch:

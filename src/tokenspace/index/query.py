@@ -232,7 +232,7 @@ class _Parser:
             if kind == "(":
                 node = self.expr()
                 if self.peek() is None or self.peek()[0] != ")":
-                    self.error(f"expected ')' to close '(' at position {pos}")
+                    self.error(f"'(' at position {pos} is not closed: expected ')'")
                 self.i += 1
             else:
                 node = Not(self.unary())

@@ -3,7 +3,7 @@
 Each route parses its request, calls one SearchService method and turns the service's errors into
 status codes (400 bad tokens or boolean query, 404 unknown id, 413 too large, 415 not an image; 422
 for requests outside the schema's limits; 408 for a body that does not arrive in time). OpenAPI docs
-are at /docs.
+are at /docs. Every GET route also answers HEAD (uptime checks, ``curl -I``).
 """
 from __future__ import annotations
 
@@ -20,7 +20,9 @@ from fastapi.staticfiles import StaticFiles
 
 from tokenspace.pipeline import read_collection_meta
 from tokenspace.serve import schemas
+from tokenspace.serve.body_limit import BodyLimit
 from tokenspace.serve.body_timeout import BODY_TIMEOUT, BodyTimeout
+from tokenspace.serve.head import HeadAsGet
 from tokenspace.serve.service import SearchService, ServiceError
 from tokenspace.serve.uploads import MAX_UPLOAD_BYTES, UploadError, decode_image
 
@@ -30,7 +32,10 @@ STATIC = Path(__file__).parent / "static"
 IMAGE_HEADERS = {"Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; sandbox",
                  "X-Content-Type-Options": "nosniff", "Cache-Control": "public, max-age=3600"}
 ERRORS = {code: {"model": schemas.Error} for code in (400, 404)}
-SLOW_BODY = {408: {"model": schemas.Error, "description": "the request body did not arrive in time"}}
+SLOW_BODY = {408: {"model": schemas.Error, "description": "the request body did not arrive in time"},
+             413: {"model": schemas.Error, "description": "the request body is too large"}}
+MULTIPART_SLACK = 64 * 1024  # bytes of multipart framing (boundaries, part headers) around an upload
+UPLOAD_PATH = "/search/image"
 
 
 def create_app(model, index_dir=None, *, index=None, items=None) -> FastAPI:
@@ -50,13 +55,17 @@ def create_app(model, index_dir=None, *, index=None, items=None) -> FastAPI:
 
 
 def build_app(service: SearchService, max_upload_bytes: int = MAX_UPLOAD_BYTES,
-              body_timeout: float = BODY_TIMEOUT) -> FastAPI:
-    """The FastAPI app over a service; uploads larger than ``max_upload_bytes`` are refused (413), a
-    request body that has not fully arrived ``body_timeout`` seconds after it started gets a 408."""
+              body_timeout: float = BODY_TIMEOUT, max_json_bytes: int = schemas.MAX_JSON_BYTES) -> FastAPI:
+    """The FastAPI app over a service; uploads larger than ``max_upload_bytes`` and other request bodies
+    larger than ``max_json_bytes`` are refused (413, while they arrive), a request body that has not
+    fully arrived ``body_timeout`` seconds after it started gets a 408."""
     app = FastAPI(title="tokenspace", version="1",
                   description="Search images by text in a sparse token space; every hit explained token by token.")
     app.state.service = service
     app.add_middleware(BodyTimeout, seconds=body_timeout)
+    upload_body = max_upload_bytes + MULTIPART_SLACK
+    app.add_middleware(BodyLimit, limit_for=lambda path: upload_body if path == UPLOAD_PATH else max_json_bytes)
+    app.add_middleware(HeadAsGet)
 
     @app.exception_handler(ServiceError)
     async def _service_error(request: Request, exc: ServiceError):
@@ -68,9 +77,11 @@ def build_app(service: SearchService, max_upload_bytes: int = MAX_UPLOAD_BYTES,
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError):
-        # FastAPI's own handler echoes the offending input, and JSON cannot carry NaN or a lone
-        # surrogate: rendering the 422 itself failed with a 500
-        return JSONResponse({"detail": _json_safe(jsonable_encoder(exc.errors()))}, status_code=422)
+        # FastAPI's own handler echoes the offending input: a 1 MB text came back as a 1 MB error, and
+        # JSON cannot carry NaN or a lone surrogate (rendering the 422 itself failed with a 500). The
+        # field's location, message and limits (ctx) say what to fix.
+        errors = [{k: v for k, v in e.items() if k != "input"} for e in exc.errors()]
+        return JSONResponse({"detail": _json_safe(jsonable_encoder(errors))}, status_code=422)
 
     @app.get("/", include_in_schema=False)
     def page():
@@ -91,7 +102,7 @@ def build_app(service: SearchService, max_upload_bytes: int = MAX_UPLOAD_BYTES,
         """Images for a text; ``must``/``must_not``/``where`` filter, ``steer`` reweights the query."""
         return service.search_text(req.text, req.k, req.must, req.must_not, req.where, req.steer)
 
-    @app.post("/search/image", response_model=schemas.SearchResponse,
+    @app.post(UPLOAD_PATH, response_model=schemas.SearchResponse,
               responses={400: {"model": schemas.Error, "description": "malformed multipart body"},
                          413: {"model": schemas.Error}, 415: {"model": schemas.Error}, **SLOW_BODY})
     def search_image(file: Annotated[UploadFile, File(description="a PNG, JPEG, WebP or GIF image")],

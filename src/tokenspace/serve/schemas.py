@@ -14,6 +14,9 @@ MAX_TEXT = 500  # characters of a query text: the text tower truncates to a few 
 MAX_K = 100
 MAX_TOKENS = 32  # entries of must / must_not / steer
 MAX_STEER = 100.0
+# bytes of a JSON request body: a request at every limit above is a few KB; refused (413) while it
+# arrives, before parsing (serve/body_limit.py)
+MAX_JSON_BYTES = 64 * 1024
 # a text must hold a non-space character: in the schema too, so that schema-valid means accepted
 NOT_BLANK = r"\S"
 

@@ -233,5 +233,6 @@ class SearchService:
             "size": len(self.index),
             "nnz": self.nnz(),
             "collection": len(self.items),
-            "index": _jsonable(self.index.stats()),
+            # the engine's figures, without where its folder is on the server (not the client's business)
+            "index": _jsonable({k: v for k, v in self.index.stats().items() if k != "path"}),
         }

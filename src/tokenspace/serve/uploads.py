@@ -11,6 +11,10 @@ from PIL import Image, UnidentifiedImageError
 
 MAX_UPLOAD_BYTES = 8 * 1024 * 1024
 MAX_UPLOAD_PIXELS = 25_000_000
+# the formats the API promises; Pillow would also open EPS (through Ghostscript, if installed), TIFF,
+# BMP, ICO, ...: an upload is decoded only by one of these four plugins
+FORMATS = ("PNG", "JPEG", "WEBP", "GIF")
+KINDS = "a PNG, JPEG, WebP or GIF image"
 
 
 class UploadError(ValueError):
@@ -22,25 +26,26 @@ class UploadError(ValueError):
 
 
 def decode_image(data: bytes, max_bytes: int = MAX_UPLOAD_BYTES, max_pixels: int = MAX_UPLOAD_PIXELS) -> Image.Image:
-    """Decode a raster upload (PNG, JPEG, WebP, GIF first frame, ...) as RGB on white."""
+    """Decode a raster upload (PNG, JPEG, WebP, GIF first frame) as RGB on white. The messages are ours:
+    Pillow's own name its internals (plugins, Ghostscript, its pixel limit)."""
     if not data:
         raise UploadError("the upload is empty (0 bytes)", 415)
     if len(data) > max_bytes:
         raise UploadError(f"the upload is {len(data):,} bytes; the limit is {max_bytes:,}", 413)
     try:
-        img = Image.open(io.BytesIO(data))
-    except Image.DecompressionBombError as e:
+        img = Image.open(io.BytesIO(data), formats=FORMATS)
+    except Image.DecompressionBombError:
         # PIL refuses rasters over 2x its own pixel limit while reading the header: also too large
-        raise UploadError(f"the image is too large; the limit is {max_pixels:,} pixels ({e})", 413) from None
-    except (UnidentifiedImageError, OSError, ValueError) as e:
-        raise UploadError(f"the upload is not an image this server can read ({type(e).__name__})", 415) from None
+        raise UploadError(f"the image is too large; the limit is {max_pixels:,} pixels", 413) from None
+    except (UnidentifiedImageError, OSError, ValueError):
+        raise UploadError(f"the upload is not {KINDS}", 415) from None
     w, h = img.size
     if w * h > max_pixels:
         raise UploadError(f"the image is {w} x {h} pixels; the limit is {max_pixels:,} pixels", 413)
     try:
         img.load()
-    except (OSError, ValueError, Image.DecompressionBombError) as e:
-        raise UploadError(f"the image could not be decoded ({e})", 415) from None
+    except (OSError, ValueError, Image.DecompressionBombError):
+        raise UploadError(f"the image could not be decoded: its {img.format} data is truncated or damaged", 415) from None
     if img.mode in ("RGBA", "LA", "PA") or (img.mode == "P" and "transparency" in img.info):
         # transparent drawings (emoji) on white, as the collection's images were encoded
         rgba = img.convert("RGBA")
