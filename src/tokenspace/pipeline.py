@@ -124,8 +124,9 @@ def evaluate(model, specs: Sequence[str] | str, home=None, progress: bool = True
 
 # ---------------------------------------------------------------------------------------------- index
 def encode_collection(model, specs: Sequence[str] | str, home=None, progress: bool = True):
-    """(SparseBatch of image vectors, ids, records) for a collection, ready for an index."""
-    enc = image_grids(model, load_data(specs, home), home, progress)
+    """(SparseBatch of image vectors, ids, records) for a collection, ready for an index (records with an
+    empty caption included: search finds images, the caption is only shown beside a hit)."""
+    enc = image_grids(model, load_data(specs, home, drop_empty=False), home, progress)
     vectors = model.encode_image_grids(enc.grids)
     if not isinstance(vectors, SparseBatch):
         raise TypeError(f"{model.family} produces dense vectors; index them with tokenspace.index.dense")
@@ -140,5 +141,18 @@ def write_collection_meta(index_dir, records: Sequence[Record], model_path=None)
 
 
 def read_collection_meta(index_dir) -> dict:
+    """An index folder's collection.json ({model, items: id -> {image, text, ...}}); an empty one when
+    the folder has none. A damaged file is a ValueError naming it."""
     path = Path(index_dir) / "collection.json"
-    return json.loads(path.read_text()) if path.exists() else {"model": None, "items": {}}
+    if not path.exists():
+        return {"model": None, "items": {}}
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not readable JSON ({e}); write it again with `tokenspace index build`") from None
+    items = meta.get("items", {}) if isinstance(meta, dict) else None
+    if (not isinstance(items, dict) or not isinstance(meta.get("model"), (str, type(None)))
+            or not all(isinstance(v, dict) for v in items.values())):
+        shape = '{"model": a path or null, "items": {id: {"image": ..., "text": ...}}}'
+        raise ValueError(f"{path}: expected {shape}; write it again with `tokenspace index build`")
+    return {"model": None, **meta, "items": items}

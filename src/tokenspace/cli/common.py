@@ -53,6 +53,17 @@ def positive_float(text: str) -> float:
 
 positive_float.__name__ = "positive number"
 
+def text(value: str) -> str:
+    # argv bytes that are not UTF-8 arrive as lone surrogates, which the tokenizer refuses with a TypeError
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError(f"not valid UTF-8 text: {value.encode('utf-8', 'backslashreplace').decode()!r}") from None
+    return value
+
+
+text.__name__ = "text"
+
 DEVICE_HELP = "torch device for the model: cpu (default), cuda, cuda:N or mps"
 
 

@@ -10,6 +10,7 @@ from tokenspace.cli.common import DEVICE_HELP, CLIError, positive_float, positiv
 from tokenspace.cli.index_loading import load_index
 from tokenspace.cli.model_loading import load_model
 from tokenspace.index import InvertedIndex, export
+from tokenspace.index.storage import MANIFEST
 
 
 def add_arguments(i: argparse.ArgumentParser) -> None:
@@ -17,7 +18,8 @@ def add_arguments(i: argparse.ArgumentParser) -> None:
     ib = isub.add_parser("build", help="encode a collection's images and index them")
     ib.add_argument("--model", required=True, help="model folder or release name")
     ib.add_argument("--data", nargs="+", required=True, help="DATASET:SPLIT[:LIMIT] specs (or MANIFEST.jsonl:SPLIT)")
-    ib.add_argument("--out", required=True, help="index folder to write")
+    ib.add_argument("--out", required=True, help="index folder to write (new or empty)")
+    ib.add_argument("--overwrite", action="store_true", help="replace the index that --out already holds")
     ib.add_argument("--top-n", type=positive_int, default=None, help="keep each image's n heaviest tokens")
     ib.add_argument("--device", default="cpu", help=DEVICE_HELP)
     ist = isub.add_parser("stats", help="print an index's statistics as JSON")
@@ -45,6 +47,10 @@ def run(args) -> int:
     if args.action == "stats":
         print(json.dumps(index.stats(), indent=2, default=str))
         return 0
+    for out in (args.out, args.queries_out):
+        _outside_index(out)
+    if args.format != "opensearch" and Path(args.out).is_dir():
+        raise CLIError(f"--out {args.out} is a folder; the {args.format} format writes one file: give its path")
     ids = list(index.ids())
     vectors = index.get(ids)
     if args.queries:
@@ -60,6 +66,7 @@ def run(args) -> int:
 
 
 def _build(args) -> int:
+    _check_build_out(Path(args.out), args.overwrite)  # before the encoding, which can take hours
     model = load_model(args.model, args.device)
     vectors, ids, records = pipeline.encode_collection(model, args.data, home=args.home)
     if not ids:
@@ -71,6 +78,29 @@ def _build(args) -> int:
     pipeline.write_collection_meta(args.out, records, Path(args.model).resolve())
     print(json.dumps(index.stats(), indent=2, default=str))
     return 0
+
+
+def _check_build_out(out: Path, overwrite: bool) -> None:
+    """--out must be new, empty, or (with --overwrite) an index folder: a build never mixes its files
+    into another folder, nor replaces an index by accident."""
+    if out.exists() and not out.is_dir():
+        raise CLIError(f"--out {out} is a file; give a folder for the index")
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    if not (out / MANIFEST).exists():
+        raise CLIError(f"--out {out} is a folder that is not empty and holds no index: choose a new or empty folder")
+    if not overwrite:
+        raise CLIError(f"--out {out} already holds an index: pass --overwrite to replace it, or choose another folder")
+
+
+def _outside_index(path: str | None) -> None:
+    """An export never writes into an index folder (writing MANIFEST.json there destroyed the index)."""
+    if path is None:
+        return
+    p = Path(path).resolve()
+    for folder in (p, p.parent):
+        if (folder / MANIFEST).exists():
+            raise CLIError(f"{path} is in the index folder {folder}: write the export somewhere else")
 
 
 def _export_queries(args) -> None:

@@ -11,7 +11,8 @@ from tokenspace.index.storage import MANIFEST
 def load_index(path: str, *, verify: bool = True, nonempty: bool = True) -> InvertedIndex:
     """The InvertedIndex saved at ``path``; a missing or (when ``nonempty``) empty index is an error."""
     if not (Path(path) / MANIFEST).exists():
-        what = "the folder holds no index" if Path(path).is_dir() else "no such folder"
+        p = Path(path)
+        what = "the folder holds no index" if p.is_dir() else "a file, not a folder" if p.exists() else "no such folder"
         raise CLIError(f"no index at {path} ({what}; build one with `tokenspace index build`)")
     index = InvertedIndex.load(path, verify=verify)
     if nonempty and len(index) == 0:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from tokenspace import pipeline
-from tokenspace.cli.common import CLIError, UsageError, positive_int
+from tokenspace.cli.common import CLIError, UsageError, positive_int, text
 from tokenspace.cli.index_loading import load_index
 from tokenspace.cli.model_loading import load_model
 from tokenspace.explain.hits import contributions, format_hit
@@ -14,15 +14,17 @@ from tokenspace.index import parse_query
 def add_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("--index", required=True, help="index folder")
     s.add_argument("--model", default=None, help="default: the model the index was built with")
-    s.add_argument("query", nargs="*", help="query texts (one search each)")
+    s.add_argument("query", nargs="*", type=text, help="query texts (one search each)")
     s.add_argument("--image", default=None, help="search by an image file instead")
     s.add_argument("-k", type=positive_int, default=5, help="hits per query (default 5)")
-    s.add_argument("--where", default=None, help="boolean filter, e.g. 'dog AND (beach OR sand) NOT cat'")
+    s.add_argument("--where", default=None, type=text, help="boolean filter, e.g. 'dog AND (beach OR sand) NOT cat'")
 
 
 def run(args) -> int:
     if not args.query and not args.image:
         raise UsageError("give a query text or --image")
+    if args.query and args.image:
+        raise UsageError("give query texts or --image, not both (--image searches by the image alone)")
     index = load_index(args.index)
     meta = pipeline.read_collection_meta(args.index)
     model_path = args.model or meta.get("model")

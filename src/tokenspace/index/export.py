@@ -54,11 +54,18 @@ def token_names(batch: SparseBatch) -> list[str]:
     return [str(i) for i in range(batch.dim)]
 
 
+MAX_IMPACT = 2.0 ** 31  # integer impacts become Lucene term frequencies (Anserini): 32-bit
+
+
 def quantize(values: np.ndarray, scale: float) -> np.ndarray:
     """Integer impacts ``max(1, floor(w * scale + 0.5))`` of positive weights (int64); zeros stay 0."""
     _check_scale(scale)
     # float64 so that e.g. 0.125 * 100 + 0.5 is not pushed across an integer by float32 rounding
     v = np.asarray(values, np.float64)
+    top = float(v.max()) * scale if len(v) else 0.0
+    if not top < MAX_IMPACT:  # int64 would wrap (1e300 once wrote every weight as 1)
+        raise ValueError(f"scale {scale:g} makes the largest impact {top:.3g}; impacts must stay below "
+                         f"{MAX_IMPACT:.3g} (Lucene stores 32-bit term frequencies): use a smaller scale")
     q = np.floor(v * scale + 0.5).astype(np.int64)
     return np.where(v > 0, np.maximum(q, 1), 0)
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import socket
 from pathlib import Path
 from typing import Annotated
 
@@ -145,10 +147,20 @@ def _json_safe(value):
     return value
 
 
+def _check_port_free(host: str, port: int) -> None:
+    try:
+        with socket.create_server((host, port)):
+            pass
+    except OSError as e:
+        raise OSError(f"cannot listen on {host}:{port} ({os.strerror(e.errno) if e.errno else e}): another "
+                      "server may hold it; pick another --port") from None
+
+
 def run(model, index, host: str = "127.0.0.1", port: int = 8000) -> None:
     """Serve the API and page with uvicorn (what `tokenspace serve` calls)."""
     import uvicorn  # start-up: only running the server needs uvicorn
 
+    _check_port_free(host, port)  # before loading anything: uvicorn would log "serving", then fail
     app = create_app(model, index)
     logging.getLogger(__name__).info("serving %d images on http://%s:%d  (API docs at /docs)",
                                      app.state.service.stats()["size"], host, port)

@@ -33,13 +33,18 @@ def home_dir(home=None) -> Path:
     return Path(home).expanduser() if home is not None else assets.default_home()
 
 
-def load_split(spec: str, home=None) -> list[Record]:
-    """Records for one spec, empty texts dropped (and counted in the log)."""
+def load_split(spec: str, home=None, drop_empty: bool = True) -> list[Record]:
+    """Records for one spec; with ``drop_empty`` (training, evaluation) those with an empty text are
+    dropped and counted in the log (an index keeps them: the image is what it indexes)."""
     parts = spec.split(":")
     if len(parts) not in (2, 3) or not all(parts[:2]):
         raise ValueError(f"data spec {spec!r} is not DATASET:SPLIT[:LIMIT]")
     name, split = parts[0], parts[1]
-    limit = int(parts[2]) if len(parts) == 3 else None
+    limit = None
+    if len(parts) == 3:
+        if not (parts[2].isdigit() and int(parts[2]) > 0):  # 0 gave NaN metrics, -1 dropped a record
+            raise ValueError(f"data spec {spec!r}: LIMIT must be a positive integer, got {parts[2]!r}")
+        limit = int(parts[2])
     if name.endswith(".jsonl"):
         path = Path(name)
     elif name in BUILT_DATASETS:
@@ -48,7 +53,9 @@ def load_split(spec: str, home=None) -> list[Record]:
         path = build_manifests(home_dir(home), progress=False, names=[name])[name]
     else:
         raise ValueError(f"unknown dataset {name!r}: use one of {BUILT_DATASETS} or a .jsonl manifest path")
-    records, dropped = drop_empty_texts(read_manifest(path, split=split))
+    records, dropped = read_manifest(path, split=split), []
+    if drop_empty:
+        records, dropped = drop_empty_texts(records)
     if dropped:
         _log(f"{spec}: skipped {len(dropped)} records with empty text")
     if not records:
@@ -60,9 +67,9 @@ def load_split(spec: str, home=None) -> list[Record]:
     return records
 
 
-def load_data(specs: Sequence[str] | str, home=None) -> list[Record]:
+def load_data(specs: Sequence[str] | str, home=None, drop_empty: bool = True) -> list[Record]:
     specs = [specs] if isinstance(specs, str) else list(specs)
-    return [r for s in specs for r in load_split(s, home)]
+    return [r for s in specs for r in load_split(s, home, drop_empty)]
 
 
 @dataclass
