@@ -8,7 +8,19 @@ The collection is cut into parts of ``part_size`` rows (in collection order). Fo
    ``part-NNNNNN.ids`` (also temp + rename): a part exists whole or not at all;
 2. add it to the index (``InvertedIndex.add``, one segment) and ``save`` (an atomic manifest swap).
 A kill anywhere leaves complete parts and an index holding whole parts. A rerun skips parts already on
-disk and parts whose ids the index already holds, so no row is encoded into the index twice.
+disk and rows whose ids the index already holds, so no row is encoded into the index twice.
+
+Parts are found by number, so a part is reused only when it was made from the same rows by the same
+model: the work folder's ``encode.json`` (written atomically before the first part) records the shards
+in order (path, row count, a hash of their keys and image sizes), ``part_size`` and the model
+(``model_fingerprint``: config name, vocabulary size, hashes of the config and the weights). A rerun
+- with the same shards, part size and model resumes;
+- whose shards are the recorded ones followed by more (same model and part size) extends: the last part,
+  if short, is encoded again with the new rows that complete it, and the new parts follow;
+- with anything else is refused (ValueError naming the work folder and what differs), parts untouched.
+A work folder from before ``encode.json`` is adopted with a warning (the model that made its parts cannot
+be checked): a part whose ids are not its rows' keys is encoded again, as is a damaged part (an npz or
+ids file that cannot be read, or that disagree), each with a warning naming the file.
 
 Images are decoded and preprocessed in DataLoader worker processes (data/loader.py, ``--workers``), a
 few batches ahead of the model, so the main thread only runs the model: decode overlaps compute.
@@ -18,12 +30,17 @@ PyTorch to 1e-4 before use, ~5x faster than PyTorch's tower here: docs/scale.md)
 from __future__ import annotations
 
 import argparse
+import functools
+import hashlib
+import json
 import logging
+import re
 import sys
 import tarfile
 import tempfile
 import warnings
 import weakref
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,8 +48,10 @@ import numpy as np
 import torch
 
 from tokenspace import atomic
+from tokenspace.data import loader as data_loader
+from tokenspace.data.images import ImageLoadError
 from tokenspace.data.loader import Preprocess, SkipCounter, TarRows, files_loader, map_loader
-from tokenspace.data.webdataset import TarCollection
+from tokenspace.data.webdataset import TarCollection, expand_shards
 from tokenspace.index import InvertedIndex
 from tokenspace.index.storage import MANIFEST
 from tokenspace.models.registry import load
@@ -104,6 +123,9 @@ TOWERS = ("auto", "torch", "onnx")
 TOWER_HELP = ("image tower runtime: onnx = ONNX Runtime (CPU, checked against PyTorch to 1e-4 before use; "
               "pip install 'tokenspace[onnx]'), torch = PyTorch, auto = onnx when installed on a CPU model "
               "(default: auto)")
+
+INDEX_HELP = ("index folder: created; a rerun with the same --shards, --part-size and model resumes; one "
+              "whose --shards add shards after the first run's extends it; other reruns are refused")
 
 # model -> (its tower's parameter versions, OnnxImageTower): an export costs seconds, so it is reused
 # while the weights are unchanged (in-place updates, e.g. an optimizer step, bump a tensor's _version)
@@ -181,6 +203,158 @@ def encode_files(model, paths, batch_size: int = 256, workers: int | None = None
     return (SparseBatch.concat(outs) if outs else encode_images(model, [], batch_size)), kept
 
 
+RECORD = "encode.json"  # in the work folder: what its parts were made from (module doc)
+
+
+def model_fingerprint(model) -> dict:
+    """What identifies the model that encoded a part: its config's name, its vocabulary's size, and
+    sha256 hashes of its config and of its weights. The weights are what tell a retrained checkpoint
+    from the one before it (same config, same vocabulary); hashing them reads every parameter once,
+    about a second per GB, little beside encoding a collection big enough to need parts."""
+    config = getattr(model, "config", None)
+    d = dict(config.to_dict()) if config is not None else {}
+    d.pop("vocab", None)  # where the vocabulary file was found, not what it holds (hashed below)
+    weights = hashlib.sha256()
+    for name, t in model.state_dict().items():
+        t = t.detach().cpu().contiguous()
+        weights.update(f"{name}:{t.dtype}:{tuple(t.shape)}\n".encode())
+        weights.update(t.reshape(-1).view(torch.uint8).numpy())  # the raw bytes, for any dtype
+    tokens = getattr(model.vocab, "tokens", None) or [str(i) for i in range(len(model.vocab))]
+    return {"name": d.get("name", type(model).__name__), "vocab_size": len(model.vocab),
+            "config_sha256": hashlib.sha256(json.dumps([d, tokens], sort_keys=True).encode()).hexdigest(),
+            "weights_sha256": weights.hexdigest()}
+
+
+def _shard_records(collection) -> list[dict]:
+    """Per shard, in order: its resolved path, its rows and a hash of their keys and image sizes (a
+    shard rewritten under the same name shows there; a moved one is refused: its path differs)."""
+    hashes = [hashlib.sha256() for _ in collection.shards]
+    rows = [0] * len(collection.shards)
+    for key, si, size in zip(collection.keys, collection.shard_of.tolist(), collection.size.tolist()):
+        hashes[si].update(f"{key}\0{size}\n".encode())
+        rows[si] += 1
+    return [{"path": str(Path(s).resolve()), "rows": n, "sha256": h.hexdigest()}
+            for s, n, h in zip(collection.shards, rows, hashes)]
+
+
+def _model_change(old: dict, new: dict) -> str:
+    said = []
+    if old.get("name") != new["name"]:
+        said.append(f"{old.get('name')} then, {new['name']} now")
+    if old.get("vocab_size") != new["vocab_size"]:
+        said.append(f"a vocabulary of {old.get('vocab_size')} then, {new['vocab_size']} now")
+    elif old.get("config_sha256") != new["config_sha256"]:  # the hash covers the vocabulary's tokens too
+        said.append("its config or vocabulary differs")
+    if old.get("weights_sha256") != new["weights_sha256"]:
+        said.append("its weights differ")
+    return ", ".join(said)
+
+
+def _shard_change(old: list[dict], new: list[dict]) -> str:
+    for i, (o, n) in enumerate(zip(old, new)):
+        if o["path"] != n["path"]:
+            return f"shard {i + 1} is {n['path']}, was {o['path']}"
+        if o != n:
+            return (f"{n['path']} changed since ({o['rows']} samples then, {n['rows']} now, "
+                    "or other keys or images)")
+    return f"{len(old)} shard(s) then, {len(new)} now"
+
+
+def _check_work(work: Path, made: dict) -> None:
+    """Compare the work folder's record with this run (``made``, the record it would write) and raise
+    ValueError when the folder's parts cannot be reused; write the record when it is new or extended."""
+    path = work / RECORD
+    has_parts = next(work.glob("part-*"), None) is not None
+    if not has_parts or not path.exists():  # nothing to protect, or a folder from before the record
+        if has_parts:
+            log.warning("%s has parts but no %s (from an older tokenspace): they are kept where their ids "
+                        "are their rows' keys, but the model that encoded them cannot be checked",
+                        work, RECORD)
+        atomic.write_text(path, json.dumps(made, indent=1) + "\n")
+        return
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+        old_shards, old_size, old_model = old["shards"], int(old["part_size"]), old["model"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{path}: damaged ({e}); delete it to keep the parts in {work} (the model that made "
+                         f"them is then not checked), or delete {work} to encode them again") from None
+    if old_model != made["model"]:
+        raise ValueError(f"{work}: its parts were encoded by another model "
+                         f"({_model_change(old_model, made['model'])}): rerun with that model to resume, "
+                         "or use a new --index for this one")
+    if old_size != made["part_size"]:
+        raise ValueError(f"{work}: its parts hold {old_size} images each, not {made['part_size']}: "
+                         f"rerun with --part-size {old_size} to resume, or use a new --index")
+    new_shards = made["shards"]
+    if new_shards == old_shards:
+        return
+    if len(new_shards) <= len(old_shards) or new_shards[:len(old_shards)] != old_shards:
+        raise ValueError(f"{work}: its parts were encoded from other shards "
+                         f"({_shard_change(old_shards, new_shards)}): rerun with the same --shards to resume "
+                         "(more shards may follow them), or use a new --index for these")
+    # more shards after the recorded ones: the recorded rows keep their numbers, so every full part stays
+    # valid, and a short last part gets rows from the new shards, so it is encoded again. Its files go
+    # before the new record is written: a kill in between leaves the old record and no stale part.
+    old_rows = sum(sh["rows"] for sh in old_shards)
+    if old_rows % old_size and old_rows < sum(sh["rows"] for sh in new_shards):
+        last = old_rows // old_size
+        for f in (work / f"part-{last:06d}.npz", work / f"part-{last:06d}.ids"):
+            f.unlink(missing_ok=True)
+    atomic.write_text(path, json.dumps(made, indent=1) + "\n")
+    log.info("%s: extending its parts with %d new shard(s)", work, len(new_shards) - len(old_shards))
+
+
+class _Damaged(Exception):
+    """A part on disk that cannot be used; the message names the file and why."""
+
+
+def _why(e: BaseException) -> str:
+    cause = e.__cause__ or e  # SparseBatch.load wraps the reader's error in one that repeats the path
+    return f"{type(cause).__name__}: {cause}" if isinstance(cause, zipfile.BadZipFile) else str(cause)
+
+
+def _read_part(npz: Path, ids_file: Path, vocab, rows: set[str]) -> tuple[SparseBatch, list[str]]:
+    """A part's rows and ids, or _Damaged: an unreadable file, ids that do not count its rows, or ids
+    that are not keys of the rows the part covers."""
+    try:
+        text = ids_file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise _Damaged(f"{ids_file} is damaged ({e})") from None
+    if text and not text.endswith("\n"):  # written whole, one id per line: a missing end is a cut file
+        raise _Damaged(f"{ids_file} is damaged (cut short)")
+    ids = text.split("\n")[:-1]
+    try:
+        batch = SparseBatch.load(npz, vocab=vocab)
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
+        raise _Damaged(f"{npz} is damaged ({_why(e)})") from None
+    if len(ids) != len(batch):
+        raise _Damaged(f"{ids_file} is damaged ({len(ids)} ids for the {len(batch)} rows of {npz.name})")
+    if not rows.issuperset(ids):
+        raise _Damaged(f"{ids_file} is damaged or from other shards (its ids are not keys of the samples "
+                       "this part covers)")
+    return batch, ids
+
+
+_OBJECT_REPR = re.compile(r"\s*<[\w.]+ object at 0x[0-9a-fA-F]+>")
+
+
+class _PartRows(TarRows):
+    """TarRows whose skip line for an undecodable image names the shard and sample key once and gives
+    PIL's reason without its in-memory file (``cannot identify image file <_io.BytesIO object at
+    0x...>``): TarRows logs the whole ImageLoadError, which repeats the place and keeps that repr."""
+
+    def __getitem__(self, i):
+        i = int(i)
+        try:
+            x = self.prep(self.c.image(i))
+        except ImageLoadError as e:
+            # data_loader._skip also counts the skip for the batch (SkipCounter's total)
+            data_loader._skip(f"{self.c.shards[self.c.shard_of[i]]}:{self.c.keys[i]}",
+                              f"not a readable image ({_OBJECT_REPR.sub('', e.reason)})")
+            x = None
+        return i, x, self.c.keys[i], self.c.texts[i]
+
+
 def encode_parts(model, collection, work_dir, part_size: int = 8192, batch_size: int = 256,
                  on_part: Callable[[int, SparseBatch, list[str]], None] | None = None,
                  workers: int | None = None, tower: str = "torch") -> int:
@@ -188,7 +362,9 @@ def encode_parts(model, collection, work_dir, part_size: int = 8192, batch_size:
     ``work_dir``; ``on_part(k, batch, ids)`` runs after each part is on disk. Returns the part count.
     One DataLoader (``workers`` processes, data/loader.py) decodes the rows of every part still to do,
     in order, while the model encodes; unreadable images are skipped (not indexed), counted and logged.
-    ``tower="onnx"``: the image tower runs in ONNX Runtime (OnnxImageTower)."""
+    ``tower="onnx"``: the image tower runs in ONNX Runtime (OnnxImageTower). Parts already in
+    ``work_dir`` are reused only when its record says they come from these shards, this part size and
+    this model, or from shards these extend (module doc); otherwise ValueError, nothing changed."""
     if part_size < 1 or batch_size < 1:
         raise ValueError(f"part_size and batch_size must be >= 1, got {part_size} and {batch_size}")
     work = Path(work_dir)
@@ -198,30 +374,51 @@ def encode_parts(model, collection, work_dir, part_size: int = 8192, batch_size:
     def files(k: int) -> tuple[Path, Path]:
         return work / f"part-{k:06d}.npz", work / f"part-{k:06d}.ids"
 
+    made = {"format": 1, "part_size": part_size, "shards": _shard_records(collection),
+            "model": model_fingerprint(model)}
+    _check_work(work, made)
+
+    def batches_of(k: int) -> list[list[int]]:
+        rows = list(range(k * part_size, min((k + 1) * part_size, len(collection))))
+        return [rows[s:s + batch_size] for s in range(0, len(rows), batch_size)]
+
+    def loader(batches: list[list[int]]):
+        return iter(map_loader(_PartRows(collection, Preprocess.for_model(model)), batches, workers=workers,
+                               device=model.device)) if batches else iter(())
+
+    run = functools.cache(lambda: image_tower(model, tower))  # built once, and only if a part is encoded
+    count = SkipCounter("images")
+
+    def encode_part(stream, n_batches: int) -> tuple[SparseBatch, list[str]]:
+        outs, ids = [], []
+        for _ in range(n_batches):
+            b = count(next(stream))
+            if len(b["index"]):
+                outs.append(encode_pixels(model, b["pixels"], tower=run()))
+                ids += b["keys"]
+        return (SparseBatch.concat(outs) if outs else encode_images(model, [], batch_size)), ids
+
     todo = [k for k in range(n_parts) if not all(f.exists() for f in files(k))]
-    run = image_tower(model, tower) if todo else None
     # batches never cross a part boundary, so each part is a whole number of loader batches
     batches, per_part = [], {}
     for k in todo:
-        rows = list(range(k * part_size, min((k + 1) * part_size, len(collection))))
-        part = [rows[s:s + batch_size] for s in range(0, len(rows), batch_size)]
-        batches += part
-        per_part[k] = len(part)
-    stream = iter(map_loader(TarRows(collection, Preprocess.for_model(model)), batches, workers=workers,
-                             device=model.device)) if batches else iter(())
-    count = SkipCounter("images")
+        per_part[k] = batches_of(k)
+        batches += per_part[k]
+    stream = loader(batches)
     for k in range(n_parts):
         npz, ids_file = files(k)
+        batch = None
         if k not in per_part:
-            batch, ids = SparseBatch.load(npz, vocab=model.vocab), ids_file.read_text().split("\n")[:-1]
-        else:
-            outs, ids = [], []
-            for _ in range(per_part[k]):
-                b = count(next(stream))
-                if len(b["index"]):
-                    outs.append(encode_pixels(model, b["pixels"], tower=run))
-                    ids += b["keys"]
-            batch = SparseBatch.concat(outs) if outs else encode_images(model, [], batch_size)
+            rows = range(k * part_size, min((k + 1) * part_size, len(collection)))
+            try:
+                batch, ids = _read_part(npz, ids_file, model.vocab, {collection.keys[r] for r in rows})
+            except _Damaged as e:
+                # parts are derived data: encoding this one again from the shards loses nothing
+                log.warning("%s: encoding part %d again", e, k)
+        if batch is None:
+            # a damaged part was not in the shared loader's plan: it gets a loader of its own
+            batch, ids = (encode_part(stream, len(per_part[k])) if k in per_part
+                          else encode_part(loader(batches_of(k)), len(batches_of(k))))
             atomic.write_text(ids_file, "".join(f"{i}\n" for i in ids))
             batch.save(npz)
         if on_part is not None:
@@ -242,11 +439,12 @@ def encode_to_index(model, collection, index_dir, work_dir, part_size: int = 819
     def ingest(k: int, batch: SparseBatch, ids: list[str]) -> None:
         if not ids:
             return
-        there = [i in present for i in ids]
-        if all(there):
+        new = [r for r, i in enumerate(ids) if i not in present]
+        if not new:
             return  # ingested before the interruption
-        if any(there):  # cannot happen with atomic saves; refuse rather than duplicate rows
-            raise RuntimeError(f"part {k} is partly in the index {index_dir}: rebuild it")
+        if len(new) < len(ids):
+            # the short last part of a run whose shards this one extends: its first rows are in already
+            batch, ids = batch[new], [ids[r] for r in new]
         index.add(batch, ids)
         index.save(index_dir)
         present.update(ids)
@@ -255,12 +453,22 @@ def encode_to_index(model, collection, index_dir, work_dir, part_size: int = 819
     return index
 
 
+def open_shards(specs: list[str], option: str = "--shards") -> TarCollection:
+    """The collection of ``specs`` (paths, globs, {000..099} ranges); a pattern that matches no file is
+    an error naming it, not a collection without samples (or without that pattern's shards)."""
+    for spec in specs:
+        if not expand_shards(spec):
+            raise ValueError(f"{option} {spec}: no shard file matches this pattern")
+    return TarCollection.open(specs)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="encode a webdataset collection into an index, resumably")
     p.add_argument("--model", required=True)
     p.add_argument("--shards", required=True, nargs="+", help="tar paths, globs or {000..099} ranges")
-    p.add_argument("--index", required=True)
-    p.add_argument("--work", required=True, help="folder for the encoded parts")
+    p.add_argument("--index", required=True, help=INDEX_HELP)
+    p.add_argument("--work", required=True, help="folder for the encoded parts and encode.json, the record "
+                                                 "of the shards, part size and model they come from")
     p.add_argument("--part-size", type=int, default=8192)
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--workers", type=int, default=None, help="decoding processes (default: cores - 1)")
@@ -268,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     try:
         model = load(a.model)
-        collection = TarCollection.open(a.shards)
+        collection = open_shards(a.shards)
         index = encode_to_index(model, collection, a.index, a.work, a.part_size, a.batch_size, a.workers, a.tower)
     except (ValueError, KeyError, OSError, RuntimeError, tarfile.TarError) as e:  # one line, no traceback
         print(f"tokenspace.encode: error: {e.args[0] if isinstance(e, KeyError) and e.args else e}", file=sys.stderr)

@@ -6,15 +6,16 @@ import tarfile
 
 from tokenspace.cli.common import DEVICE_HELP, CLIError, nonnegative_int, positive_int
 from tokenspace.cli.model_loading import load_model
-from tokenspace.data.webdataset import TarCollection
-from tokenspace.encode import encode_to_index
+from tokenspace.encode import INDEX_HELP, encode_to_index, open_shards
 
 
 def add_arguments(en: argparse.ArgumentParser) -> None:
     en.add_argument("--model", required=True, help="model folder or release name")
     en.add_argument("--shards", nargs="+", required=True, help="tar paths, globs or {000..099} ranges")
-    en.add_argument("--index", required=True, help="index folder (created, or extended on a rerun)")
-    en.add_argument("--work", default=None, help="folder for the encoded parts (default INDEX.parts)")
+    en.add_argument("--index", required=True, help=INDEX_HELP)
+    en.add_argument("--work", default=None,
+                    help="folder for the encoded parts and encode.json, the record of the shards, part size "
+                         "and model they come from (default INDEX.parts)")
     en.add_argument("--part-size", type=positive_int, default=8192,
                     help="images per part, the unit of resumption (default 8192)")
     en.add_argument("--batch-size", type=positive_int, default=256, help="images per model call (default 256)")
@@ -29,7 +30,7 @@ def add_arguments(en: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     try:
-        collection = TarCollection.open(args.shards)
+        collection = open_shards(args.shards)  # a pattern matching no file: ValueError naming it
     except tarfile.TarError as e:
         raise CLIError(f"--shards {' '.join(args.shards)}: not a readable uncompressed tar ({e})") from None
     if len(collection) == 0:
