@@ -34,7 +34,6 @@ import functools
 import hashlib
 import json
 import logging
-import re
 import sys
 import tarfile
 import tempfile
@@ -48,8 +47,6 @@ import numpy as np
 import torch
 
 from tokenspace import atomic
-from tokenspace.data import loader as data_loader
-from tokenspace.data.images import ImageLoadError
 from tokenspace.data.loader import Preprocess, SkipCounter, TarRows, files_loader, map_loader
 from tokenspace.data.webdataset import TarCollection, expand_shards
 from tokenspace.index import InvertedIndex
@@ -335,26 +332,6 @@ def _read_part(npz: Path, ids_file: Path, vocab, rows: set[str]) -> tuple[Sparse
     return batch, ids
 
 
-_OBJECT_REPR = re.compile(r"\s*<[\w.]+ object at 0x[0-9a-fA-F]+>")
-
-
-class _PartRows(TarRows):
-    """TarRows whose skip line for an undecodable image names the shard and sample key once and gives
-    PIL's reason without its in-memory file (``cannot identify image file <_io.BytesIO object at
-    0x...>``): TarRows logs the whole ImageLoadError, which repeats the place and keeps that repr."""
-
-    def __getitem__(self, i):
-        i = int(i)
-        try:
-            x = self.prep(self.c.image(i))
-        except ImageLoadError as e:
-            # data_loader._skip also counts the skip for the batch (SkipCounter's total)
-            data_loader._skip(f"{self.c.shards[self.c.shard_of[i]]}:{self.c.keys[i]}",
-                              f"not a readable image ({_OBJECT_REPR.sub('', e.reason)})")
-            x = None
-        return i, x, self.c.keys[i], self.c.texts[i]
-
-
 def encode_parts(model, collection, work_dir, part_size: int = 8192, batch_size: int = 256,
                  on_part: Callable[[int, SparseBatch, list[str]], None] | None = None,
                  workers: int | None = None, tower: str = "torch") -> int:
@@ -383,7 +360,7 @@ def encode_parts(model, collection, work_dir, part_size: int = 8192, batch_size:
         return [rows[s:s + batch_size] for s in range(0, len(rows), batch_size)]
 
     def loader(batches: list[list[int]]):
-        return iter(map_loader(_PartRows(collection, Preprocess.for_model(model)), batches, workers=workers,
+        return iter(map_loader(TarRows(collection, Preprocess.for_model(model)), batches, workers=workers,
                                device=model.device)) if batches else iter(())
 
     run = functools.cache(lambda: image_tower(model, tower))  # built once, and only if a part is encoded

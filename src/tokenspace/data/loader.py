@@ -147,7 +147,7 @@ class TarRows(Dataset):
         try:
             x = self.prep(self.c.image(i))
         except ImageLoadError as e:
-            _skip(f"{self.c.shards[self.c.shard_of[i]]}:{self.c.keys[i]}", e)
+            _skip(f"{self.c.shards[self.c.shard_of[i]]}:{self.c.keys[i]}", e.reason)  # e repeats the place
             x = None
         return i, x, self.c.keys[i], self.c.texts[i]
 

@@ -129,7 +129,11 @@ def decode_image_bytes(data: bytes, where: str):
         img.load()
         return _on_white(img)
     except Exception as e:  # PIL raises many types for broken data
-        raise ImageLoadError(where, str(e)) from e
+        # PIL names the in-memory file ("cannot identify image file <_io.BytesIO object at 0x...>")
+        raise ImageLoadError(where, "not a readable image (" + _OBJECT_REPR.sub("", str(e)) + ")") from e
+
+
+_OBJECT_REPR = re.compile(r"\s*<[\w.]+ object at 0x[0-9a-fA-F]+>")
 
 
 def _scan(path: str) -> Iterable[tuple[str, str | None, int | None, int]]:
