@@ -53,12 +53,14 @@ def positive_float(text: str) -> float:
 
 positive_float.__name__ = "positive number"
 
+
 def text(value: str) -> str:
     # argv bytes that are not UTF-8 arrive as lone surrogates, which the tokenizer refuses with a TypeError
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
-        raise argparse.ArgumentTypeError(f"not valid UTF-8 text: {value.encode('utf-8', 'backslashreplace').decode()!r}") from None
+        shown = value.encode("utf-8", "backslashreplace").decode()
+        raise argparse.ArgumentTypeError(f"not valid UTF-8 text: {shown!r}") from None
     return value
 
 
