@@ -2,17 +2,22 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from tokenspace.cli.model_loading import load_model
-from tokenspace.models.export_st import export_sentence_transformers
+from tokenspace.models.export_st import check_out, export_sentence_transformers
+from tokenspace.models.registry import release_path
 
 
 def add_arguments(st: argparse.ArgumentParser) -> None:
     st.add_argument("model", help="STAIR model folder or release name")
-    st.add_argument("out", help="folder to write (replaced)")
+    st.add_argument("out", help="folder to write: new, empty or a previous export (which is replaced)")
 
 
 def run(args) -> int:
-    out = export_sentence_transformers(load_model(args.model), args.out)
+    # the folder the model loads from (a release name's too): OUT must not be, hold or lie in it
+    source = Path(args.model) if Path(args.model).is_dir() else release_path(args.model)
+    check_out(Path(args.out), source)  # before loading the model: a refusal costs nothing
+    out = export_sentence_transformers(load_model(args.model), args.out, source=source)
     print(f"wrote a sentence-transformers SparseEncoder folder: {out}")
     return 0

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 
 from tokenspace.models.options import FAMILY_OPTIONS, FamilyOptions, parse_options
@@ -63,12 +63,18 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "ModelConfig":
+        if not isinstance(d, dict):  # a damaged or foreign config.json: [] would fail on .items() below
+            raise ValueError(f"expected a JSON object (the model config's fields), not {json_kind(d)}")
         # a saved folder's config.json also says what it holds for hub tooling (models/card.py)
         d = {k: v for k, v in d.items() if k not in ("model_type", "architectures", "tokenspace_version")}
         known = {f.name for f in fields(cls)}
         unknown = set(d) - known
         if unknown:
             raise ValueError(f"unknown model config keys: {sorted(unknown)}")
+        missing = [f.name for f in fields(cls)
+                   if f.name not in d and f.default is MISSING and f.default_factory is MISSING]
+        if missing:  # named here: the dataclass's TypeError names neither the file nor the keys' meaning
+            raise ValueError(f"missing model config keys: {missing}")
         return cls(**d)
 
     def save(self, path: str | Path) -> None:
@@ -84,8 +90,17 @@ class ModelConfig:
                 raise KeyError(f"unknown model config {name_or_path!r}; known: {list_configs()}")
         try:
             return cls.from_dict(json.loads(p.read_text()))
-        except ValueError as e:  # which file: the message alone does not say where the typo is
+        except (ValueError, TypeError) as e:  # which file: the message alone does not say where the typo is
+            # (TypeError: a field of the wrong type, e.g. "logit_scale_init": "x", failing a comparison)
             raise ValueError(f"{p}: {e}") from e
+
+
+def json_kind(value) -> str:
+    """What a JSON value is, in JSON's words: "an array", "null" (for messages about a file's content)."""
+    if value is None:
+        return "null"
+    return {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "an array",
+            dict: "an object"}.get(type(value), type(value).__name__)
 
 
 def list_configs() -> list[str]:

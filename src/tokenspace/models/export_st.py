@@ -26,6 +26,10 @@ import torch
 from tokenspace.atomic import new_file_mode, temp_folder
 from tokenspace.models.card import write_tokenizer_files
 
+# written into every export: an existing OUT is replaced only when it holds this file (or nothing), so
+# export-st never deletes a folder it did not write (a user's files, the source model itself)
+MARKER = "tokenspace_export.json"
+MARKER_FORMAT = "sentence-transformers-sparse-encoder"
 MASKED_BIAS = -1.0e4  # far below any |h . e| of a trained BERT: ReLU(logit) = 0 for masked entries
 MLM = "sentence_transformers.sparse_encoder.models.MLMTransformer"
 SPLADE = "sentence_transformers.sparse_encoder.models.SpladePooling"
@@ -55,12 +59,43 @@ def _mlm(model):
     return mlm.eval()
 
 
-def export_sentence_transformers(model, out: str | Path) -> Path:
-    """Write ``model``'s text side (STAIR) as a SparseEncoder folder at ``out`` (replaced atomically)."""
+def is_export(folder: Path) -> bool:
+    """Whether ``folder`` is a previous export by this module (its marker file says so)."""
+    try:
+        return json.loads((folder / MARKER).read_text(encoding="utf-8")).get("format") == MARKER_FORMAT
+    except (OSError, ValueError, AttributeError):  # no marker, not JSON, not an object
+        return False
+
+
+def check_out(out: Path, source: str | Path | None = None) -> None:
+    """Refuse an ``out`` that replacing would lose something: a file, a non-empty folder that is not a
+    previous export, or (``source``: the folder the model was loaded from) that folder, one inside it or
+    one holding it. Nothing is written before this passes."""
+    if source is not None:
+        src, dst = Path(source).resolve(), out.resolve()
+        where = ("is the model's own folder" if dst == src else
+                 f"lies inside the model folder {source}" if src in dst.parents else
+                 f"holds the model folder {source}" if dst in src.parents else None)
+        if where:
+            raise ValueError(f"{out}: {where}; choose an output folder outside the model's")
+    if out.is_symlink():  # replacing would follow or break a link the user made: not ours to decide
+        raise ValueError(f"{out}: is a symbolic link; choose a new output folder")
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"{out}: is a file, not a folder; choose a new output folder")
+    if out.is_dir() and any(out.iterdir()) and not is_export(out):
+        raise ValueError(f"{out}: is a non-empty folder that is not a previous export-st export "
+                         f"(no {MARKER}); choose a new or empty output folder")
+
+
+def export_sentence_transformers(model, out: str | Path, source: str | Path | None = None) -> Path:
+    """Write ``model``'s text side (STAIR) as a SparseEncoder folder at ``out``. An existing ``out`` is
+    replaced atomically only when it is empty or a previous export (``check_out``); ``source`` is the
+    folder the model was loaded from, which ``out`` must neither be, hold nor lie in."""
     if model.family != "stair":
         raise ValueError(f"export-st writes STAIR's SPLADE-style text side; a {model.family!r} model's text "
                          "side is not an MLM with max pooling")
     out = Path(out)
+    check_out(out, source)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_folder(out)  # not tempfile.mkdtemp: its 0700 would make the exported folder private
     try:
@@ -96,9 +131,22 @@ def export_sentence_transformers(model, out: str | Path) -> Path:
             "encoder = SparseEncoder(\"path/to/this/folder\")\nvectors = encoder.encode([\"a red dog\"])\n```\n\n"
             "Bracketed vocabulary entries ([CLS], [unused0], ...) carry a decoder bias of -1e4, so they are "
             "never emitted (STAIR's output mask).\n", encoding="utf-8")
+        (tmp / MARKER).write_text(json.dumps({"format": MARKER_FORMAT, "model": model.config.name}, indent=2)
+                                  + "\n")
         if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
+            check_out(out, source)  # again: the folder may have changed while the export was written
+            # moved aside, not deleted first: if the rename below fails, the previous export comes back
+            old = temp_folder(out)
+            os.rmdir(old)
+            out.rename(old)
+            try:
+                tmp.rename(out)
+            except BaseException:
+                old.rename(out)
+                raise
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            tmp.rename(out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out

@@ -5,6 +5,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from safetensors import SafetensorError
 from safetensors.torch import load_model
 
 from tokenspace import assets
@@ -152,7 +153,14 @@ def from_pretrained(path: str | os.PathLike) -> DualEncoder:
     # the shipped tokenizer.json when there is one (Tokenizer.from_file), else the vocabulary
     config.vocab = str(path / (TOKENIZER_FILE if (path / TOKENIZER_FILE).exists() else VOCAB_FILE))
     model = build_model(config)
-    missing, unexpected = load_model(model, str(path / WEIGHTS_FILE), strict=False)
+    weights = path / WEIGHTS_FILE
+    try:
+        missing, unexpected = load_model(model, str(weights), strict=False)
+    except SafetensorError as e:  # the bare "invalid header length" names no file
+        raise ValueError(f"{weights}: not a readable safetensors file (truncated or damaged): {e}") from None
+    except RuntimeError as e:  # load_state_dict's size mismatches, several lines long
+        raise ValueError(f"{weights}: weights do not match {path / CONFIG_FILE}: "
+                         f"{' '.join(str(e).split())[:300]}") from None
     if missing or unexpected:
         raise ValueError(f"{path}: weights do not match the config (missing {missing[:5]}, "
                          f"unexpected {unexpected[:5]})")

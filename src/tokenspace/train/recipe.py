@@ -14,8 +14,12 @@
 """
 from __future__ import annotations
 
+import functools
+import json
+import types
+import typing
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 
 import yaml
@@ -24,6 +28,103 @@ from tokenspace.models.config import ModelConfig
 from tokenspace.train.precision import CHOICES as PRECISIONS
 
 RECIPE_DIR = Path(__file__).resolve().parent.parent / "configs" / "recipes"
+RECIPE_SUFFIXES = (".yaml", ".yml", ".json")  # .json: a run's saved recipe.json loads as it is
+
+
+# ------------------------------------------------------------------------------------ value types
+# A recipe comes from YAML and --set, where `batch_size: abc` or `stages: 5` are easy to write: each
+# field is checked against its annotation up front, so the error names the key instead of surfacing
+# later as "'<' not supported" or "slice indices must be integers" half-way into training.
+def _shown(value) -> str:
+    """A value as the YAML the user wrote it in (null, true), cut short."""
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _union_args(hint):
+    return typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else None
+
+
+def _expected(hint) -> str:
+    args = _union_args(hint)
+    if args is not None:
+        return " or ".join(_expected(a) for a in args)
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is tuple:
+        return f"a list of {len(args)} numbers" if all(a is float for a in args) else "a list"
+    return {type(None): "null", bool: "true or false", int: "an integer", float: "a number", str: "a string",
+            dict: "a mapping", list: "a list", Stage: "a stage mapping {name, steps, ...}",
+            StagePlan: "a plan mapping {dense_steps, ...}"}.get(origin or hint, str(hint))
+
+
+def _fits(value, hint) -> bool:
+    args = _union_args(hint)
+    if args is not None:
+        return any(_fits(value, a) for a in args)
+    origin = typing.get_origin(hint) or hint
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:  # YAML's true is not a step count, nor 2.5 a batch size
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:  # 1 is a fine learning rate
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if origin is tuple:  # YAML gives lists
+        args = typing.get_args(hint)
+        return isinstance(value, (list, tuple)) and len(value) == len(args) and all(map(_fits, value, args))
+    if hint in (Stage, StagePlan):  # built from their mapping by the recipe
+        return isinstance(value, (hint, dict))
+    return isinstance(value, origin)  # str, dict, list (a list's items are checked where they are built)
+
+
+@functools.cache
+def _hints(cls) -> dict:
+    return typing.get_type_hints(cls)
+
+
+def check_types(obj, where: str) -> None:
+    """Every field of dataclass ``obj`` against its annotation: a ValueError naming ``where`` (a prefix:
+    "recipe ", "recipe plan.") and the key otherwise. Ints given for floats become floats (``lr: 1``)."""
+    for name, hint in _hints(type(obj)).items():
+        value = getattr(obj, name)
+        if not _fits(value, hint):
+            note = ""
+            if isinstance(value, str) and _fits(1.0, hint) and not _fits("", hint):
+                try:
+                    float(value)
+                    note = " (YAML reads 1e-3 as a string: write 1.0e-3)"
+                except ValueError:
+                    pass
+            raise ValueError(f"{where}{name}: expected {_expected(hint)}, not {_shown(value)}{note}")
+        if hint is float:
+            setattr(obj, name, float(value))
+
+
+def _named(stage) -> bool:
+    return isinstance(stage, dict) and "name" in stage
+
+
+def _build(cls, value, where: str):
+    """A Stage or StagePlan from its recipe mapping; a wrong shape is a ValueError naming ``where``."""
+    if isinstance(value, cls):
+        return value
+    names = [f.name for f in fields(cls)]
+    if not isinstance(value, dict):
+        raise ValueError(f"recipe {where}: expected a mapping with keys {names}, not {_shown(value)}")
+    unknown = sorted(set(value) - set(names))
+    if unknown:
+        raise ValueError(f"recipe {where}: unknown keys {unknown} (known: {names})")
+    missing = [f.name for f in fields(cls)
+               if f.name not in value and f.default is MISSING and f.default_factory is MISSING]
+    if missing:
+        raise ValueError(f"recipe {where}: missing {missing}")
+    try:
+        return cls(**value)
+    except TypeError as e:  # a check the field types missed: still one line naming the stage
+        raise ValueError(f"recipe {where}: {e}") from None
 
 
 @dataclass
@@ -37,6 +138,7 @@ class Stage:
     schedule: str = "linear"  # the decay: linear | cosine (OpenCLIP's, half a cosine from lr to 0)
 
     def __post_init__(self):
+        check_types(self, f"recipe stage {self.name!r} ")
         if self.steps < 0 or self.lr <= 0:
             raise ValueError(f"stage {self.name!r}: steps must be >= 0 and lr > 0")
         if self.schedule not in ("linear", "cosine"):
@@ -61,6 +163,7 @@ class StagePlan:
     warmup_steps: int = 0
 
     def __post_init__(self):
+        check_types(self, "recipe plan.")
         self.ratio = tuple(float(r) for r in self.ratio)
         if self.split not in ("paper", "equal"):
             raise ValueError(f"plan.split must be paper or equal, not {self.split!r}")
@@ -147,11 +250,19 @@ class Recipe:
     channels_last: bool = False  # NHWC memory format for conv towers on GPUs (tensor cores)
 
     def __post_init__(self):
+        check_types(self, "recipe ")
+        for k in ("train", "eval"):  # data specs: the pipeline iterates them (eval may be empty)
+            v = self.data.get(k, [])
+            if not (isinstance(v, str) or isinstance(v, list) and all(isinstance(x, str) for x in v)
+                    or k == "eval" and v is None):
+                raise ValueError(f"recipe data.{k}: expected a data spec (emoji:train) or a list of them, "
+                                 f"not {_shown(v)}")
         if isinstance(self.model, dict):  # changed fields: a typo fails here, before any data loads
             model_config(self.model)
-        if self.plan is not None and not isinstance(self.plan, StagePlan):
-            self.plan = StagePlan(**self.plan)
-        self.stages = [s if isinstance(s, Stage) else Stage(**s) for s in self.stages]
+        if self.plan is not None:
+            self.plan = _build(StagePlan, self.plan, "plan")
+        self.stages = [_build(Stage, s, f"stages[{i}]" + (f" ({s['name']!r})" if _named(s) else ""))
+                       for i, s in enumerate(self.stages)]
         if self.plan is not None:
             # both only when they agree (a saved recipe.json holds the plan and its expansion)
             if self.stages and self.stages != self.plan.stages():
@@ -185,8 +296,14 @@ class Recipe:
 
     @classmethod
     def from_dict(cls, d: dict) -> Recipe:
+        if not isinstance(d, dict):
+            raise ValueError(f"a recipe is a mapping (name, model, data, stages, ...), not {_shown(d)}")
         d = dict(d)
-        loss = dict(d.pop("loss", {}) or {})  # a copy: the caller's mapping is left as given
+        loss = d.pop("loss", None) or {}
+        if not isinstance(loss, dict):
+            raise ValueError(f"recipe loss: expected a mapping (lambda, lambda_image, flops_warmup, ...), "
+                             f"not {_shown(loss)}")
+        loss = dict(loss)  # a copy: the caller's mapping is left as given
         if "lambda" in loss:  # both sides, unless a side is given on its own (below)
             d["lambda_image"] = d["lambda_text"] = loss.pop("lambda")
         for k in ("lambda_image", "lambda_text"):
@@ -205,12 +322,22 @@ class Recipe:
     @classmethod
     def load(cls, name_or_path: str | Path, **overrides) -> Recipe:
         p = Path(name_or_path)
-        if p.suffix not in (".yaml", ".yml"):
+        if p.suffix not in RECIPE_SUFFIXES:
             p = RECIPE_DIR / f"{name_or_path}.yaml"
             if not p.exists():
                 known = sorted(q.stem for q in RECIPE_DIR.glob("*.yaml"))
-                raise KeyError(f"unknown recipe {name_or_path!r}; known: {known}")
-        d = yaml.safe_load(p.read_text())
+                raise KeyError(f"unknown recipe {name_or_path!r} (a recipe is a name or a "
+                               f"{'/'.join(RECIPE_SUFFIXES)} file); known: {known}")
+        if p.suffix == ".json":  # not the YAML loader: YAML 1.1 reads JSON's 1e-08 (recipe.json's eps) as a string
+            try:
+                d = json.loads(p.read_text())
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{p}: not valid JSON ({e})") from None
+        else:
+            d = yaml.safe_load(p.read_text())
+        if not isinstance(d, dict):  # an empty file is None: say so rather than fail on setdefault
+            raise ValueError(f"{p}: a recipe is a mapping (name, model, data, stages, ...), "
+                             f"not {'an empty file' if d is None else _shown(d)}")
         d.setdefault("name", p.stem)
         # an override of the stage plan replaces the file's, whichever form each is in
         for given, other in (("stages", "plan"), ("plan", "stages")):

@@ -33,7 +33,7 @@ from tokenspace.data.loader import Preprocess, TarRows, map_loader
 from tokenspace.data.webdataset import LazyPixels, TarCollection
 from tokenspace.train import pairs, precision, ranks
 from tokenspace.train.recipe import Recipe
-from tokenspace.train.trainer import BatchSampler, PairData, Trainer
+from tokenspace.train.trainer import BatchSampler, PairData, Trainer, check_run_folder
 
 
 def _log(msg: str) -> None:
@@ -170,6 +170,7 @@ def train(recipe, out_dir, home=None, resume: bool = False, progress: bool = Tru
     ScaleTrainer (``workers`` decoding processes per rank; default: cores - 1, at most 8)."""
     if not isinstance(recipe, Recipe):
         recipe = Recipe.load(recipe, **overrides)
+    check_run_folder(out_dir, resume)  # before the data loads (minutes): Trainer.fit checks too late to save them
     ctx = ranks.context()
     if recipe.batch_size % ctx.world:
         raise ValueError(f"batch_size {recipe.batch_size} is not a multiple of the {ctx.world} ranks")

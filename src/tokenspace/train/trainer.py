@@ -253,6 +253,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ the loop
     def fit(self, resume: bool = False) -> DualEncoder:
+        check_run_folder(self.out, resume)  # before anything in the folder is written
         self.out.mkdir(parents=True, exist_ok=True)
         r = self.recipe
         # per-rank dropout streams (rank 0 keeps the single-process one); a resume restores them instead
@@ -384,6 +385,25 @@ class Trainer:
         torch.set_rng_state(saved["torch_rng"].cpu())
         self._resume_queue = state.get("queue", [])
         return state["stage"], state["step"], saved["optimizer"], state["rng"], saved.get("scaler")
+
+
+def check_run_folder(out: str | os.PathLike, resume: bool) -> None:
+    """Refuse a run folder that is a file, and, for a new run (no ``resume``), one already holding a run:
+    training over it would overwrite its model/ and checkpoint/ and append a second step 1.. to its
+    log.jsonl. Trainer.fit calls it before writing anything; scale.train also before loading data."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"{out}: is a file, not a run folder; choose a new --out")
+    if resume or not out.is_dir():
+        return
+    log = out / "log.jsonl"
+    held = [name for name, there in (
+        ("checkpoint/", any((out / d / "trainer.json").is_file() for d in ("checkpoint", "checkpoint.old"))),
+        ("model/", (out / "model").is_dir()),
+        ("log.jsonl", log.is_file() and log.stat().st_size > 0)) if there]
+    if held:
+        raise ValueError(f"{out} already holds a training run ({', '.join(held)}): pass --resume to continue "
+                         "it or choose a new --out")
 
 
 def truncate_log(path: Path, step: int) -> None:
