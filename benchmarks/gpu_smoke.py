@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -130,6 +131,7 @@ def run_one(name: str, work: Path, a) -> dict:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     t0 = time.time()
+    shutil.rmtree(work / "run", ignore_errors=True)  # a fresh run: the trainer refuses to train over one
     train(recipe, work / "run", progress=False, workers=a.workers, compile=a.compile, device=device)
     wall = time.time() - t0
     rows = [json.loads(x) for x in (work / "run" / "log.jsonl").read_text().splitlines()]

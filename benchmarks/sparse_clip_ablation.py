@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import shutil
 import sys
 import time
 from dataclasses import replace
@@ -89,6 +90,7 @@ def train_arm(name: str, extra: dict, a, before: dict) -> dict:
         model = DualEncoder.from_pretrained(run / "model")
         seconds = before.get(name, {}).get("seconds")
     else:
+        shutil.rmtree(run, ignore_errors=True)  # retrained from scratch: the trainer refuses to train over a run
         t0 = time.time()
         model = pipeline.train(recipe_for(name, extra, a.steps, a.eval_every, a.runs), run, progress=False)
         seconds = time.time() - t0  # the first arm also builds the backbone grid cache when it is missing

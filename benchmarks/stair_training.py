@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -99,6 +100,7 @@ def run_variant(name: str, out_root: Path, home=None, seed: int = 0, scale: floa
     over = {**over, "data": DATA, "seed": seed}
     recipe = scaled(Recipe.load(recipe_name, **over), scale)
     out = out_root / f"{name}-s{seed}-x{scale:g}"
+    shutil.rmtree(out, ignore_errors=True)  # a fresh run each time: the trainer refuses to train over one
     t0 = time.time()
     pipeline.train(recipe, out, home=home, progress=False)
     wall = time.time() - t0

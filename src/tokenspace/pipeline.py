@@ -47,10 +47,14 @@ def _with_final_grids(model, enc: BackboneFeatures, at: int | None) -> BackboneF
 def train(recipe, out_dir, home=None, resume: bool = False, progress: bool = True, **overrides):
     """Train a model from a recipe (name, path or Recipe) on its data; returns the trained model."""
     from tokenspace.train.recipe import Recipe  # start-up: torch; importing the pipeline stays torch-free
-    from tokenspace.train.trainer import Trainer  # start-up: torch (and Trainer is looked up at call time)
+    from tokenspace.train.trainer import (  # start-up: torch (Trainer looked up at call time)
+        Trainer,
+        check_run_folder,
+    )
 
     if not isinstance(recipe, Recipe):
         recipe = Recipe.load(recipe, **overrides)
+    check_run_folder(out_dir, resume)  # before the data and feature cache, which take minutes
     if "train" not in recipe.data:
         raise ValueError(f"recipe {recipe.name!r} has no data.train")
     model = build_seeded(recipe)
