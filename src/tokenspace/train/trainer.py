@@ -390,7 +390,8 @@ class Trainer:
 def check_run_folder(out: str | os.PathLike, resume: bool) -> None:
     """Refuse a run folder that is a file, and, for a new run (no ``resume``), one already holding a run:
     training over it would overwrite its model/ and checkpoint/ and append a second step 1.. to its
-    log.jsonl. Trainer.fit calls it before writing anything; scale.train also before loading data."""
+    log.jsonl. Trainer.fit calls it before writing anything; pipeline.train and scale.train also before
+    loading data."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"{out}: is a file, not a run folder; choose a new --out")
