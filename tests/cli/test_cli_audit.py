@@ -98,3 +98,15 @@ def test_index_argument_that_is_a_file(world, tmp_path):
     f.write_text("x")
     r = world.run("index", "stats", f)
     assert r.code == 1 and "a file, not a folder" in r.error_line()
+
+
+def test_unwritable_outputs_and_a_file_as_model_are_named_before_any_work(world, tmp_path):
+    f = tmp_path / "model.txt"  # a file: nothing can be written below it
+    f.write_text("x")
+    r = world.run("eval", "--model", world.model, "--data", f"{world.manifest}:test", "--json", f / "m.json")
+    assert r.code == 1 and f"--json {f / 'm.json'}: cannot write in {f}" in r.error_line()
+    assert "image_retrieval" not in r.out  # refused before evaluating
+    r = world.run("index", "export", world.index, "--out", f / "docs.jsonl")
+    assert r.code == 1 and f"--out {f / 'docs.jsonl'}: cannot write it" in r.error_line()
+    r = world.run("search", "--index", world.index, "--model", f, "red dog")
+    assert r.code == 1 and "is a file; give a model folder" in r.error_line()

@@ -76,3 +76,15 @@ def test_scale_train_refuses_before_loading_any_data(tmp_path, monkeypatch):
     monkeypatch.setattr(scale.pairs, "build_seeded", no_data)
     with pytest.raises(ValueError, match="already holds a training run"):
         scale.train(recipe(), tmp_path)
+
+
+@pytest.mark.parametrize("damage", ["model/model.safetensors", "optimizer.pt", "trainer.json"])
+def test_resuming_from_a_damaged_checkpoint_names_it(make_model, tmp_path, damage):
+    Trainer(make_model(), recipe(), tiny_data(), tmp_path / "run", progress=False).fit()
+    f = tmp_path / "run" / "checkpoint" / damage
+    f.write_bytes(f.read_bytes()[:20])  # cut short
+    with pytest.raises(ValueError) as e:
+        Trainer(make_model(), recipe(2, 1), tiny_data(), tmp_path / "run", progress=False).fit(resume=True)
+    msg = str(e.value)
+    assert msg.startswith(f"{tmp_path / 'run' / 'checkpoint'}: a damaged checkpoint (") and "\n" not in msg
+    assert msg.endswith("move it aside to restart the run")

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 from pathlib import Path
 
-from tokenspace import pipeline
-from tokenspace.cli.common import DEVICE_HELP
+from tokenspace import atomic, pipeline
+from tokenspace.cli.common import DEVICE_HELP, CLIError
 from tokenspace.cli.model_loading import load_model
 
 
@@ -18,6 +19,8 @@ def add_arguments(e: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
+    if args.json:  # before the evaluation: a path that cannot be written must not cost the whole run
+        _check_writable(Path(args.json))
     model = load_model(args.model, args.device)
     results = pipeline.evaluate(model, args.data, home=args.home)
     for spec, metrics in results.items():
@@ -25,5 +28,15 @@ def run(args) -> int:
         for k, v in metrics.items():
             print(f"  {k:32s} {v:.4f}")
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2))
+        atomic.write_text(Path(args.json), json.dumps(results, indent=2))
     return 0
+
+
+def _check_writable(path: Path) -> None:
+    if path.is_dir():
+        raise CLIError(f"--json {path} is a folder; give a file path")
+    try:  # a file made and removed: permission bits do not tell for root, or for /proc
+        with tempfile.TemporaryFile(dir=path.parent):
+            pass
+    except OSError as e:
+        raise CLIError(f"--json {path}: cannot write in {path.parent} ({e.strerror or e})") from None

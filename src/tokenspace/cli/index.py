@@ -55,12 +55,15 @@ def run(args) -> int:
     vectors = index.get(ids)
     if args.queries:
         _export_queries(args)
-    if args.format == "jsonl":
-        out = export.write_jsonl(vectors, ids, args.out)
-    elif args.format == "jsonl-int":
-        out = export.write_jsonl_quantized(vectors, ids, args.out, scale=args.scale)
-    else:
-        out = export.write_rank_features(vectors, ids, args.out)
+    try:
+        if args.format == "jsonl":
+            out = export.write_jsonl(vectors, ids, args.out)
+        elif args.format == "jsonl-int":
+            out = export.write_jsonl_quantized(vectors, ids, args.out, scale=args.scale)
+        else:
+            out = export.write_rank_features(vectors, ids, args.out)
+    except OSError as e:  # the atomic write's message names its temporary file, not --out
+        raise CLIError(f"--out {args.out}: cannot write it ({e.strerror or e})") from None
     print(f"wrote {len(ids)} documents to {args.out}" + (f" ({len(out)} files)" if isinstance(out, list) else ""))
     return 0
 

@@ -16,6 +16,8 @@ def load_model(ref: str, device: str = "cpu"):
     looks_like_path = os.sep in ref or ref.startswith(".") or Path(ref).suffix in (".json", ".safetensors")
     if looks_like_path and not Path(ref).exists():
         raise CLIError(f"no model at {ref}")
+    if Path(ref).is_file() and Path(ref).suffix != ".json":  # a .json is a config: refused below, by name
+        raise CLIError(f"--model {ref} is a file; give a model folder (config.json + model.safetensors) or a release name")
     dev = device_named(device)
     model = load(ref)
     return model.to(dev) if dev.type != "cpu" else model

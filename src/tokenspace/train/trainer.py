@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import pickle
 import shutil
 import time
 from collections.abc import Callable
@@ -25,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_model
 from tqdm.auto import tqdm
 
@@ -376,12 +378,18 @@ class Trainer:
         ck = self.out / "checkpoint"
         if not ck.exists() and (self.out / "checkpoint.old").exists():
             ck = self.out / "checkpoint.old"  # crashed between the two renames
-        state = json.loads((ck / "trainer.json").read_text())
-        load_model(self.model, str(ck / "model" / "model.safetensors"), device=str(self.device))
-        saved = torch.load(ck / "optimizer.pt", weights_only=False, map_location=self.device)
-        rank_rng = ck / f"rng-rank{self.dist.rank}.pt"
-        if self.dist.enabled and rank_rng.exists():
-            saved["torch_rng"] = torch.load(rank_rng, weights_only=False)["torch_rng"]
+        try:
+            state = json.loads((ck / "trainer.json").read_text())
+            load_model(self.model, str(ck / "model" / "model.safetensors"), device=str(self.device))
+            saved = torch.load(ck / "optimizer.pt", weights_only=False, map_location=self.device)
+            rank_rng = ck / f"rng-rank{self.dist.rank}.pt"
+            if self.dist.enabled and rank_rng.exists():
+                saved["torch_rng"] = torch.load(rank_rng, weights_only=False)["torch_rng"]
+        except (OSError, ValueError, KeyError, EOFError, RuntimeError, SafetensorError, pickle.UnpicklingError) as e:
+            # checkpoints are written whole (temp folder + rename): a damaged one was damaged afterwards
+            other = " (checkpoint.old may hold the one before)" if (self.out / "checkpoint.old").exists() else ""
+            raise ValueError(f"{ck}: a damaged checkpoint ({type(e).__name__}: {' '.join(str(e).split())[:200]}); "
+                             f"move it aside to restart the run{other}") from None
         torch.set_rng_state(saved["torch_rng"].cpu())
         self._resume_queue = state.get("queue", [])
         return state["stage"], state["step"], saved["optimizer"], state["rng"], saved.get("scaler")
