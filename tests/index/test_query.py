@@ -131,3 +131,9 @@ def test_empty_filter_result(collection):
     hits = index.search(docs[:3], k=5, must=["dog"], must_not=["dog"])
     assert hits == [[], [], []]
     assert np.all([len(h) == 0 for h in index.search(docs[:2], k=5, subset=[])])
+
+
+def test_a_word_no_tokenizer_takes_is_an_unknown_token():
+    # a lone surrogate (JSON can carry one): the tokenizer's TypeError would escape as a traceback
+    with pytest.raises(ValueError, match="unknown token '\\\\ud800' at position 7"):
+        parse_query("dog OR \ud800", VOCAB)

@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from tokenspace.eval.zeroshot import true_class_ranks
+from tokenspace.index.query import word_ids
 from tokenspace.sparse import SparseBatch
 
 
@@ -52,18 +53,11 @@ def resolve_tokens(tokens, vocab) -> list[int]:
 
 
 def _one_token(word: str, vocab) -> tuple[int | None, list[int]]:
-    """(dim, []) for an entry or a one-token word; (None, the word's pieces) otherwise. Vocabularies
-    without a WordPiece tokenizer (learned features, f00012) take names only."""
+    """(dim, []) for an entry or a one-token word; (None, the word's pieces) otherwise (none for an
+    unknown word; vocabularies without a WordPiece tokenizer, f00012, take names only)."""
     if word in vocab:
         return vocab.id(word), []
-    if "[UNK]" not in vocab:
-        return None, []
-    try:
-        pieces = vocab.token_ids(word)
-    except TypeError:  # a lone surrogate (JSON can carry one): not text any tokenizer takes
-        return None, []
-    if vocab.id("[UNK]") in pieces:
-        return None, []
+    pieces = word_ids(word, vocab) or []
     return (pieces[0], []) if len(pieces) == 1 else (None, pieces)
 
 

@@ -154,12 +154,17 @@ def _lex(text: str) -> list[tuple[str, str, int]]:
     return out
 
 
-def _tokenize(word: str, vocab) -> list[int] | None:
+def word_ids(word: str, vocab) -> list[int] | None:
     """The word's ids through the vocabulary's own tokenizer (the one the model encodes text with);
-    None when a piece is unknown or nothing is left (e.g. only control characters)."""
+    None when a piece is unknown, nothing is left (e.g. only control characters) or the word is not
+    text a tokenizer takes (a lone surrogate, which JSON can carry). Also how explain.steer reads
+    must / steer words."""
     if "[UNK]" not in vocab:  # not a WordPiece vocabulary (Sparse CLIP's f00012 features): names only
         return None
-    ids = vocab.token_ids(word)
+    try:
+        ids = vocab.token_ids(word)
+    except TypeError:  # the tokenizer refuses a lone surrogate with a TypeError
+        return None
     return ids if ids and vocab.id("[UNK]") not in ids else None
 
 
@@ -168,7 +173,7 @@ def _resolve(word: str, pos: int, vocab, text: str) -> Node:
     verbatim = word.startswith("##") or (word.startswith("[") and word.endswith("]")) or "[UNK]" not in vocab
     if verbatim and word in vocab:
         return Term(vocab.id(word), word)
-    ids = _tokenize(word, vocab)
+    ids = word_ids(word, vocab)
     if not ids:
         raise ValueError(f"unknown token {word!r} at position {pos} in query {text!r}")
     leaves = tuple(Term(i, vocab.tokens[i]) for i in ids)
