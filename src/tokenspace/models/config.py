@@ -71,8 +71,7 @@ class ModelConfig:
         unknown = set(d) - known
         if unknown:
             raise ValueError(f"unknown model config keys: {sorted(unknown)}")
-        missing = [f.name for f in fields(cls)
-                   if f.name not in d and f.default is MISSING and f.default_factory is MISSING]
+        missing = missing_fields(cls, d)
         if missing:  # named here: the dataclass's TypeError names neither the file nor the keys' meaning
             raise ValueError(f"missing model config keys: {missing}")
         return cls(**d)
@@ -93,6 +92,12 @@ class ModelConfig:
         except (ValueError, TypeError) as e:  # which file: the message alone does not say where the typo is
             # (TypeError: a field of the wrong type, e.g. "logit_scale_init": "x", failing a comparison)
             raise ValueError(f"{p}: {e}") from e
+
+
+def missing_fields(cls, given) -> list[str]:
+    """The fields of dataclass ``cls`` without a default that ``given`` (a mapping) lacks."""
+    return [f.name for f in fields(cls)
+            if f.name not in given and f.default is MISSING and f.default_factory is MISSING]
 
 
 def json_kind(value) -> str:

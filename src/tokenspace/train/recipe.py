@@ -19,12 +19,12 @@ import json
 import types
 import typing
 from collections.abc import Iterable
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import yaml
 
-from tokenspace.models.config import ModelConfig
+from tokenspace.models.config import ModelConfig, missing_fields
 from tokenspace.train.precision import CHOICES as PRECISIONS
 
 RECIPE_DIR = Path(__file__).resolve().parent.parent / "configs" / "recipes"
@@ -117,8 +117,7 @@ def _build(cls, value, where: str):
     unknown = sorted(set(value) - set(names))
     if unknown:
         raise ValueError(f"recipe {where}: unknown keys {unknown} (known: {names})")
-    missing = [f.name for f in fields(cls)
-               if f.name not in value and f.default is MISSING and f.default_factory is MISSING]
+    missing = missing_fields(cls, value)
     if missing:
         raise ValueError(f"recipe {where}: missing {missing}")
     try:
