@@ -48,7 +48,7 @@ import torch
 
 from tokenspace import atomic
 from tokenspace.data.loader import Preprocess, SkipCounter, TarRows, files_loader, map_loader
-from tokenspace.data.webdataset import TarCollection, expand_shards
+from tokenspace.data.webdataset import TarCollection
 from tokenspace.index import InvertedIndex
 from tokenspace.index.storage import MANIFEST
 from tokenspace.models.registry import load
@@ -355,8 +355,11 @@ def encode_parts(model, collection, work_dir, part_size: int = 8192, batch_size:
             "model": model_fingerprint(model)}
     _check_work(work, made)
 
+    def rows_of(k: int) -> range:
+        return range(k * part_size, min((k + 1) * part_size, len(collection)))
+
     def batches_of(k: int) -> list[list[int]]:
-        rows = list(range(k * part_size, min((k + 1) * part_size, len(collection))))
+        rows = list(rows_of(k))
         return [rows[s:s + batch_size] for s in range(0, len(rows), batch_size)]
 
     def loader(batches: list[list[int]]):
@@ -386,16 +389,17 @@ def encode_parts(model, collection, work_dir, part_size: int = 8192, batch_size:
         npz, ids_file = files(k)
         batch = None
         if k not in per_part:
-            rows = range(k * part_size, min((k + 1) * part_size, len(collection)))
             try:
-                batch, ids = _read_part(npz, ids_file, model.vocab, {collection.keys[r] for r in rows})
+                batch, ids = _read_part(npz, ids_file, model.vocab, {collection.keys[r] for r in rows_of(k)})
             except _Damaged as e:
                 # parts are derived data: encoding this one again from the shards loses nothing
                 log.warning("%s: encoding part %d again", e, k)
         if batch is None:
-            # a damaged part was not in the shared loader's plan: it gets a loader of its own
-            batch, ids = (encode_part(stream, len(per_part[k])) if k in per_part
-                          else encode_part(loader(batches_of(k)), len(batches_of(k))))
+            if k in per_part:
+                batch, ids = encode_part(stream, len(per_part[k]))
+            else:  # a damaged part was not in the shared loader's plan: it gets a loader of its own
+                own = batches_of(k)
+                batch, ids = encode_part(loader(own), len(own))
             atomic.write_text(ids_file, "".join(f"{i}\n" for i in ids))
             batch.save(npz)
         if on_part is not None:
@@ -431,12 +435,12 @@ def encode_to_index(model, collection, index_dir, work_dir, part_size: int = 819
 
 
 def open_shards(specs: list[str], option: str = "--shards") -> TarCollection:
-    """The collection of ``specs`` (paths, globs, {000..099} ranges); a pattern that matches no file is
-    an error naming it, not a collection without samples (or without that pattern's shards)."""
-    for spec in specs:
-        if not expand_shards(spec):
-            raise ValueError(f"{option} {spec}: no shard file matches this pattern")
-    return TarCollection.open(specs)
+    """TarCollection.open of ``specs`` (paths, globs, {000..099} ranges), its errors (a pattern that
+    matches no file) named after the option they came from."""
+    try:
+        return TarCollection.open(specs)
+    except ValueError as e:
+        raise ValueError(f"{option} {e}") from None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -143,3 +143,9 @@ def test_ranks_scan_their_share_of_the_headers_and_merge_to_the_same_collection(
     np.testing.assert_array_equal(merged.shard_of, whole.shard_of)
     with pytest.raises(ValueError, match="gather"):
         TarCollection.open(shards, rank=0, world=2)
+
+
+def test_a_shard_pattern_that_matches_nothing_is_named(shards, tmp_path):
+    # beside a pattern that matches: the collection must not silently lack that pattern's shards
+    with pytest.raises(ValueError, match=r"nomatch-\*\.tar: no shard file matches this pattern"):
+        TarCollection.open([shards, str(tmp_path / "nomatch-*.tar")])

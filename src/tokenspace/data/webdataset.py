@@ -70,7 +70,12 @@ class TarCollection:
         world-th shard from its ``rank`` and ``gather`` (e.g. ``torch.distributed.all_gather_object``
         wrapped to return the list) brings all ranks' parts together, so start-up reads each header
         once across the job instead of once per rank; every rank ends with the same collection."""
-        shards = expand_shards(spec)
+        specs = [spec] if isinstance(spec, str) else list(spec)
+        per_spec = [expand_shards(s) for s in specs]
+        empty = [s for s, found in zip(specs, per_spec) if not found]
+        if empty:  # else the collection silently lacks that pattern's shards
+            raise ValueError(f"{empty[0]}: no shard file matches this pattern")
+        shards = [p for found in per_spec for p in found]
         missing = [s for s in shards if not os.path.exists(s)]
         if missing:
             raise FileNotFoundError(f"{len(missing)} shard(s) not found, e.g. {missing[0]}")
