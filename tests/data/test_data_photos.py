@@ -22,15 +22,24 @@ def test_fashion_mnist_first_per_class(tmp_path):
     images = np.stack([np.full((28, 28), 10 * i, np.uint8) for i in range(6)])
     _idx(tmp_path / "t10k-images-idx3-ubyte.gz", images)
     _idx(tmp_path / "t10k-labels-idx1-ubyte.gz", labels)
+    _idx(tmp_path / "train-images-idx3-ubyte.gz", images[::-1])
+    _idx(tmp_path / "train-labels-idx1-ubyte.gz", labels[::-1])
     recs, rep = photos.build_fashion_mnist(tmp_path, tmp_path / "out", per_class=2)
-    assert [r.id for r in recs] == ["fashion-mnist:t10k-00000", "fashion-mnist:t10k-00001",
+    test = [r for r in recs if r.split == "test"]
+    assert [r.id for r in test] == ["fashion-mnist:t10k-00000", "fashion-mnist:t10k-00001",
                                     "fashion-mnist:t10k-00002", "fashion-mnist:t10k-00004",
                                     "fashion-mnist:t10k-00005"]  # the third dress (3) is over the limit
-    assert [r.label for r in recs] == ["dress", "dress", "t-shirt", "ankle boot", "t-shirt"]
-    assert recs[0].text == "dress" and rep["splits"] == {"test": 5}
-    img = Image.open(recs[3].image)
+    assert [r.label for r in test] == ["dress", "dress", "t-shirt", "ankle boot", "t-shirt"]
+    assert test[0].text == "dress" and rep["splits"] == {"test": 5, "val": 5}
+    # val: the same selection over the training file, never a t10k row
+    val = [r for r in recs if r.split == "val"]
+    assert [r.id for r in val] == ["fashion-mnist:train-00000", "fashion-mnist:train-00001",
+                                   "fashion-mnist:train-00002", "fashion-mnist:train-00003",
+                                   "fashion-mnist:train-00004"]
+    assert np.asarray(Image.open(val[0].image)).max() == 50  # train row 0 = t10k row 5 reversed
+    img = Image.open(test[3].image)
     assert img.size == (28, 28) and np.asarray(img).max() == 40  # pixels written as they are
-    assert load_image(recs[3].image).mode == "RGB"
+    assert load_image(test[3].image).mode == "RGB"
 
 
 def test_read_idx_rejects_a_short_file(tmp_path):
