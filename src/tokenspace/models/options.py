@@ -192,10 +192,76 @@ class DenseOptions(FamilyOptions):
     family: ClassVar[str] = "dense"
 
 
+@dataclass(frozen=True)
+class FusedOptions(FamilyOptions):
+    """A fused model (models/fused.py): trained or training-free parts over one vocabulary, summed.
+
+    ``parts``: [{"model": a model folder, release or training-free config name (a config being built) or
+    the part's portable config (a saved folder), "image": weight, "text": weight}]; a part with text
+    weight 0 adds nothing to the text side. ``anchor``: weight of the bag of the text's own content word
+    pieces (lexical anchoring, not in any of the three papers). Top-n: as STAIR's, after fusing."""
+
+    family: ClassVar[str] = "fused"
+    parts: tuple = ()
+    anchor: float = 0.0
+    image_top_n: int | None = None
+    text_top_n: int | None = None
+
+    def __post_init__(self):
+        parts = self.parts
+        if not isinstance(parts, (list, tuple)) or not parts:
+            raise ValueError("fused parts must be a non-empty list of {model, image, text}")
+        checked = []
+        for i, part in enumerate(parts):
+            if not isinstance(part, dict):
+                raise ValueError(f"fused part {i} must be a mapping {{model, image, text}}, not {part!r}")
+            check_keys(part, ("model", "image", "text"), f"fused part {i}")
+            if not isinstance(part.get("model"), (str, dict)):
+                raise ValueError(f"fused part {i} needs model: a model folder, release or config name")
+            w = {k: _number(part.get(k, 1.0), f"parts[{i}].{k}") for k in ("image", "text")}
+            if min(w.values()) < 0:
+                raise ValueError(f"fused part {i}: weights must be >= 0, not {w}")
+            checked.append({"model": part["model"], **w})
+        self._set("parts", tuple(checked))
+        self._set("anchor", _number(self.anchor, "anchor"))
+        if self.anchor < 0:
+            raise ValueError(f"option anchor must be >= 0, not {self.anchor}")
+        for name in ("image_top_n", "text_top_n"):
+            self._set(name, _top_n(getattr(self, name), name))
+
+
+@dataclass(frozen=True)
+class SparsifiedOptions(FamilyOptions):
+    """A sparse head trained on a frozen dense model's embeddings (models/sparsified.py explains each).
+
+    ``dense``: the dense model, a trained model folder or release name (a config being built: loaded with
+    its weights) or its portable config (a saved folder: its weights are in the folder's own file)."""
+
+    family: ClassVar[str] = "sparsified"
+    dense: str | dict | None = None
+    init_active: float = 0.01  # the fraction of (emitted) tokens active per row once the head is calibrated
+    revive_grad: float = 0.0  # dead tokens get this times the gradient that would raise them (both sides)
+    image_top_n: int | None = None  # encode_* only, as STAIR's
+    text_top_n: int | None = None
+
+    def __post_init__(self):
+        if self.dense is not None and (not isinstance(self.dense, (str, dict)) or not self.dense):
+            raise ValueError(f"option dense must be a dense model folder or release name, not {self.dense!r}")
+        self._set("init_active", _number(self.init_active, "init_active"))
+        if not 0 < self.init_active < 1:
+            raise ValueError(f"option init_active must be a fraction in (0, 1), not {self.init_active}")
+        self._set("revive_grad", _number(self.revive_grad, "revive_grad"))
+        if self.revive_grad < 0:
+            raise ValueError(f"option revive_grad must be >= 0, not {self.revive_grad}")
+        for name in ("image_top_n", "text_top_n"):
+            self._set(name, _top_n(getattr(self, name), name))
+
+
 # family name -> its options class. registry.register_family adds a new family's (its model class's
 # ``Options``), so every family known to the registry validates its config's extra
 FAMILY_OPTIONS: dict[str, type[FamilyOptions]] = {
-    c.family: c for c in (StairOptions, DenseOptions, SparseClipOptions, VisualSpartaOptions, TaggerOptions)
+    c.family: c for c in (StairOptions, DenseOptions, SparseClipOptions, VisualSpartaOptions, TaggerOptions,
+                          FusedOptions, SparsifiedOptions)
 }
 
 

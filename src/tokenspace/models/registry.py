@@ -32,6 +32,8 @@ FAMILIES: dict[str, type[DualEncoder] | str] = {
     "sparse-clip": "tokenspace.models.sparse_clip:SparseClipModel",
     "visualsparta": "tokenspace.models.visualsparta:VisualSpartaModel",
     "tagger": "tokenspace.models.tagger:TaggerModel",  # training-free, from the backbone's ImageNet classifier
+    "fused": "tokenspace.models.fused:FusedModel",  # trained / training-free parts summed (release v2)
+    "sparsified": "tokenspace.models.sparsified:SparsifiedModel",  # a sparse head on a frozen dense model
 }
 
 
@@ -79,8 +81,21 @@ def build_model(config: ModelConfig | str, vocab: Vocabulary | None = None) -> D
     return cls(config, cls.output_vocabulary(config, vocab), tokenizer_vocab=vocab)
 
 
+def inner_model(ref: str | dict, vocab: Vocabulary) -> DualEncoder:
+    """A model inside another model (a fused model's parts, a sparsified model's dense base).
+
+    ``ref`` is a trained model folder or release name (a config being built: loaded with its weights)
+    or, in a saved folder, the inner model's portable config as a dict: built empty here, its weights
+    arrive with the outer model's (its submodule's keys in the outer model.safetensors), so a saved
+    folder needs nothing but its own files. ``vocab`` is the outer model's tokenizer vocabulary."""
+    if isinstance(ref, dict):
+        config = ModelConfig.from_dict({**ref, "vocab": None})
+        return build_model(config, vocab=vocab)
+    return load(ref)
+
+
 # families whose every weight comes from pretrained assets (no training step): a config name is usable
-TRAINING_FREE = {"tagger"}
+TRAINING_FREE = {"tagger", "fused"}  # fused: its parts come trained
 
 
 # the model `tokenspace serve` and `make demo` search with when none is named (models/<name>,

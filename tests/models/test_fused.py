@@ -1,0 +1,108 @@
+"""Fused model (models/fused.py): the fused vectors equal the weighted sum of the parts' unit vectors,
+the lexical anchor adds exactly the text's content word pieces, one shared tower, save/load without the
+parts' folders, and clear errors for parts that cannot be fused."""
+import numpy as np
+import pytest
+import torch
+
+from tokenspace.models.config import ModelConfig
+from tokenspace.models.registry import build_model, from_pretrained
+
+
+def unit(x):
+    return x / x.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+
+
+@pytest.fixture
+def parts(make_model, tmp_path):
+    """Two tiny STAIR models with different heads on one tower, saved as folders."""
+    a, b = make_model("stair", seed=0), make_model("stair", seed=1)
+    b.image_tower.load_state_dict(a.image_tower.state_dict())
+    return a.save_pretrained(tmp_path / "a"), b.save_pretrained(tmp_path / "b")
+
+
+def fused(tiny_vocab, parts, anchor=0.0, weights=((1.0, 1.0), (2.0, 0.5)), **extra):
+    cfg = ModelConfig(
+        name="tiny-fused", family="fused", image_tower={"type": "tiny-cnn", "channels": 16, "image_size": 32},
+        text_tower={"type": "bag-of-tokens", "vocab_size": len(tiny_vocab)}, max_text_len=16,
+        extra={"parts": [{"model": str(p), "image": w[0], "text": w[1]} for p, w in zip(parts, weights)],
+               "anchor": anchor, **extra})
+    return build_model(cfg, vocab=tiny_vocab).eval()
+
+
+def test_vectors_are_the_weighted_sum_of_the_parts(tiny_vocab, parts):
+    m = fused(tiny_vocab, parts, anchor=0.7)
+    a, b = from_pretrained(parts[0]), from_pretrained(parts[1])
+    grid = m.image_grid(torch.rand(3, 3, 32, 32))
+    with torch.no_grad():
+        want = 1.0 * unit(a.image_embed(grid)) + 2.0 * unit(b.image_embed(grid))
+        torch.testing.assert_close(m.image_embed(grid), want)
+        ids, mask = m.tokenize(["a red dog", "the big cat and a ball"])
+        bag = torch.zeros(2, len(tiny_vocab))
+        for row, words in enumerate((["red", "dog"], ["big", "cat", "ball"])):  # stop words drop out
+            bag[row, [tiny_vocab.id(w) for w in words]] = 1.0
+        want = 0.7 * unit(bag) + 1.0 * unit(a.text_embed(ids, mask)) + 0.5 * unit(b.text_embed(ids, mask))
+        torch.testing.assert_close(m.text_embed(ids, mask), want)
+
+
+def test_anchor_puts_every_content_word_in_the_query(tiny_vocab, parts):
+    texts = ["a red dog", "green tree with a star"]
+    for anchor, expect in ((0.0, None), (1.0, True)):
+        m = fused(tiny_vocab, parts, anchor=anchor, text_top_n=8)
+        dense = m.encode_texts(texts).to_dense()
+        assert np.allclose(np.linalg.norm(dense, axis=1), 1.0) and (dense >= 0).all()
+        assert ((dense > 0).sum(axis=1) <= 8).all()
+        if expect:
+            for row, t in enumerate(texts):
+                words = [w for w in t.split() if w not in ("a", "with")]
+                assert all(dense[row, tiny_vocab.id(w)] > 0 for w in words), t
+
+
+def test_one_tower_and_its_image_size(tiny_vocab, parts):
+    m = fused(tiny_vocab, parts)
+    assert all(p.image_tower.image_size == 32 for p in m.parts)
+    # the parts run the fused model's tower; its weights are stored once
+    assert all(p.image_tower._tower is m.image_tower for p in m.parts)
+    assert not any(k.startswith("parts.") and ".image_tower." in k for k in m.state_dict())
+    torch.testing.assert_close(m.image_tower.state_dict(), from_pretrained(parts[0]).image_tower.state_dict())
+
+
+def test_save_load_round_trip_without_the_parts(tiny_vocab, parts, tmp_path):
+    import shutil
+
+    m = fused(tiny_vocab, parts, anchor=0.5, image_top_n=5)
+    folder = m.save_pretrained(tmp_path / "fused")
+    for p in parts:
+        shutil.rmtree(p)  # the folder holds everything
+    back = from_pretrained(folder)
+    images = [np.random.default_rng(i).integers(0, 255, (32, 32, 3), dtype=np.uint8) for i in range(3)]
+    from PIL import Image
+
+    images = [Image.fromarray(x) for x in images]
+    np.testing.assert_allclose(back.encode_images(images).to_dense(), m.encode_images(images).to_dense(), atol=1e-6)
+    np.testing.assert_allclose(back.encode_texts(["a red dog"]).to_dense(),
+                               m.encode_texts(["a red dog"]).to_dense(), atol=1e-6)
+    assert (back.encode_images(images).row_nnz() <= 5).all()
+    assert back.image_weights == [1.0, 2.0] and back.anchor == 0.5
+
+
+def test_parts_that_cannot_be_fused_are_refused(tiny_vocab, make_model, parts, tmp_path):
+    other = make_model("stair", seed=3).save_pretrained(tmp_path / "other")  # its own random tower
+    with pytest.raises(ValueError, match="share one backbone"):
+        fused(tiny_vocab, [parts[0], other])
+    dense = make_model("dense").save_pretrained(tmp_path / "dense")
+    with pytest.raises(ValueError, match="must be a sparse model"):
+        fused(tiny_vocab, [parts[0], dense])
+
+
+@pytest.mark.parametrize("extra, match", [
+    ({"parts": []}, "non-empty list"),
+    ({"parts": [{"model": "x", "image": -1}]}, "must be >= 0"),
+    ({"parts": [{"model": "x", "weight": 1}]}, "unknown option 'weight'"),
+    ({"parts": [{"image": 1}]}, "needs model"),
+    ({"parts": [{"model": "x"}], "anchor": -0.5}, "anchor must be >= 0"),
+])
+def test_bad_options(tiny_vocab, extra, match):
+    with pytest.raises(ValueError, match=match):
+        ModelConfig(name="f", family="fused", image_tower={"type": "tiny-cnn"},
+                    text_tower={"type": "bag-of-tokens"}, extra=extra)
