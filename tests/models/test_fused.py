@@ -67,6 +67,18 @@ def test_one_tower_and_its_image_size(tiny_vocab, parts):
     torch.testing.assert_close(m.image_tower.state_dict(), from_pretrained(parts[0]).image_tower.state_dict())
 
 
+def test_a_part_alone_is_the_model_before_fusing(tiny_vocab, parts, make_model):
+    m = fused(tiny_vocab, parts)
+    alone, original = m.part(1), from_pretrained(parts[1])
+    assert alone.image_tower is not m.image_tower and not isinstance(alone.image_tower, type(m.parts[1].image_tower))
+    pixels = torch.rand(2, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(alone.image_embed(alone.image_grid(pixels)),
+                                   original.image_embed(original.image_grid(pixels)))
+    np.testing.assert_allclose(alone.encode_texts(["a red dog"]).to_dense(),
+                               original.encode_texts(["a red dog"]).to_dense(), atol=1e-6)
+
+
 def test_save_load_round_trip_without_the_parts(tiny_vocab, parts, tmp_path):
     import shutil
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from tokenspace.eval.features import active_feature_fraction, clarity, l0, modality_summary
 from tokenspace.eval.scoring import Embeddings, n_dims, n_rows, score_blocks
+from tokenspace.models.classwords import emitted
 from tokenspace.sparse import SparseBatch
 
 TokenIds = Callable[[str], Sequence[int]]
@@ -162,3 +163,17 @@ class InterpretabilityEvaluator:
             out["active_feature_frac_text"] = active_feature_fraction(text_emb, self.tau)
             out.update(modality_summary(image_emb, text_emb))
         return out
+
+
+def word_coverage(texts: Sequence[str], encoded: SparseBatch, tokenizer) -> float:
+    """Share of texts whose every content word piece is a non-zero token of the text's encoded vector
+    (issue O: a query should contain its own words). Content pieces are the tokens the tokenizer gives
+    within the model's max length, minus specials, punctuation and stop words (classwords.emitted); a
+    text with none counts as covered."""
+    ids, mask = tokenizer.encode(list(texts))
+    tokens = tokenizer.vocab.tokens
+    covered = 0
+    for i in range(len(texts)):
+        want = {int(t) for t, m in zip(ids[i], mask[i]) if m and emitted(tokens[int(t)])}
+        covered += want <= set(encoded.row(i)[0].tolist())
+    return covered / max(len(texts), 1)

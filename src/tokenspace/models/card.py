@@ -29,7 +29,10 @@ PAPERS = {
                     "with Weighted Bag-of-words (Lu et al., 2021)",
     "sparse-clip": "Sparse CLIP: a widened ReLU projection learned with the CLIP loss",
     "dense": "a dense CLIP-style baseline with the same towers (not sparse)",
+    "sparsified": "a sparse head over the vocabulary trained on a frozen dense model's embeddings (not a paper model)",
     "tagger": "a training-free tagger from the image backbone's ImageNet classifier (not a paper model)",
+    "fused": "sparse parts over one vocabulary summed (e.g. a trained STAIR model and the training-free "
+             "tagger), each query's own words kept in its vector (not a paper model)",
 }
 
 

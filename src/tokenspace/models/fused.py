@@ -19,6 +19,8 @@ are the first part's that has per-cell scores (the trained STAIR part in the rel
 """
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch import nn
 
@@ -118,6 +120,15 @@ class FusedModel(DualEncoder):
             if isinstance(part, CellScores):
                 return part.image_scores(grid)
         raise TypeError("no part of this fused model has per-cell scores")
+
+    def part(self, i: int) -> DualEncoder:
+        """Part ``i`` as a model of its own, as it was before fusing: its own copy of the tower at the
+        resolution its config names, its own top-n (release v2's ``part(0)`` is the unfused release)."""
+        alone = copy.deepcopy(self.parts[i])
+        tower = copy.deepcopy(self.image_tower)
+        tower.image_size = alone.config.image_tower.get("image_size", tower.image_size)
+        alone.image_tower = tower
+        return alone.eval()
 
     # ------------------------------------------------------------------ persistence
     def portable_config(self):

@@ -1,0 +1,49 @@
+"""The demo's search report: relevance by key word, found / MISSED per query, the summary counts and the
+sample photos' self-retrieval line, on a tiny model and index built in code."""
+import pytest
+
+from tokenspace import demo
+from tokenspace.data.manifest import Record
+from tokenspace.index import InvertedIndex
+from tokenspace.sparse import SparseBatch
+
+
+@pytest.mark.parametrize("caption, key, want", [
+    ("racing car — car, racing", "car", True), ("credit card — bank", "car", False),
+    ("crying face — sad, tears", "tear", True), ("old coins on a table", "coin", True), (None, "car", False),
+])
+def test_relevant_is_a_whole_word_match(caption, key, want):
+    assert demo.relevant(caption, key) is want
+
+
+class BagModel:
+    """Encodes a text or caption as the bag of its words: enough to make searches find what they name."""
+
+    def __init__(self, vocab):
+        self.vocab = vocab
+
+    def encode_texts(self, texts):
+        rows = [{self.vocab.id(w): 1.0 for w in t.lower().split() if w in self.vocab} for t in texts]
+        return SparseBatch.from_dicts(rows, dim=len(self.vocab), vocab=self.vocab)
+
+    def decode(self, batch, top_k=20):
+        return self.vocab.decode(batch, top_k=top_k)
+
+
+def test_searches_report_found_missed_and_the_photo_line(tiny_vocab, monkeypatch, capsys):
+    model = BagModel(tiny_vocab)
+    monkeypatch.setattr(demo, "QUERIES", [("a red heart", "heart"), ("the sun", "sun"), ("a blue fish", "fish")])
+    records = [Record(id="d1", image="", split="test", text="red heart", source="emoji"),
+               Record(id="d2", image="", split="test", text="blue moon", source="emoji"),
+               Record(id="p1", image="", split="test", text="a blue fish", source="skimage"),
+               Record(id="p2", image="", split="test", text="a green tree", source="skimage")]
+    vectors = model.encode_texts([r.text for r in records])
+    index = InvertedIndex.build(vectors, [r.id for r in records])
+    meta = {r.id: {"text": r.text} for r in records}
+    demo.print_searches(model, index, meta)
+    demo.print_photo_self_retrieval(model, index, records)
+    out = capsys.readouterr().out
+    assert "found: 1 indexed images have 'heart'" in out
+    assert "MISSED: 0 indexed images have 'sun' in their caption; none scored above 0" in out
+    assert "a relevant image at rank 1 for 2 of 3, in the top 3 for 2" in out
+    assert "finds it at rank 1 for 2 of 2 (among all 4 indexed images)" in out
