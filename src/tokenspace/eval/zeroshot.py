@@ -3,10 +3,14 @@
 Metrics: ``acc1``, ``acc5`` (top-k accuracy) and ``mean_per_class_recall`` (balanced accuracy over the
 classes present in ``labels``). As in retrieval, ties count against the true class: an image whose
 scores are all 0 is wrong, not right by the luck of class order.
+
+``ZeroShotEvaluator(..., expansions={class: [names]})`` scores a class by the best of its own prompt
+ensemble and its expansion names' ensembles (CHiLS, Novack et al. 2023: a deviation from CLIP's
+protocol; eval/expand.py makes the names from WordNet).
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -50,13 +54,23 @@ def build_classifier(classnames: Sequence[str], templates: Sequence[Template], e
     return np.asarray(avg @ np.asarray(emb, np.float32), dtype=np.float32)
 
 
-def true_class_ranks(image_emb: Embeddings, classifier: Embeddings, labels, metric: str = "dot") -> np.ndarray:
-    """Per image: how many other classes score >= the true class (0 = correct top-1)."""
+def true_class_ranks(image_emb: Embeddings, classifier: Embeddings, labels, metric: str = "dot",
+                     groups: Sequence[int] | None = None) -> np.ndarray:
+    """Per image: how many other classes score >= the true class (0 = correct top-1).
+
+    ``groups`` (offsets, classes + 1 of them): class c owns classifier rows ``groups[c]:groups[c+1]``
+    and scores the max over them; None = one row per class."""
     labels = np.asarray(labels, dtype=np.int64)
     if labels.shape != (n_rows(image_emb),):
         raise ValueError(f"need one label per image ({n_rows(image_emb)}), got shape {labels.shape}")
+    if groups is not None:
+        groups = np.asarray(groups, dtype=np.int64)
+        if groups[0] != 0 or groups[-1] != n_rows(classifier) or np.any(np.diff(groups) < 1):
+            raise ValueError(f"groups must rise from 0 to {n_rows(classifier)} by at least 1 per class")
     out = np.empty(len(labels), np.int64)
     for start, blk in score_blocks(image_emb, classifier, metric):
+        if groups is not None:
+            blk = np.maximum.reduceat(blk, groups[:-1], axis=1)  # [m, rows] -> [m, classes]
         m = blk.shape[0]
         gt = blk[np.arange(m), labels[start:start + m]]
         out[start:start + m] = (blk >= gt[:, None]).sum(axis=1) - 1
@@ -77,10 +91,16 @@ class ZeroShotEvaluator:
 
     >>> ev = ZeroShotEvaluator(["cat", "dog"], labels, templates=["a photo of a {c}."])
     >>> ev(image_emb, encode_texts)  # {"acc1": ..., "acc5": ..., "mean_per_class_recall": ...}
+
+    ``expansions`` (class name -> more names for it, e.g. ``eval.expand.wordnet_expansions``): each name
+    gets its own prompt ensemble, and a class scores the max over its own name and its expansions
+    (CHiLS; a deviation from CLIP's protocol). Names a class does not list, or an empty list, leave it
+    as without expansions; a key that is not a class name is an error.
     """
 
     def __init__(self, classnames: Sequence[str], labels, templates: Sequence[Template] = DEFAULT_TEMPLATES,
-                 ks: Sequence[int] = (1, 5), metric: str = "dot", primary_metric: str = "acc1"):
+                 ks: Sequence[int] = (1, 5), metric: str = "dot", primary_metric: str = "acc1",
+                 expansions: Mapping[str, Sequence[str]] | None = None):
         self.classnames = list(classnames)
         self.labels = np.asarray(labels, dtype=np.int64)
         if len(self.labels) and (self.labels.min() < 0 or self.labels.max() >= len(self.classnames)):
@@ -89,9 +109,19 @@ class ZeroShotEvaluator:
         self.ks = tuple(ks)
         self.metric = metric
         self.primary_metric = primary_metric
-        self.classifier: Embeddings | None = None  # kept after a call, e.g. to decode class vectors
+        expansions = dict(expansions or {})
+        unknown = sorted(set(expansions) - set(self.classnames))
+        if unknown:
+            raise ValueError(f"expansions for names that are not classes: {unknown[:5]}")
+        if any(isinstance(v, str) for v in expansions.values()):
+            raise TypeError("expansions map a class name to a list of names, not to one string")
+        # the classifier's rows, class-major: class c's own name, then its expansions
+        self.names = [n for c in self.classnames for n in [c, *expansions.get(c, ())]]
+        self.groups = np.cumsum([0] + [1 + len(expansions.get(c, ())) for c in self.classnames])
+        self.classifier: Embeddings | None = None  # kept after a call: one row per name of self.names
 
     def __call__(self, image_emb: Embeddings, encode_texts: EncodeTexts) -> dict[str, float]:
-        self.classifier = build_classifier(self.classnames, self.templates, encode_texts, self.metric)
-        ranks = true_class_ranks(image_emb, self.classifier, self.labels, self.metric)
+        self.classifier = build_classifier(self.names, self.templates, encode_texts, self.metric)
+        groups = None if len(self.names) == len(self.classnames) else self.groups
+        ranks = true_class_ranks(image_emb, self.classifier, self.labels, self.metric, groups)
         return classification_metrics(ranks, self.labels, self.ks)
