@@ -46,6 +46,7 @@ def _with_final_grids(model, enc: BackboneFeatures, at: int | None) -> BackboneF
 
 def train(recipe, out_dir, home=None, resume: bool = False, progress: bool = True, **overrides):
     """Train a model from a recipe (name, path or Recipe) on its data; returns the trained model."""
+    from tokenspace.train.distill import teacher_scores  # start-up: torch and scipy, as below
     from tokenspace.train.recipe import Recipe  # start-up: torch; importing the pipeline stays torch-free
     from tokenspace.train.trainer import (  # start-up: torch (Trainer looked up at call time)
         Trainer,
@@ -62,11 +63,13 @@ def train(recipe, out_dir, home=None, resume: bool = False, progress: bool = Tru
     enc = image_grids(model, load_data(recipe.data["train"], home), home, progress, at=at)
     data = caption_pairs(enc.grids, enc.records)
     _log(f"training {recipe.name}: {len(data)} pairs ({len(enc.records)} images), {recipe.total_steps} steps")
+    teacher = teacher_scores(recipe, enc.records, home, progress)  # None unless the recipe distils
     evaluate = None
     if recipe.data.get("eval"):
         eval_enc = image_grids(model, load_data(recipe.data["eval"], home), home, progress, at=at)
         evaluate = lambda m: evaluate_retrieval(m, _with_final_grids(m, eval_enc, at))  # noqa: E731
-    return Trainer(model, recipe, data, out_dir, evaluate=evaluate, progress=progress).fit(resume=resume)
+    return Trainer(model, recipe, data, out_dir, evaluate=evaluate, progress=progress,
+                   teacher=teacher).fit(resume=resume)
 
 
 # ---------------------------------------------------------------------------------------------- eval

@@ -14,6 +14,24 @@ def contrastive_loss(logits: torch.Tensor) -> torch.Tensor:
     return 0.5 * (F.cross_entropy(logits, target) + F.cross_entropy(logits.T, target))
 
 
+def distillation_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor) -> torch.Tensor:
+    """In-batch distillation (SPLADE++ / D2S style; a labelled deviation from STAIR): the student's softmax
+    over the batch pulled toward the teacher's, in both retrieval directions of the [B, B] image x text
+    logit matrices (teacher_logits a constant):
+        0.5 * (KL(softmax(T) || softmax(S)) over rows + the same over columns), each a batch mean.
+    It is 0 exactly when each row and column of S equals T's up to a constant shift."""
+    if student_logits.shape != teacher_logits.shape:
+        raise ValueError(f"student logits {tuple(student_logits.shape)} and teacher logits "
+                         f"{tuple(teacher_logits.shape)} differ in shape")
+    teacher_logits = teacher_logits.to(student_logits.dtype).detach()
+
+    def kl(s: torch.Tensor, t: torch.Tensor) -> torch.Tensor:  # softmax over dim 1, mean over rows
+        return F.kl_div(F.log_softmax(s, dim=1), F.log_softmax(t, dim=1), reduction="batchmean",
+                        log_target=True)
+
+    return 0.5 * (kl(student_logits, teacher_logits) + kl(student_logits.T, teacher_logits.T))
+
+
 def flops_loss(emb: torch.Tensor, reference_batch: int | None = None) -> torch.Tensor:
     """FLOPs regulariser (Paria et al. 2020; STAIR eq. 6): sum_k (mean_i |ENC_k^(i)|)^2.
 
@@ -47,29 +65,39 @@ def quadratic_warmup(step: int, warmup_steps: int) -> float:
 
 
 class SparseContrastiveLoss(nn.Module):
-    """L = L_CON + lambda_img * L_FLOPs(image) + lambda_txt * L_FLOPs(text)   (STAIR eq. 7).
+    """L = L_CON + lambda_img * L_FLOPs(image) + lambda_txt * L_FLOPs(text)   (STAIR eq. 7)
+           [+ distill * distillation_loss(student logits, teacher logits)   (not STAIR: train/distill.py)]
 
     With both lambdas 0 it is the plain CLIP loss used by the dense baseline and Sparse CLIP.
     """
 
     def __init__(self, lambda_image: float = 0.0, lambda_text: float = 0.0, warmup_steps: int = 0,
-                 reference_batch: int | None = None):
+                 reference_batch: int | None = None, distill: float = 0.0):
         super().__init__()
         if lambda_image < 0 or lambda_text < 0:
             raise ValueError("FLOPs weights must be non-negative")
+        if distill < 0:
+            raise ValueError("the distillation weight must be non-negative")
+        self.distill = distill
         self.lambda_image = lambda_image
         self.lambda_text = lambda_text
         self.warmup_steps = warmup_steps
         self.reference_batch = reference_batch  # flops_loss: eq. 6 as at this batch size
 
-    def forward(self, image_emb, text_emb, model, step: int) -> dict[str, torch.Tensor]:
-        """``step`` drives the FLOPs warm-up: the step within the stage or the run (Recipe)."""
+    def forward(self, image_emb, text_emb, model, step: int,
+                teacher_logits: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """``step`` drives the FLOPs warm-up: the step within the stage or the run (Recipe).
+        ``teacher_logits`` [B, B]: the teacher's scores of this batch, needed when ``distill`` > 0."""
         scale = model.logit_scale
         logits = scale * model.score(image_emb, text_emb)  # [B, B]
         # a family may define its own objective over the logit matrix (VisualSparta's eq. 13 is
         # text -> image only); every other model gets the symmetric CLIP loss
         objective = model.contrastive_objective if isinstance(model, OwnObjective) else contrastive_loss
         parts = {"contrastive": objective(logits)}
+        if self.distill:
+            if teacher_logits is None:
+                raise ValueError("a distillation weight needs the batch's teacher logits")
+            parts["distill"] = self.distill * distillation_loss(logits, teacher_logits)
         w = quadratic_warmup(step, self.warmup_steps)
         if self.lambda_image:
             parts["flops_image"] = w * self.lambda_image * flops_loss(image_emb, self.reference_batch)

@@ -134,6 +134,18 @@ def caption_groups(image_of: np.ndarray, texts: Sequence[str]) -> np.ndarray:
     return groups.astype(np.int64)
 
 
+def pair_layout(records: Sequence[Record]) -> tuple[np.ndarray, list[str]]:
+    """The training pairs of ``records``: (record index of each pair's image [P], each pair's caption),
+    one pair per non-empty caption, in record order (caption_pairs; train/distill.py's teacher rows)."""
+    image_of, texts = [], []
+    for i, r in enumerate(records):
+        for t in r.texts:
+            if t and t.strip():
+                image_of.append(i)
+                texts.append(t)
+    return np.asarray(image_of, np.int64), texts
+
+
 def caption_pairs(grids, records: Sequence[Record]):
     """PairData with one pair per (image, caption): every caption of a COCO-style record is used.
 
@@ -144,13 +156,7 @@ def caption_pairs(grids, records: Sequence[Record]):
 
     if len(grids) != len(records):
         raise ValueError(f"{len(grids)} grids for {len(records)} records")
-    image_of, texts = [], []
-    for i, r in enumerate(records):
-        for t in r.texts:
-            if t and t.strip():
-                image_of.append(i)
-                texts.append(t)
-    image_of = np.asarray(image_of, np.int64)
+    image_of, texts = pair_layout(records)
     rows = grids if len(image_of) == len(grids) and np.array_equal(image_of, np.arange(len(grids))) \
         else RowsOf(grids, image_of)
     return PairData(rows, texts, caption_groups(image_of, texts))

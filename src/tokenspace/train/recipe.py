@@ -5,6 +5,8 @@
     data: {train: [emoji:train, openclipart:train], eval: [emoji:test]}
     batch_size: 128
     loss: {lambda_image: 1.0e-3, lambda_text: 1.0e-3, flops_warmup: 100}
+    # optional, not STAIR: distillation from a trained teacher's in-batch scores (train/distill.py)
+    # loss: {..., distill: 1.0, distill_teacher: runs/demo/dense/model, distill_scale: null}
     stages:                          # STAIR's 3 stages; a single entry is single-stage training
       - {name: masked-text, steps: 300, lr: 1.0e-3, restrict_text: true}
       - {name: frozen-image, steps: 200, lr: 1.0e-3, freeze_image: true}
@@ -25,6 +27,7 @@ from pathlib import Path
 import yaml
 
 from tokenspace.models.config import ModelConfig, missing_fields
+from tokenspace.models.registry import list_releases, release_path
 from tokenspace.train.precision import CHOICES as PRECISIONS
 
 RECIPE_DIR = Path(__file__).resolve().parent.parent / "configs" / "recipes"
@@ -225,6 +228,13 @@ class Recipe:
     # size here makes the loss an unbiased estimate of eq. 6 at that batch, whatever the training
     # batch (losses.flops_loss); None = eq. 6 on the batch as it is
     flops_reference_batch: int | None = None
+    # distillation (SPLADE++ / D2S style; a labelled deviation from STAIR, train/distill.py): weight mu of
+    # the KL between the teacher's and the student's in-batch softmax (losses.distillation_loss); the
+    # teacher is a trained model folder or release name; its scores use distill_scale, or (null) the
+    # teacher's own logit scale. 0 = no teacher consulted
+    distill: float = 0.0
+    distill_teacher: str | None = None
+    distill_scale: float | None = None
     seed: int = 0
     # lr multiplier for the pretrained text tower: SPLADE's calibrated token weights survive small
     # steps, while the new heads learn at full rate (1.0 = one rate for all, as in the paper)
@@ -278,6 +288,7 @@ class Recipe:
             raise ValueError(f"train_image_from must be null, 'all', 'head' or a block index, not {f!r}")
         if self.flops_reference_batch is not None and self.flops_reference_batch < 2:
             raise ValueError("flops_reference_batch must be >= 2 (or null)")
+        self._check_distill()
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, not {self.precision!r}")
         if self.optimizer not in ("adamw", "lamb"):
@@ -285,6 +296,24 @@ class Recipe:
         self.betas = tuple(float(b) for b in self.betas)  # YAML gives a list
         if self.batch_size < 2:
             raise ValueError("contrastive training needs batch_size >= 2")
+
+    def _check_distill(self) -> None:
+        """The distillation keys: a weight >= 0, a teacher whenever the weight is > 0, one that exists
+        (a folder with config.json or a release name; whether it loads is train/distill.py's check)."""
+        if self.distill < 0:
+            raise ValueError(f"recipe loss.distill must be >= 0, not {self.distill}")
+        if self.distill_scale is not None and not self.distill_scale > 0:
+            raise ValueError(f"recipe loss.distill_scale must be > 0 (or null: the teacher's own), "
+                             f"not {self.distill_scale}")
+        t = self.distill_teacher
+        if self.distill and not t:
+            raise ValueError("recipe loss.distill needs loss.distill_teacher: a trained model folder or "
+                             "release name")
+        if t and not (Path(t) / "config.json").is_file() and release_path(t) is None:
+            releases = list_releases()
+            known = f" ({', '.join(releases)})" if releases else ""
+            raise ValueError(f"recipe loss.distill_teacher: {t!r} is no trained model folder (with "
+                             f"config.json) nor a release name{known}")
 
     @property
     def total_steps(self) -> int:
@@ -308,7 +337,8 @@ class Recipe:
         for k in ("lambda_image", "lambda_text"):
             if k in loss:
                 d[k] = loss.pop(k)
-        for k in ("flops_warmup", "flops_warmup_per_stage", "flops_reference_batch"):
+        for k in ("flops_warmup", "flops_warmup_per_stage", "flops_reference_batch",
+                  "distill", "distill_teacher", "distill_scale"):
             if k in loss:
                 d[k] = loss.pop(k)
         if loss:

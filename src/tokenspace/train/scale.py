@@ -170,6 +170,12 @@ def train(recipe, out_dir, home=None, resume: bool = False, progress: bool = Tru
     ScaleTrainer (``workers`` decoding processes per rank; default: cores - 1, at most 8)."""
     if not isinstance(recipe, Recipe):
         recipe = Recipe.load(recipe, **overrides)
+    if recipe.distill:
+        # the teacher's vectors are cached per pair before training (train/distill.py, pipeline.train);
+        # doing that over webdataset shards (a teacher encoding pass per shard, sharded over ranks) is a
+        # job of its own, not wired here yet
+        raise ValueError("loss.distill is trained by `tokenspace train` (the single-process trainer); "
+                         "the scale trainer does not distil yet: set loss.distill=0")
     check_run_folder(out_dir, resume)  # before the data loads (minutes): Trainer.fit checks too late to save them
     ctx = ranks.context()
     if recipe.batch_size % ctx.world:

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -38,6 +39,9 @@ from tokenspace.train import precision, ranks
 from tokenspace.train.losses import SparseContrastiveLoss
 from tokenspace.train.optim import build_optimizer
 from tokenspace.train.recipe import Recipe, Stage
+
+if TYPE_CHECKING:  # pragma: no cover - distill imports scipy, which the trainer itself does not need
+    from tokenspace.train.distill import TeacherScores
 
 
 @dataclass
@@ -153,7 +157,10 @@ class _ScaleFrom:
 
 class Trainer:
     def __init__(self, model: DualEncoder, recipe: Recipe, data: PairData, out_dir: str | os.PathLike,
-                 evaluate: Callable[[DualEncoder], dict] | None = None, progress: bool = True):
+                 evaluate: Callable[[DualEncoder], dict] | None = None, progress: bool = True,
+                 teacher: TeacherScores | None = None):
+        """``teacher``: the teacher's scores of ``data``'s pairs (train/distill.py), needed when the recipe
+        distils (loss.distill > 0) and not consulted otherwise."""
         self.model, self.recipe, self.data = model, recipe, data
         self.out = Path(out_dir)
         self.evaluate = evaluate
@@ -169,7 +176,15 @@ class Trainer:
         self._embed = _Embed(model, self.image_from)
         self._forward = self._embed
         self.loss_fn = SparseContrastiveLoss(recipe.lambda_image, recipe.lambda_text, recipe.flops_warmup,
-                                             recipe.flops_reference_batch)
+                                             recipe.flops_reference_batch, distill=recipe.distill)
+        self.teacher = teacher if recipe.distill else None
+        if recipe.distill and teacher is None:
+            raise ValueError("recipe loss.distill > 0 needs the teacher's scores: Trainer(..., teacher="
+                             "train.distill.TeacherScores) (pipeline.train builds them from "
+                             "loss.distill_teacher)")
+        if self.teacher is not None and len(self.teacher) != len(data):
+            raise ValueError(f"teacher scores cover {len(self.teacher)} pairs, the training data "
+                             f"{len(data)}")
         if any(s.restrict_text for s in recipe.stages):
             require(model, RestrictsText, "a restrict_text stage")
 
@@ -223,7 +238,11 @@ class Trainer:
         # Gathered: the contrastive logits and the FLOPs means cover the global batch on every rank
         image_emb = ranks.gather_with_grad(image_emb.float())  # [B, D]
         text_emb = ranks.gather_with_grad(text_emb.float())  # [B, D]
-        parts = self.loss_fn(image_emb, text_emb, _ScaleFrom(self.model, scale.float()), global_step)
+        extra = {}  # without distillation the loss is called exactly as before
+        if self.teacher is not None:  # the global batch's teacher logits [B, B]; gathered rows are idx's
+            teacher = self.teacher.logits(idx[:len(image_emb)])  # (shards trimmed to a multiple of ranks)
+            extra["teacher_logits"] = torch.from_numpy(teacher).to(self.device)
+        parts = self.loss_fn(image_emb, text_emb, _ScaleFrom(self.model, scale.float()), global_step, **extra)
         return parts, image_emb, text_emb
 
     def step(self, idx: np.ndarray, stage: Stage, global_step: int, opt) -> dict[str, float]:
