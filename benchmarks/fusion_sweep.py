@@ -1,7 +1,10 @@
 """Issue O's training-free levers on the validation splits: the tagger fused into the release's image
-vectors (weight w) and the lexical anchor on its text vectors (weight a), at two backbone resolutions.
+vectors (weight w) and the lexical anchor on its text vectors (weight a), at three backbone settings.
 
-    python benchmarks/fusion_sweep.py --stair models/tokenspace-stair-drawings      # ~15 min on 2 cores
+    python benchmarks/fusion_sweep.py --stair runs/release/stair-v1      # ~40 min on a busy 2-core machine
+
+Arms (--arms): "128" = both parts read the images at 128 px (STAIR's training size), "224" = both at 224 (the
+ImageNet classifier's), "128+224" = STAIR at 128 and the tagger at 224 (two backbone forwards per image).
 
 Model: models/fused.py, parts = [the trained STAIR model (image 1, text 1), tagger-bag (image w, text 0)],
 anchor a, each row pruned to its 100 (image) / 40 (text) heaviest tokens as release v2 ships. Validation
@@ -54,8 +57,11 @@ def zeroshot(model, img, records) -> float:
     return ZeroShotEvaluator(classes, labels, list(TEMPLATES), metric="cosine")(img, model.encode_texts)["acc1"]
 
 
-def sweep(stair: str, size: int, weights, anchors, home) -> list[dict]:
-    model = build_model(fused_config([(stair, 1.0, 1.0), ("tagger-bag", 0.0, 0.0)], image_size=size, **TOP_N))
+def sweep(stair: str, arm: str, weights, anchors, home) -> list[dict]:
+    sizes = [int(x) for x in arm.split("+")]
+    stair_size, tagger_size = sizes[0], sizes[-1]
+    model = build_model(fused_config([(stair, 1.0, 1.0, stair_size), ("tagger-bag", 0.0, 0.0, tagger_size)],
+                                     image_size=max(sizes), **TOP_N))
     sets = {s: pipeline.image_grids(model, pipeline.load_split(s, home), home) for s in (*DRAWINGS, PHOTOS)}
     texts = {s: pipeline.texts_and_targets(sets[s].records) for s in DRAWINGS}
     rows = []
@@ -68,7 +74,7 @@ def sweep(stair: str, size: int, weights, anchors, home) -> list[dict]:
         txt = {s: model.encode_texts(texts[s][0]) for s in DRAWINGS}
         cov = coverage(model, [t for s in DRAWINGS for t in texts[s][0]])
         for w in weights:
-            row = {"image_size": size, "w": w, "a": a, "content_coverage": cov}
+            row = {"arm": arm, "w": w, "a": a, "content_coverage": cov}
             for s in DRAWINGS:
                 r = RetrievalEvaluator(texts[s][1])(img[w][s], txt[s])
                 row[f"{s} T→I R@1"] = r["image_retrieval_recall@1"]
@@ -77,7 +83,7 @@ def sweep(stair: str, size: int, weights, anchors, home) -> list[dict]:
             row[f"{PHOTOS} acc1"] = zeroshot(model, img[w][PHOTOS], sets[PHOTOS].records)
             row["score"] = np.mean([row[f"{s} T→I R@1"] for s in DRAWINGS]) / 2 + row[f"{PHOTOS} acc1"] / 2
             rows.append(row)
-            log(f"{size}px w={w} a={a}: score {100 * row['score']:.1f}, fmnist {100 * row[f'{PHOTOS} acc1']:.1f}, "
+            log(f"{arm}px w={w} a={a}: score {100 * row['score']:.1f}, fmnist {100 * row[f'{PHOTOS} acc1']:.1f}, "
                 + ", ".join(f"{s} {100 * row[f'{s} T→I R@1']:.1f}" for s in DRAWINGS) + f", cov {100 * cov:.1f}")
     return rows
 
@@ -86,20 +92,22 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--stair", default=str(ROOT / "models" / "tokenspace-stair-drawings"),
                     help="the trained STAIR model folder (part 0)")
-    ap.add_argument("--sizes", type=int, nargs="+", default=[128, 224])
-    ap.add_argument("--weights", type=float, nargs="+", default=[0.0, 0.5, 1.0, 2.0, 3.0])
-    ap.add_argument("--anchors", type=float, nargs="+", default=[0.0, 0.5, 1.0, 2.0, 4.0])
+    ap.add_argument("--arms", nargs="+", default=["128+224", "128", "224"])
+    ap.add_argument("--weights", type=float, nargs="+", default=[0.0, 1.0, 2.0, 3.0])
+    ap.add_argument("--anchors", type=float, nargs="+", default=[0.0, 0.5, 1.0, 2.0])
     ap.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "fusion_sweep.json"))
     ap.add_argument("--home", default=None)
     args = ap.parse_args(argv)
     t0 = time.time()
-    rows = [r for size in args.sizes for r in sweep(args.stair, size, args.weights, args.anchors, args.home)]
-    best = max(rows, key=lambda r: r["score"])
-    doc = {"date": time.strftime("%Y-%m-%d %H:%M"), "stair": args.stair, "top_n": TOP_N, "rows": rows,
-           "chosen": best, "seconds": round(time.time() - t0, 1),
-           "command": "python benchmarks/fusion_sweep.py " + " ".join(argv or sys.argv[1:])}
-    write_text(args.json, json.dumps(doc, indent=1) + "\n")
-    log(f"chosen: {best['image_size']}px w={best['w']} a={best['a']} (score {100 * best['score']:.1f}); {args.json}")
+    rows = []
+    for arm in args.arms:  # the file is rewritten after each arm: a stopped run keeps what it measured
+        rows += sweep(args.stair, arm, args.weights, args.anchors, args.home)
+        best = max(rows, key=lambda r: r["score"])
+        doc = {"date": time.strftime("%Y-%m-%d %H:%M"), "stair": args.stair, "top_n": TOP_N, "rows": rows,
+               "chosen": best, "seconds": round(time.time() - t0, 1),
+               "command": "python benchmarks/fusion_sweep.py " + " ".join(argv or sys.argv[1:])}
+        write_text(args.json, json.dumps(doc, indent=1) + "\n")
+    log(f"chosen: {best['arm']} px w={best['w']} a={best['a']} (score {100 * best['score']:.1f}); {args.json}")
 
 
 if __name__ == "__main__":

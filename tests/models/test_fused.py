@@ -118,3 +118,44 @@ def test_bad_options(tiny_vocab, extra, match):
     with pytest.raises(ValueError, match=match):
         ModelConfig(name="f", family="fused", image_tower={"type": "tiny-cnn"},
                     text_tower={"type": "bag-of-tokens"}, extra=extra)
+
+
+def test_parts_at_their_own_sizes_share_one_packed_grid(tiny_vocab, parts, tmp_path):
+    import torch.nn.functional as F
+
+    m = fused(tiny_vocab, parts)
+    m.config.extra["parts"][0]["image_size"] = 16  # part 0 reads the images at 16 px, part 1 at the tower's 32
+    m = build_model(m.config, vocab=tiny_vocab).eval()
+    assert m.part_sizes == [16, 32] and m.packed_sizes == (32, 16)
+    a, b = from_pretrained(parts[0]), from_pretrained(parts[1])
+    pixels = torch.rand(2, 3, 32, 32)
+    with torch.no_grad():
+        grid = m.image_grid(pixels)
+        small = F.interpolate(pixels, size=(16, 16), mode="bilinear", antialias=True, align_corners=False)
+        g32, g16 = m.image_tower(pixels), m.image_tower(small)
+        assert grid.shape == (2, g32.shape[1], 1, g32[0, 0].numel() + g16[0, 0].numel())
+        torch.testing.assert_close(m.part_grid(grid, 0), g16)
+        torch.testing.assert_close(m.part_grid(grid, 1), g32)
+        want = 1.0 * unit(a.image_embed(g16)) + 2.0 * unit(b.image_embed(g32))
+        torch.testing.assert_close(m.image_embed(grid), want)
+    back = from_pretrained(m.save_pretrained(tmp_path / "packed"))
+    assert back.part_sizes == [16, 32]
+    np.testing.assert_allclose(back.encode_image_grids(grid).to_dense(), m.encode_image_grids(grid).to_dense(),
+                               atol=1e-6)
+    assert m.part(0).image_tower.image_size == 32  # alone: the size its own config names (tiny: 32)
+
+
+def test_the_feature_cache_keeps_packed_grids_apart(tiny_vocab, parts, tmp_path):
+    from tokenspace.train.features import cache_image_grids
+
+    from PIL import Image
+
+    path = tmp_path / "x.png"
+    Image.fromarray(np.full((32, 32, 3), 128, np.uint8)).save(path)
+    plain = fused(tiny_vocab, parts)
+    cfg = plain.config
+    cfg.extra["parts"][0]["image_size"] = 16
+    packed = build_model(cfg, vocab=tiny_vocab).eval()
+    g1 = cache_image_grids(plain, [path], tmp_path / "cache", progress=False).grids
+    g2 = cache_image_grids(packed, [path], tmp_path / "cache", progress=False).grids
+    assert g1.shape[2:] != g2.shape[2:] and g2.shape[2] == 1

@@ -12,16 +12,21 @@ pieces (no stop words, specials or punctuation: classwords.emitted): a query alw
 which a learned expansion alone does not promise ("a cat" -> x, smoking, wheel...). Neither the fusion nor
 the anchor is in the three papers: docs/results.md labels every row that uses them.
 
-The parts share one image tower (one backbone forward per image): they must all hold the same network
-(EfficientNet-Lite0 with the same weights, up to the float16 rounding of a stored folder); the fused
-config's ``image_tower.image_size`` is the resolution every part then sees. Heatmaps (``image_scores``)
-are the first part's that has per-cell scores (the trained STAIR part in the release).
+The parts share one image tower: they must all hold the same network (EfficientNet-Lite0 with the same
+weights, up to the float16 rounding of a stored folder). Images are read at the fused config's
+``image_tower.image_size``; a part may see them at its own resolution (``image_size`` in its entry: the
+release's STAIR part at the 128 px it was trained at, the tagger at the classifier's 224), one backbone
+forward per distinct size on the pixels resized (antialiased bilinear). With several sizes the "grid"
+is the sizes' cells side by side, [B, C, 1, cells_1 + cells_2 + ...], so the feature cache and
+``encode_image_grids`` work unchanged; ``image_embed`` cuts it back into each part's [B, C, h, w].
+Heatmaps (``image_scores``) are the first part's that has per-cell scores (the release's STAIR part).
 """
 from __future__ import annotations
 
 import copy
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from tokenspace.models.capabilities import CellScores
@@ -64,6 +69,8 @@ class FusedModel(DualEncoder):
         opts = config.options
         self.parts = nn.ModuleList(inner_model(p["model"], self.tokenizer.vocab) for p in opts.parts)
         self.image_weights = [p["image"] for p in opts.parts]
+        size = self.image_tower.image_size
+        self.part_sizes = [p["image_size"] or size for p in opts.parts]
         self.text_weights = [p["text"] for p in opts.parts]
         self.anchor = opts.anchor
         self.image_top_n, self.text_top_n = opts.image_top_n, opts.text_top_n  # encode_* only (DualEncoder)
@@ -73,6 +80,8 @@ class FusedModel(DualEncoder):
                                  f"model's vocabulary ({len(vocab)} tokens)")
         # parts given as configs (a saved folder) are still empty here: their weights come with ours
         self._share_image_tower(check=[not isinstance(p["model"], dict) for p in opts.parts])
+        self.sizes = sorted(set(self.part_sizes), key=lambda x: (x != size, x))  # the tower's own first
+        self.cells = self._cells_per_size() if len(self.sizes) > 1 else {}
         keep = torch.tensor([emitted(t) for t in self.tokenizer.vocab.tokens])
         self.register_buffer("content", keep, persistent=False)  # which ids count as content words
 
@@ -93,12 +102,48 @@ class FusedModel(DualEncoder):
         for part in self.parts:
             part.image_tower = _Borrowed(self.image_tower)
 
+    @property
+    def packed_sizes(self) -> tuple[int, ...]:
+        """The sizes packed into one grid, () when every part reads the tower's size (feature cache key)."""
+        return tuple(self.sizes) if self.cells else ()
+
+    def _cells_per_size(self) -> dict[int, tuple[int, int]]:
+        """(h, w) of the tower's grid at each size: where each part's cells lie in a packed grid."""
+        was = self.image_tower.training
+        self.image_tower.eval()
+        with torch.no_grad():
+            out = {s: tuple(self.image_tower(torch.zeros(1, 3, s, s)).shape[2:]) for s in self.sizes}
+        self.image_tower.train(was)
+        return out
+
     # ------------------------------------------------------------------ the two sides
+    def image_grid(self, pixels: torch.Tensor) -> torch.Tensor:
+        if not self.cells:
+            return self.image_tower(pixels)
+        grids = []
+        for s in self.sizes:
+            px = pixels if s == pixels.shape[-1] else F.interpolate(
+                pixels, size=(s, s), mode="bilinear", antialias=True, align_corners=False)
+            grids.append(self.image_tower(px).flatten(2))  # [B, C, h*w]
+        return torch.cat(grids, dim=2)[:, :, None, :]  # [B, C, 1, all cells]
+
+    def part_grid(self, grid: torch.Tensor, i: int) -> torch.Tensor:
+        """Part i's own [B, C, h, w] out of the fused model's grid (a packed one when sizes differ)."""
+        if not self.cells:
+            return grid
+        start = 0
+        for s in self.sizes:
+            h, w = self.cells[s]
+            if s == self.part_sizes[i]:
+                return grid[:, :, 0, start:start + h * w].reshape(*grid.shape[:2], h, w)
+            start += h * w
+        raise AssertionError("unreachable: every part size is in self.sizes")
+
     def image_embed(self, grid: torch.Tensor) -> torch.Tensor:
         out = 0.0
-        for w, part in zip(self.image_weights, self.parts):
+        for i, (w, part) in enumerate(zip(self.image_weights, self.parts)):
             if w:
-                out = out + w * _unit(part.image_embed(grid))
+                out = out + w * _unit(part.image_embed(self.part_grid(grid, i)))
         return out if isinstance(out, torch.Tensor) else grid.new_zeros(grid.shape[0], len(self.vocab))
 
     def bag(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -116,9 +161,9 @@ class FusedModel(DualEncoder):
 
     def image_scores(self, grid: torch.Tensor) -> torch.Tensor:
         """Per-cell scores for heatmaps: the first part that has them (see the module doc)."""
-        for part in self.parts:
+        for i, part in enumerate(self.parts):
             if isinstance(part, CellScores):
-                return part.image_scores(grid)
+                return part.image_scores(self.part_grid(grid, i))
         raise TypeError("no part of this fused model has per-cell scores")
 
     def part(self, i: int) -> DualEncoder:
@@ -126,15 +171,16 @@ class FusedModel(DualEncoder):
         resolution its config names, its own top-n (release v2's ``part(0)`` is the unfused release)."""
         alone = copy.deepcopy(self.parts[i])
         tower = copy.deepcopy(self.image_tower)
-        tower.image_size = alone.config.image_tower.get("image_size", tower.image_size)
+        tower.image_size = alone.config.image_tower.get("image_size", self.part_sizes[i])
         alone.image_tower = tower
         return alone.eval()
 
     # ------------------------------------------------------------------ persistence
     def portable_config(self):
         cfg = super().portable_config()
-        parts = [{"model": part.portable_config().to_dict(), "image": a, "text": t}
-                 for part, a, t in zip(self.parts, self.image_weights, self.text_weights)]
+        sizes = [p["image_size"] for p in self.config.options.parts]
+        parts = [{"model": part.portable_config().to_dict(), "image": a, "text": t, "image_size": s}
+                 for part, a, t, s in zip(self.parts, self.image_weights, self.text_weights, sizes)]
         cfg.extra = {**cfg.extra, "parts": parts}
         return cfg
 
@@ -142,13 +188,13 @@ class FusedModel(DualEncoder):
 def fused_config(parts, *, image_size: int = 224, anchor: float = 0.0, image_top_n: int | None = None,
                  text_top_n: int | None = None, vocab: str = "asset:bert-base-uncased-vocab",
                  name: str = "fused", max_text_len: int = 32, image_tower: str = "efficientnet-lite0"):
-    """The config of a fused model: ``parts`` = [(model reference, image weight, text weight), ...]
-    (benchmarks/release_model.py builds release v2 with it). The tower's weights come from part 0."""
+    """The config of a fused model: ``parts`` = [(model reference, image weight, text weight[, image size]),
+    ...] (benchmarks/release_model.py builds release v2 with it). The tower's weights come from part 0."""
     return ModelConfig.from_dict({
         "name": name, "family": "fused", "vocab": vocab, "max_text_len": max_text_len,
         "image_tower": {"type": image_tower, "weights": None, "image_size": image_size},
         "text_tower": {"type": "bag-of-tokens", "vocab_size": 30522},
-        "extra": {"parts": [{"model": str(m) if not isinstance(m, dict) else m, "image": a, "text": t}
-                            for m, a, t in parts],
+        "extra": {"parts": [{"model": p[0] if isinstance(p[0], dict) else str(p[0]), "image": p[1], "text": p[2],
+                             "image_size": p[3] if len(p) > 3 else None} for p in parts],
                   "anchor": anchor, "image_top_n": image_top_n, "text_top_n": text_top_n},
     })

@@ -47,8 +47,10 @@ def weights_digest(module: torch.nn.Module) -> str:
 
 
 def cache_key(tower_spec: dict, image_size: int, paths: Sequence[str], weights: str = "",
-              at: int | None = None) -> str:
+              at: int | None = None, packed: Sequence[int] = ()) -> str:
     spec = {"tower": tower_spec, "size": image_size}
+    if packed:
+        spec["packed"] = list(packed)
     if weights:
         spec["weights_sha1"] = weights
     if at is not None:
@@ -70,7 +72,10 @@ def cache_image_grids(model, paths: Sequence[str | os.PathLike], cache_dir: str 
     was_training = tower.training
     tower.eval()  # eval-mode BatchNorm (and no drop-connect): the cache must not depend on the caller's mode
     try:
-        key = cache_key(model.config.image_tower, tower.image_size, paths, weights_digest(tower), at)
+        # a fused model reading images at several sizes packs their cells into one grid (models/fused.py):
+        # its cache must not be another model's at the same tower and size
+        packed = getattr(model, "packed_sizes", ())
+        key = cache_key(model.config.image_tower, tower.image_size, paths, weights_digest(tower), at, packed)
         root = Path(cache_dir) / key
         root.mkdir(parents=True, exist_ok=True)
         # one filler per cache: two processes filling one folder would each save their own `ok` mask
