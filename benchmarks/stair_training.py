@@ -7,6 +7,9 @@ and the markdown table is printed.
 
     python benchmarks/stair_training.py --variants base head last1 --out benchmarks/results/stair_training.json
     python benchmarks/stair_training.py --batch-sweep 64 256 1024 --steps 12   # step time vs batch only
+    # distillation from the dense twin (issue O): the teacher first, then the students, two seeds
+    python benchmarks/stair_training.py --out benchmarks/results/stair_training_distill.json --variants dense base distill3
+    python benchmarks/stair_training.py --out benchmarks/results/stair_training_distill.json --variants base distill3 --seed 1
     # the wider tied space (all-MiniLM-L6-v2; `tokenspace assets install all-minilm-l6-v2`) beside SPLADE-tiny
     python benchmarks/stair_training.py --scale 0.3333333 --out benchmarks/results/stair_training_minilm.json \
         --variants split split-minilm split-minilm-tlr0.1 dense dense-minilm
@@ -24,6 +27,7 @@ from pathlib import Path
 
 DATA = {"train": ["emoji:train", "openclipart:train:2000"], "eval": ["emoji:val"]}
 MINILM = {"type": "bert-mlm", "weights": "asset:all-minilm-l6-v2"}
+TEACHER = "{dense-s0}"  # the dense variant's seed-0 run folder at the same scale (run_variant fills it in)
 
 # name -> (recipe, overrides, what it is)
 VARIANTS = {
@@ -59,6 +63,11 @@ VARIANTS = {
                      "dense with all-MiniLM-L6-v2 as the text tower (mean-pooled, projected to 512)"),
     "dense": ("dense-emoji", {}, "dense-emoji: the dense baseline, same towers, data and budget"),
     "dense-last1": ("dense-emoji", {"train_image_from": -1}, "dense + block 15 + conv head trained"),
+    # issue O lever 1: distillation (a labelled deviation from STAIR) from the "dense" variant's seed-0 run
+    # at the same scale (run it first): mu x KL of the in-batch softmax, both directions (train/distill.py)
+    **{f"distill{mu:g}": ("stair-emoji", {"loss": {"lambda": 1e-3, "flops_warmup": 100, "flops_warmup_per_stage": False,
+                                                   "distill": mu, "distill_teacher": TEACHER}},
+                          f"base + distillation from the dense twin (dense, seed 0), weight {mu:g}") for mu in (1, 3)},
 }
 
 
@@ -97,6 +106,9 @@ def run_variant(name: str, out_root: Path, home=None, seed: int = 0, scale: floa
     from tokenspace.train.recipe import Recipe
 
     recipe_name, over, what = VARIANTS[name]
+    if over.get("loss", {}).get("distill_teacher") == TEACHER:
+        teacher = out_root / f"dense-s0-x{scale:g}" / "model"
+        over = {**over, "loss": {**over["loss"], "distill_teacher": str(teacher)}}
     over = {**over, "data": DATA, "seed": seed}
     recipe = scaled(Recipe.load(recipe_name, **over), scale)
     out = out_root / f"{name}-s{seed}-x{scale:g}"

