@@ -11,9 +11,9 @@ senses nearest the other class names only (``@context``). Prompts: benchmarks/ta
 templates as a cosine ensemble, per name.
 
 Models: the release model (`tokenspace-stair-drawings`, 128 px) and the training-free tagger (224 px).
-The arm is chosen on validation only: Fashion-MNIST's 60,000 training images (the photo set
-`fashion-mnist:test` is built from t10k only), of which the first 100 per class in file order (1,000
-images, the rule of the test split) are written once as PNGs into the cache with a manifest beside them.
+The arm is chosen on validation only: `fashion-mnist:val`, the first 100 per class in file order of
+Fashion-MNIST's 60,000 training images (1,000 images, the rule of the t10k test split). The JSON of
+2026-11-26 measured release v1 (the STAIR model alone); since v2 the name loads the fused release.
 The arm with the best val top-1 averaged over the two models is then run once on `fashion-mnist:test`
 (1,000 t10k images) beside no expansion. Writes benchmarks/results/zeroshot_expand.json; prints the tables.
 Backbone grids come from the shared feature cache.
