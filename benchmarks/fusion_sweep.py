@@ -17,7 +17,6 @@ among its encoded query tokens (the anchor's target). Writes benchmarks/results/
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import sys
 import time
@@ -28,7 +27,7 @@ from tagger_zeroshot import TEMPLATES
 
 from tokenspace import pipeline
 from tokenspace.atomic import write_text
-from tokenspace.eval import RetrievalEvaluator, ZeroShotEvaluator
+from tokenspace.eval import ResultsDoc, RetrievalEvaluator, ZeroShotEvaluator
 from tokenspace.models.fused import fused_config
 from tokenspace.models.registry import build_model
 
@@ -88,6 +87,51 @@ def sweep(stair: str, arm: str, weights, anchors, home) -> list[dict]:
     return rows
 
 
+def render(doc: dict) -> str:
+    """The section of docs/results.md: each lever alone and combined at each arm, then the chosen arm's grid."""
+    rows, best = doc["rows"], doc["chosen"]
+    key = lambda r: (r["arm"], r["w"], r["a"])  # noqa: E731
+    at = {key(r): r for r in rows}
+    cols = ("emoji:val T→I R@1", "openclipart:val T→I R@1", f"{PHOTOS} acc1", "score", "content_coverage",
+            "emoji:val tokens/image")
+    head = ("| arm | tagger weight w | anchor a | emoji:val T→I R@1 | openclipart:val T→I R@1 | Fashion-MNIST val "
+            "top-1 | score | queries with all their words | tokens/image (emoji:val) |")
+    lines = [head, "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+
+    def line(r, what=""):
+        vals = [f"{100 * r[c]:.1f}" if c != "emoji:val tokens/image" else f"{r[c]:.0f}" for c in cols]
+        return f"| {r['arm']} px{what} | {r['w']:g} | {r['a']:g} | " + " | ".join(vals) + " |"
+
+    for arm in dict.fromkeys(r["arm"] for r in rows):
+        mine = [r for r in rows if r["arm"] == arm]
+        top = max(mine, key=lambda r: r["score"])
+        base = at.get((arm, 0.0, 0.0))
+        alone_w = max((r for r in mine if r["a"] == 0), key=lambda r: r["score"])
+        alone_a = max((r for r in mine if r["w"] == 0), key=lambda r: r["score"])
+        for r, what in ((base, " (STAIR alone)"), (alone_w, " (tagger only)"), (alone_a, " (anchor only)"),
+                        (top, " (both: best)")):
+            if r is not None:
+                lines.append(line(r, what))
+    grid = [r for r in rows if r["arm"] == best["arm"]]
+    ws, anchors = sorted({r["w"] for r in grid}), sorted({r["a"] for r in grid})
+    g = ["| w \\ a | " + " | ".join(f"{a:g}" for a in anchors) + " |", "|---|" + "---:|" * len(anchors)]
+    for w in ws:
+        g.append(f"| {w:g} | " + " | ".join(f"{100 * at[(best['arm'], w, a)]['score']:.1f}"
+                                            if (best["arm"], w, a) in at else "—" for a in anchors) + " |")
+    return ("Release v1's STAIR weights (part 0) fused with the training-free tagger (`tagger-bag`, image side "
+            "only, weight w; each part L2-normalised) and the lexical anchor on the query (its own content word "
+            "pieces, weight a), rows pruned to the top 100 image / 40 text tokens (models/fused.py). Neither "
+            "lever is in the papers (labelled deviations). Validation only: emoji:val (169 images), "
+            "openclipart:val (646), `fashion-mnist:val` (1,000 of Fashion-MNIST's training images; zero-shot "
+            "with the three tagger_zeroshot prompts). score = mean drawing T→I R@1 / 2 + Fashion-MNIST val "
+            "top-1 / 2. Arms: the backbone read at 128 px for both parts, 224 px for both, or 128 px for STAIR "
+            "(its training size) and 224 for the tagger (the classifier's). \"queries with all their words\" = "
+            "share of the two val splits' captions whose every content word piece is a non-zero query token.\n\n"
+            + "\n".join(lines) + f"\n\nScore (%) over the grid at the chosen arm ({best['arm']} px):\n\n" + "\n".join(g)
+            + f"\n\nChosen: {best['arm']} px, w = {best['w']:g}, a = {best['a']:g} (release v2; "
+              "benchmarks/release_model.py FUSION).")
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--stair", default=str(ROOT / "models" / "tokenspace-stair-drawings"),
@@ -97,7 +141,14 @@ def main(argv=None) -> None:
     ap.add_argument("--anchors", type=float, nargs="+", default=[0.0, 0.5, 1.0, 2.0])
     ap.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "fusion_sweep.json"))
     ap.add_argument("--home", default=None)
+    ap.add_argument("--doc", default=str(ROOT / "docs" / "results.md"), help="'' to skip the docs section")
+    ap.add_argument("--report-only", action="store_true", help="rewrite the docs section from --json")
     args = ap.parse_args(argv)
+    if args.report_only:
+        doc = json.loads(Path(args.json).read_text())
+        ResultsDoc(args.doc).update("issue-o-fusion", render(doc), doc["command"],
+                                    heading="Issue O: the tagger fused in, queries anchored (fusion-sweep)")
+        return
     t0 = time.time()
     rows = []
     for arm in args.arms:  # the file is rewritten after each arm: a stopped run keeps what it measured
@@ -108,6 +159,9 @@ def main(argv=None) -> None:
                "command": "python benchmarks/fusion_sweep.py " + " ".join(argv or sys.argv[1:])}
         write_text(args.json, json.dumps(doc, indent=1) + "\n")
     log(f"chosen: {best['arm']} px w={best['w']} a={best['a']} (score {100 * best['score']:.1f}); {args.json}")
+    if args.doc:
+        ResultsDoc(args.doc).update("issue-o-fusion", render(doc), doc["command"],
+                                    heading="Issue O: the tagger fused in, queries anchored (fusion-sweep)")
 
 
 if __name__ == "__main__":
