@@ -7,7 +7,7 @@ every test split beside its dense twin, and write the model card and the docs/re
 
 Release v2 (issue O) is a fused model (models/fused.py): the trained STAIR model (part 0, as release v1
 shipped it) plus the training-free tagger on the image side (weight FUSION["tagger_weight"]), the lexical
-anchor on the text side (FUSION["anchor"]), one EfficientNet-Lite0 forward at FUSION["image_size"] px,
+anchor on the text side (FUSION["anchor"]), EfficientNet-Lite0 read at 128 px (STAIR) and 224 px (tagger),
 each row pruned to its 100 / 40 heaviest tokens. The weights were chosen on the val splits by
 benchmarks/fusion_sweep.py; nothing here chooses anything on a test split.
 
@@ -54,8 +54,9 @@ UNPRUNED = "STAIR (3-stage, release) without top-n"
 ENCODE_TOP_N = {"image_top_n": 80, "text_top_n": 40}
 FUSED = "release v2: STAIR + tagger fused, anchored queries"
 # chosen on val by `python benchmarks/fusion_sweep.py` (benchmarks/results/fusion_sweep.json: the
-# highest mean of drawing T→I R@1 and Fashion-MNIST val top-1); not in any of the three papers
-FUSION = {"image_size": 224, "tagger": "tagger-bag", "tagger_weight": 2.0, "anchor": 1.0,
+# highest mean of drawing T→I R@1 and Fashion-MNIST val top-1); not in any of the three papers. The STAIR part
+# reads images at the 128 px it was trained at, the tagger at its classifier's 224 (the "128+224" arm)
+FUSION = {"stair_size": 128, "tagger": "tagger-bag", "tagger_size": 224, "tagger_weight": 2.0, "anchor": 1.0,
           "image_top_n": 100, "text_top_n": 40}
 # held-out concepts: test-concepts (Google drawings), icons:test, openclipart:test; held-out artists:
 # test-artists (OpenMoji), test-artists-hc (Fluent high-contrast); both at once: emoji:test, emoji:test-hc
@@ -252,7 +253,8 @@ def build_release(stair: Path, folder: Path, home, card: dict) -> None:
     """Release v2 from a trained STAIR folder: fused with the tagger (FUSION), stored in float16 with its
     card and the data build its STAIR part was trained on (splits.json, checked by the demo)."""
     model = tokenspace.models.registry.build_model(fused_config(
-        [(stair, 1.0, 1.0), (FUSION["tagger"], FUSION["tagger_weight"], 0.0)], image_size=FUSION["image_size"],
+        [(stair, 1.0, 1.0, FUSION["stair_size"]), (FUSION["tagger"], FUSION["tagger_weight"], 0.0, FUSION["tagger_size"])],
+        image_size=max(FUSION["stair_size"], FUSION["tagger_size"]),
         anchor=FUSION["anchor"], image_top_n=FUSION["image_top_n"], text_top_n=FUSION["text_top_n"], name=RELEASE))
     part = model.parts[0]  # alone (model.part(0)) it encodes as release v1 shipped: its own top-n
     part.config.extra = {**part.config.extra, **ENCODE_TOP_N}
@@ -329,11 +331,12 @@ def main(argv=None) -> int:
     body = (f"**{RELEASE} (release v2)** = the trained STAIR model below (part 0) + the training-free tagger "
             f"(`{FUSION['tagger']}`: EfficientNet-Lite0's ImageNet classifier read as WordNet words) on the image "
             f"side at weight {FUSION['tagger_weight']:g}, each part's vector L2-normalised (models/fused.py), the "
-            f"query's own content word pieces added at weight {FUSION['anchor']:g} (lexical anchor), one backbone "
-            f"forward at {FUSION['image_size']} px, rows pruned to the top {FUSION['image_top_n']} image / "
+            f"query's own content word pieces added at weight {FUSION['anchor']:g} (lexical anchor), the STAIR part "
+            f"reading images at {FUSION['stair_size']} px and the tagger at {FUSION['tagger_size']} px (two backbone "
+            f"forwards of the one frozen EfficientNet-Lite0), rows pruned to the top {FUSION['image_top_n']} image / "
             f"{FUSION['text_top_n']} text tokens. Fusion, anchor and top-n are not in the STAIR paper (labelled "
             "deviations); their weights were chosen on val (`python benchmarks/fusion_sweep.py`, section "
-            "\"Issue O\"). The rows \"STAIR (3-stage, release)\" are release v1: the same STAIR weights alone at "
+            "\"Issue O: the tagger fused in\"). The rows \"STAIR (3-stage, release)\" are release v1: the same STAIR weights alone at "
             f"128 px with their top {ENCODE_TOP_N['image_top_n']} / {ENCODE_TOP_N['text_top_n']} tokens "
             "(`tokenspace.load(...).part(0)`), and without top-n.\n\n"
             "STAIR part: recipe `stair-drawings` (dense twin: `dense-drawings`) on emoji:train + emoji:train-extra + "
