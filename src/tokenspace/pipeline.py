@@ -101,24 +101,15 @@ def evaluate_retrieval(model, enc: BackboneFeatures, folds: int | None = None) -
 
 def vocabulary_embeddings(model, batch_size: int = 2048) -> np.ndarray:
     """(V, D) float32: each tokenizer-vocabulary token alone (``[CLS] token [SEP]``) through the model's
-    text side, in the form the model scores with (unit rows for cosine models).
+    text side, in the form the model scores with (unit rows for cosine models): models.lexicon's table.
 
     A dense model's lexicon scores (STAIR Sec. 5.1, Table 5's CLIP arm): image i's score for token v is
     image_emb[i] . out[v]. Token ids go in directly, so a sub-word (``##fish``) is that one token, not
     the pieces its spelling would tokenize into."""
-    import torch  # start-up: importing the pipeline stays torch-free
+    # start-up: models.lexicon imports torch; importing the pipeline stays torch-free
+    from tokenspace.models.lexicon import token_embeddings
 
-    vocab = model.tokenizer.vocab
-    cls_id, sep_id = vocab.id("[CLS]"), vocab.id("[SEP]")
-    model.eval()
-    outs = []
-    with torch.no_grad():
-        for s in range(0, len(vocab), batch_size):
-            ids = torch.arange(s, min(s + batch_size, len(vocab)), dtype=torch.int64, device=model.device)[:, None]
-            ids = torch.cat([torch.full_like(ids, cls_id), ids, torch.full_like(ids, sep_id)], dim=1)  # [b, 3]
-            emb = model.normalize(model.text_embed(ids, torch.ones_like(ids))).float()
-            outs.append(emb.cpu().numpy())
-    return np.concatenate(outs) if outs else np.zeros((0, model.config.embed_dim), np.float32)
+    return token_embeddings(model, batch_size).cpu().numpy()
 
 
 def evaluate(model, specs: Sequence[str] | str, home=None, progress: bool = True,

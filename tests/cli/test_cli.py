@@ -51,6 +51,7 @@ def test_every_option_and_argument_has_help():
     ["search", "--index", "i", "a dog", "-k", "0"],
     ["search", "--index", "i"],  # no query
     ["decode", "--model", "m"],  # nothing to decode
+    ["sparsify", "--dense", "d", "--data", "emoji:train", "--out", "o", "--steps", "0"],
     ["no-such-command"],
     [],
 ])
@@ -253,6 +254,34 @@ def test_train_and_bad_recipes(world, tmp_path):
         assert r.code == 1, (words, r.err)
         assert words in r.error_line(), (words, r.err)
 
+
+
+def test_sparsify_a_dense_model_and_bad_inputs(world, tmp_path):
+    import torch
+
+    from tokenspace.models.config import ModelConfig
+    from tokenspace.models.registry import build_model, load
+
+    config = ModelConfig.load(world.model_config)
+    config.family, config.extra = "dense", {}
+    torch.manual_seed(0)
+    build_model(config).save_pretrained(tmp_path / "dense")
+    r = world.run("sparsify", "--dense", tmp_path / "dense", "--data", f"{world.manifest}:train",
+                  "--out", tmp_path / "run", "--steps", "2", "--set", "batch_size=4")
+    assert r.code == 0, r.err
+    model = load(tmp_path / "run" / "model")
+    assert model.family == "sparsified" and model.sparse and "sparsified" in r.out
+    cases = {
+        "no trained model folder": ["--dense", tmp_path / "nowhere"],
+        "already sparse": ["--dense", world.model],  # the world's model is STAIR
+        "unknown dataset 'nonsense'": ["--dense", tmp_path / "dense", "--data", "nonsense:train"],
+        "malformed.jsonl": ["--dense", tmp_path / "dense", "--data", f"{world.malformed}:train"],
+    }
+    for words, args in cases.items():
+        args = args if "--data" in args else [*args, "--data", f"{world.manifest}:train"]
+        r = world.run("sparsify", *args, "--out", tmp_path / "bad-run")
+        assert r.code == 1, (words, r.err)
+        assert words in r.error_line(), (words, r.err)
 
 def _free_port() -> int:
     with socket.socket() as s:

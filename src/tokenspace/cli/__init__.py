@@ -3,6 +3,7 @@
     tokenspace assets install|status         offline weights and data into the cache
     tokenspace data build                    manifests of the offline datasets
     tokenspace train --recipe R --out DIR    train a model (resumable with --resume)
+    tokenspace sparsify --dense M --data S.. a sparse head on a frozen dense model (recipe sparsify-dense)
     tokenspace eval --model DIR --data S..   retrieval metrics
     tokenspace encode --shards S.. --index I webdataset shards into an index, in resumable parts
     tokenspace index build|stats|export      an inverted index of a collection
@@ -38,6 +39,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "assets": ("assets", "install or check the offline weights and datasets"),
     "data": ("data", "build the dataset manifests"),
     "train": ("train", "train a model from a recipe"),
+    "sparsify": ("sparsify", "a sparse, interpretable head on a frozen dense model"),
     "eval": ("eval", "retrieval metrics of a model on data specs"),
     "encode": ("encode", "encode webdataset shards into an index, in resumable parts"),
     "index": ("index", "build, inspect or export an inverted index"),
