@@ -291,7 +291,7 @@ def main(argv=None) -> int:
     stair_here = not (args.stored or args.report_only or args.stair_from)
     walls = {}
     for name, recipe in RECIPES.items():
-        if name == STAIR and not stair_here and not args.skip_train:
+        if name == STAIR and not stair_here:
             walls[name] = previous["wall_seconds"][name]
             continue
         if not (args.skip_train or args.report_only or args.stored):
