@@ -159,3 +159,20 @@ def test_the_feature_cache_keeps_packed_grids_apart(tiny_vocab, parts, tmp_path)
     g1 = cache_image_grids(plain, [path], tmp_path / "cache", progress=False).grids
     g2 = cache_image_grids(packed, [path], tmp_path / "cache", progress=False).grids
     assert g1.shape[2:] != g2.shape[2:] and g2.shape[2] == 1
+
+
+def test_heatmaps_of_a_packed_model_are_its_first_parts_cells(tiny_vocab, parts):
+    from PIL import Image
+
+    from tokenspace.explain.heatmap import cell_activation
+
+    m = fused(tiny_vocab, parts)
+    m.config.extra["parts"][0]["image_size"] = 16
+    m = build_model(m.config, vocab=tiny_vocab).eval()
+    image = Image.fromarray(np.random.default_rng(0).integers(0, 255, (32, 32, 3), dtype=np.uint8))
+    act = cell_activation(m, image, m.encode_texts(["a red dog"]))
+    alone = from_pretrained(parts[0])
+    with torch.no_grad():
+        small = alone.image_grid(torch.nn.functional.interpolate(
+            m.preprocess([image]), size=(16, 16), mode="bilinear", antialias=True, align_corners=False))
+    assert act.shape == tuple(small.shape[2:])

@@ -40,6 +40,8 @@ def cell_activation(model, image: Image.Image, query: SparseBatch) -> np.ndarray
     # only the query's columns are needed: [cells, nq], detached (no autograd graph for a picture)
     cols = model.image_scores(grid)[0][:, qi.astype(np.int64)].detach().float().cpu().numpy()
     act = np.log1p(np.maximum(cols, 0.0)) @ qv.astype(np.float32)
+    if len(act) != h * w:  # scores of one part of a packed grid (models/fused.py): its cells, square
+        h = w = int(round(len(act) ** 0.5))
     return act.reshape(h, w)
 
 
