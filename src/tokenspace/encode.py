@@ -148,8 +148,12 @@ def image_tower(model, kind: str = "torch"):
     ``auto`` (onnx for a CPU model when onnxruntime is installed and the probe matches, else torch)."""
     if kind not in TOWERS:
         raise ValueError(f"tower must be one of {', '.join(repr(t) for t in TOWERS)}, not {kind!r}")
-    if kind == "torch" or (kind == "auto" and (model.device.type != "cpu" or _onnxruntime_missing())):
+    if kind == "torch" or (kind == "auto" and (model.device.type != "cpu" or model.packed_sizes
+                                                or _onnxruntime_missing())):
         return None
+    if model.packed_sizes:
+        raise ValueError("the ONNX tower runs the plain tower; this model reads images at several sizes "
+                         f"{model.packed_sizes}: use tower='torch'")
     if model.device.type != "cpu":
         raise ValueError("the ONNX tower runs on the CPU; the model is on " + str(model.device))
     missing = _onnxruntime_missing()

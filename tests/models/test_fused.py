@@ -176,3 +176,15 @@ def test_heatmaps_of_a_packed_model_are_its_first_parts_cells(tiny_vocab, parts)
         small = alone.image_grid(torch.nn.functional.interpolate(
             m.preprocess([image]), size=(16, 16), mode="bilinear", antialias=True, align_corners=False))
     assert act.shape == tuple(small.shape[2:])
+
+
+def test_the_onnx_tower_is_not_used_for_a_packed_model(tiny_vocab, parts):
+    from tokenspace.encode import image_tower
+
+    m = fused(tiny_vocab, parts)
+    assert m.packed_sizes == ()
+    m.config.extra["parts"][0]["image_size"] = 16
+    m = build_model(m.config, vocab=tiny_vocab).eval()
+    assert image_tower(m, "auto") is None  # the model's own image_grid packs both sizes
+    with pytest.raises(ValueError, match="several sizes"):
+        image_tower(m, "onnx")

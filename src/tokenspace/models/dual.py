@@ -52,6 +52,9 @@ class DualEncoder(nn.Module):
     # before normalising. None keeps every active term; a family sets them from its options
     image_top_n: int | None = None
     text_top_n: int | None = None
+    # image sizes whose grid cells image_grid packs side by side (models/fused.py); () = one plain grid.
+    # The feature cache keys on it, and the ONNX tower (which runs the plain tower) is not used then
+    packed_sizes: tuple[int, ...] = ()
 
     @classmethod
     def output_vocabulary(cls, config: ModelConfig, tokenizer_vocab: Vocabulary) -> Vocabulary:

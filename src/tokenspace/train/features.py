@@ -74,8 +74,8 @@ def cache_image_grids(model, paths: Sequence[str | os.PathLike], cache_dir: str 
     try:
         # a fused model reading images at several sizes packs their cells into one grid (models/fused.py):
         # its cache must not be another model's at the same tower and size
-        packed = getattr(model, "packed_sizes", ())
-        key = cache_key(model.config.image_tower, tower.image_size, paths, weights_digest(tower), at, packed)
+        key = cache_key(model.config.image_tower, tower.image_size, paths, weights_digest(tower), at,
+                        model.packed_sizes)
         root = Path(cache_dir) / key
         root.mkdir(parents=True, exist_ok=True)
         # one filler per cache: two processes filling one folder would each save their own `ok` mask
