@@ -316,8 +316,10 @@ def main(argv=None) -> int:
     goal_table = "\n".join(["| target | measured (v1 = the STAIR part alone) | goal | met |", "|---|---:|---:|---|"]
                            + [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in goals])
     weights = folder / "model.safetensors"
-    steps = {n: run_info(runs / r).get("steps") if (n != STAIR or stair_here) else previous["steps"][n]
-             for n, r in RECIPES.items()}
+    # a run not on this machine (the STAIR part built elsewhere, the dense twin not retrained): its facts as
+    # the previous measurement recorded them
+    steps = {n: run_info(runs / r).get("steps") if (n != STAIR or stair_here) and (runs / r / "log.jsonl").exists()
+             else previous["steps"][n] for n, r in RECIPES.items()}
     step_seconds = {n: train_seconds(runs / r) if (n != STAIR or stair_here) and (runs / r / "log.jsonl").exists()
                     else previous["train_step_seconds"][n] for n, r in RECIPES.items()}
     trained_with = json.loads((stair_run / "recipe.json").read_text()) if stair_here else card_recipe(folder)
@@ -327,6 +329,8 @@ def main(argv=None) -> int:
                    + (" --core" if args.core else ""))
     elif args.stored:
         command = "python benchmarks/release_model.py --stored  (the committed weights, built by make release-model)"
+    if args.report_only:  # the measurements' own command
+        command = previous["command"]
     dense_note = (" The dense rows are those of the previous run (" + previous.get("date", "2026-11-25")
                   + "; its model is not on this machine): same test splits and data build."
                   if results["dense baseline"].get("from_previous_run") else "")
@@ -355,7 +359,8 @@ def main(argv=None) -> int:
     notes = (f"{body}\n\nWeights: `model.safetensors`, float16, {weights.stat().st_size / 1e6:.1f} MB, "
              f"sha256 `{sha256(weights)}`.\n\nCommand: `{command}`")
     # the measurements first (an hour of work): --report-only can rewrite the card and docs from them
-    doc = {"command": command, "date": time.strftime("%Y-%m-%d %H:%M"), "release": RELEASE, "fusion": FUSION,
+    date = previous.get("date") if args.report_only else time.strftime("%Y-%m-%d %H:%M")
+    doc = {"command": command, "date": date, "release": RELEASE, "fusion": FUSION,
            "sha256": sha256(weights), "bytes": weights.stat().st_size, "wall_seconds": walls,
            "train_step_seconds": step_seconds, "steps": steps, "results": results, "targets": goals}
     json_path.parent.mkdir(parents=True, exist_ok=True)
