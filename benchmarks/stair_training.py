@@ -131,7 +131,25 @@ def run_variant(name: str, out_root: Path, home=None, seed: int = 0, scale: floa
     for k in ("nnz_image", "nnz_text"):
         if k in ev:
             rec[k] = round(ev[k], 1)
+    if recipe_name.startswith("stair"):
+        rec["pruned"] = pruned_eval(out / "model", home)
     return rec
+
+
+PRUNED = (100, 40)  # release v2's encode sizes: denser vectors (distillation) compared at equal size too
+
+
+def pruned_eval(model_dir: Path, home=None) -> dict:
+    """The trained model's eval-split recall with each image / text row cut to PRUNED tokens."""
+    import tokenspace
+    from tokenspace import pipeline
+
+    model = tokenspace.load(model_dir)
+    model.image_top_n, model.text_top_n = PRUNED
+    ev = pipeline.evaluate(model, DATA["eval"], home=home, progress=False)[DATA["eval"][0]]
+    return {"top_n": list(PRUNED), "t2i_r1": round(100 * ev["image_retrieval_recall@1"], 1),
+            "mean_recall": round(100 * ev["mean_recall"], 1),
+            "nnz_image": round(ev["nnz_image"], 1), "nnz_text": round(ev["nnz_text"], 1)}
 
 
 def batch_sweep(batches: list[int], steps: int, variants: list[str], home=None) -> list[dict]:
@@ -201,13 +219,15 @@ def tower_costs(image_size: int = 128) -> list[dict]:
 
 def table(rows: list[dict]) -> str:
     head = ("| variant | what | steps | T→I R@1 | T→I R@10 | I→T R@1 | I→T R@10 | mean R | nnz img | nnz txt "
-            "| s/step (stage 3) | wall (min) |")
-    lines = [head, "|" + "---|" * 2 + "---:|" * 10]
+            f"| at top {PRUNED[0]} / {PRUNED[1]}: T→I R@1, mean R | s/step (stage 3) | wall (min) |")
+    lines = [head, "|" + "---|" * 2 + "---:|" * 11]
     for r in rows:
         last = list(r["sec_per_step"].values())[-1]
+        p = r.get("pruned")
+        at = f"{p['t2i_r1']}, {p['mean_recall']}" if p else "—"
         lines.append(f"| {r['variant']} (seed {r['seed']}, x{r.get('scale', 1):g}) | {r['what']} | {r['steps']} | {r.get('t2i_r1')} | "
                      f"{r.get('t2i_r10')} | {r.get('i2t_r1')} | {r.get('i2t_r10')} | {r['mean_recall']} | "
-                     f"{r.get('nnz_image', '—')} | {r.get('nnz_text', '—')} | {last} | {r['wall_s'] / 60:.1f} |")
+                     f"{r.get('nnz_image', '—')} | {r.get('nnz_text', '—')} | {at} | {last} | {r['wall_s'] / 60:.1f} |")
     return "\n".join(lines)
 
 
@@ -220,6 +240,7 @@ def main() -> None:
     ap.add_argument("--runs", default="runs/exp/stair_training")
     ap.add_argument("--home", default=None)
     ap.add_argument("--tower-costs", action="store_true", help="static parameter / multiply-add counts")
+    ap.add_argument("--pruned", action="store_true", help=f"add the eval at top {PRUNED} to finished runs' rows")
     ap.add_argument("--batch-sweep", nargs="*", type=int, default=[])
     ap.add_argument("--sweep-variants", nargs="*", default=["base", "last1"], choices=sorted(VARIANTS))
     ap.add_argument("--steps", type=int, default=12, help="steps per batch size in the sweep")
@@ -237,6 +258,13 @@ def main() -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(doc, indent=1))
         print(json.dumps(rec), flush=True)
+    if args.pruned:  # rows trained before the pruned eval existed, whose run folder is still here
+        for r in doc["runs"]:
+            folder = Path(args.runs) / f"{r['variant']}-s{r['seed']}-x{r.get('scale', 1.0):g}" / "model"
+            if "pruned" not in r and r["recipe"].startswith("stair") and folder.exists():
+                r["pruned"] = pruned_eval(folder, args.home)
+                path.write_text(json.dumps(doc, indent=1))
+                print(r["variant"], r["seed"], r["pruned"], flush=True)
     if args.tower_costs:
         doc["tower_costs"] = tower_costs()
         path.write_text(json.dumps(doc, indent=1))
