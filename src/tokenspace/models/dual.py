@@ -63,17 +63,17 @@ class DualEncoder(nn.Module):
         return tokenizer_vocab
 
     def __init__(self, config: ModelConfig, vocab: Vocabulary, tokenizer_vocab: Vocabulary | None = None,
-                 towers: tuple[nn.Module, nn.Module] | None = None):
-        """``towers``: (image, text) towers another model owns (a sparsified model's frozen dense base),
-        shared as they are instead of built from ``config.image_tower`` / ``config.text_tower``."""
+                 build_towers: bool = True):
+        """``build_towers=False``: the family provides ``image_tower`` / ``text_tower`` itself instead of
+        building them from the config (a sparsified model's are its frozen dense model's)."""
         super().__init__()
         self.config = config
         self.vocab = vocab  # names of the output dimensions
         # the text tokenizer's vocabulary: the same as `vocab` for token-space models
         self.tokenizer = WordPieceTokenizer(tokenizer_vocab or vocab, max_length=config.max_text_len)
-        if towers is None:
-            towers = build_image_tower(config.image_tower), build_text_tower(config.text_tower)
-        self.image_tower, self.text_tower = towers
+        if build_towers:
+            self.image_tower = build_image_tower(config.image_tower)
+            self.text_tower = build_text_tower(config.text_tower)
         init = torch.tensor(float(np.log(config.logit_scale_init)))
         self.log_logit_scale = nn.Parameter(init)
 

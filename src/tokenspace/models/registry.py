@@ -177,8 +177,8 @@ def from_pretrained(path: str | os.PathLike) -> DualEncoder:
         raise ValueError(f"{weights}: weights do not match {path / CONFIG_FILE}: "
                          f"{' '.join(str(e).split())[:300]}") from None
     if missing or unexpected:
-        raise ValueError(f"{path}: weights do not match the config (missing {missing[:5]}, "
-                         f"unexpected {unexpected[:5]})")
+        raise ValueError(f"{path}: weights do not match the config (missing {sorted(missing)[:5]}, "
+                         f"unexpected {sorted(unexpected)[:5]})")
     model.eval()
     return model
 

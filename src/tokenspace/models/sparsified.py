@@ -27,8 +27,8 @@ is built, its portable config in a saved folder). Its parameters are frozen and 
 (no dropout) whatever ``train()`` is called; its forward runs under no_grad, so even when the trainer
 makes every parameter outside the image tower trainable, none of its parameters gets a gradient and the
 optimizer leaves them as they are. Its towers *are* this model's ``image_tower`` / ``text_tower`` (the
-same modules, stored once in model.safetensors) and its tokenizer is this model's: the trainer's grid
-cache and tokenization work unchanged. The config names the towers ``{"type": "from-dense"}``; in
+same modules, saved once, under dense.*) and its tokenizer is this model's: the trainer's grid cache
+and tokenization work unchanged. The config names the towers ``{"type": "from-dense"}``; in
 memory they are the dense config's specs (the grid cache's key), and ``max_text_len`` is the dense's.
 """
 from __future__ import annotations
@@ -74,7 +74,7 @@ class SparsifiedModel(DualEncoder):
         config = ModelConfig.from_dict({**config.to_dict(), "image_tower": dense.config.image_tower,
                                         "text_tower": dense.config.text_tower,
                                         "max_text_len": dense.config.max_text_len})
-        super().__init__(config, vocab, tokenizer_vocab, towers=(dense.image_tower, dense.text_tower))
+        super().__init__(config, vocab, tokenizer_vocab, build_towers=False)  # the dense model's: see the properties
         self.tokenizer = dense.tokenizer
         self.dense = dense
         self.dense.requires_grad_(False)
@@ -106,6 +106,17 @@ class SparsifiedModel(DualEncoder):
             return self.dense.text_embed(ids, torch.ones_like(ids)).shape[-1]
 
     # ------------------------------------------------------------------ the frozen dense model
+    # The towers are the dense model's modules, registered under ``dense`` alone: every weight has one
+    # name in the state dict. (Registered twice, safetensors would store a shared tensor once but read
+    # a BatchNorm's num_batches_tracked back as "unexpected" under the second name.)
+    @property
+    def image_tower(self) -> nn.Module:
+        return self.dense.image_tower
+
+    @property
+    def text_tower(self) -> nn.Module:
+        return self.dense.text_tower
+
     def train(self, mode: bool = True):
         """Train the head only: the dense model stays in eval mode (no dropout, BatchNorm statistics
         kept) and its parameters frozen, whatever the caller (the trainer) asks of the whole model."""
