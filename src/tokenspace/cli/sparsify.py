@@ -22,7 +22,8 @@ def add_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("--out", required=True, help="run folder (checkpoints, log.jsonl, model/)")
     s.add_argument("--steps", type=positive_int, default=None, help="training steps (default: the recipe's, 300)")
     s.add_argument("--eval", nargs="+", default=None, metavar="SPEC",
-                   help="data specs to measure recall on at the end of training (default: none)")
+                   help="data specs to measure recall on at the end of training, into log.jsonl and the "
+                        "model card (default: none)")
     s.add_argument("--resume", action="store_true", help="continue from the run folder's last checkpoint")
     s.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help=f"override a field of the {RECIPE} recipe with a YAML value (repeatable), "
