@@ -181,7 +181,9 @@ class FusedModel(DualEncoder):
         sizes = [p["image_size"] for p in self.config.options.parts]
         parts = [{"model": part.portable_config().to_dict(), "image": a, "text": t, "image_size": s}
                  for part, a, t, s in zip(self.parts, self.image_weights, self.text_weights, sizes)]
-        cfg.extra = {**cfg.extra, "parts": parts}
+        # the weights as they are now (a sweep sets them on a built model), not as the config was built
+        cfg.extra = {**cfg.extra, "parts": parts, "anchor": self.anchor, "image_top_n": self.image_top_n,
+                     "text_top_n": self.text_top_n}
         return cfg
 
 
