@@ -1,8 +1,9 @@
 """The main job (`make demo`): the release model (models/tokenspace-stair-drawings) indexes the held-out
 drawings and scikit-image's sample photos and answers the example searches, each hit explained token by
 token and each search marked found / MISSED (is an image whose caption has the query's key word among the
-top hits), then searches each sample photo by its own caption; STAIR and its dense twin are still trained here on emoji + OpenClipart (a few minutes) to show
-training end to end, and all three go into a results table in docs/results.md.
+top hits), then searches each sample photo by its own caption; STAIR and its dense twin are still trained
+here on emoji + OpenClipart (a few minutes) to show training end to end, and all three go into a results
+table in docs/results.md.
 
 Trained models are reused when their run folder already holds one, so a second `make demo` only
 re-indexes, searches and reports. ``quick`` shrinks everything to check the plumbing in a minute.
@@ -167,7 +168,8 @@ def run(out="runs/demo", home=None, quick: bool = False, results="docs/results.m
                                    "on all 30,036 training drawings fused with the training-free tagger, with "
                                    "each query's own words anchored in its vector, keeping each image's 100 "
                                    "heaviest tokens and a text's 40 (benchmarks/release_model.py; fusion, "
-                                   "anchor and top-n are not STAIR's); the two others train here in minutes on emoji:train + 2,000 OpenClipart drawings. Recall "
+                                   "anchor and top-n are not STAIR's); the two others train here in minutes "
+                                   "on emoji:train + 2,000 OpenClipart drawings. Recall "
                                    "in %, ties counted against the query, nnz = mean non-zero tokens per "
                                    "vector.\n\n" + table, command, heading="Release model and the demo's own "
                                    "training (demo)")

@@ -84,3 +84,16 @@ def test_dense_model_arm_scores_tokens_by_cosine_with_their_text_embeddings(monk
         images, token_emb=token_emb)
     assert out["token_acc1"] == pytest.approx(np.mean(expect < 1))
     assert np.isnan(out["clarity"]) and np.isnan(out["l0_image"])  # no named dimensions in a dense model
+
+
+def test_word_coverage_counts_texts_whose_content_pieces_are_all_encoded(tiny_vocab):
+    from tokenspace.eval.interpret import word_coverage
+    from tokenspace.vocab import WordPieceTokenizer
+
+    tok = WordPieceTokenizer(tiny_vocab, max_length=16)
+    texts = ["a red dog", "the big cat", "a"]  # "a" / "the" are stop words: not content
+    rows = [{tiny_vocab.id("red"): 1.0, tiny_vocab.id("dog"): 0.5},  # every content piece: covered
+            {tiny_vocab.id("cat"): 1.0},  # "big" missing: not covered
+            {}]  # no content word at all: covered
+    encoded = SparseBatch.from_dicts(rows, dim=len(tiny_vocab), vocab=tiny_vocab)
+    assert word_coverage(texts, encoded, tok) == pytest.approx(2 / 3)
