@@ -29,6 +29,7 @@ from tokenspace.train.pairs import (  # noqa: F401 - re-exported: the pipeline's
     image_grids,
     load_data,
     load_split,
+    pair_layout,
     trunk_block,
 )
 
@@ -74,14 +75,10 @@ def train(recipe, out_dir, home=None, resume: bool = False, progress: bool = Tru
 
 # ---------------------------------------------------------------------------------------------- eval
 def texts_and_targets(records: Sequence[Record]) -> tuple[list[str], np.ndarray]:
-    """Every caption with the index of its image (several captions per image, COCO style)."""
-    texts, target = [], []
-    for i, r in enumerate(records):
-        for t in r.texts:
-            if t and t.strip():
-                texts.append(t)
-                target.append(i)
-    return texts, np.asarray(target, dtype=np.int64)
+    """Every caption with the index of its image (several captions per image, COCO style): the training
+    pairs' layout (train/pairs.py pair_layout), so evaluation and training read captions one way."""
+    image_of, texts = pair_layout(records)
+    return texts, image_of
 
 
 def evaluate_retrieval(model, enc: BackboneFeatures, folds: int | None = None) -> dict[str, float]:
