@@ -60,8 +60,9 @@ demo: assets
 serve: install
 	$(BIN)/tokenspace serve --index runs/demo/index
 
-# The release model (models/tokenspace-stair-drawings) and its dense twin: about 75 minutes on 2 cores,
-# resumable (run it again after a stop); then measured on every test split, card and docs/results.md.
+# The release model (models/tokenspace-stair-drawings): its STAIR part and the dense twin train in about 75
+# minutes on 2 cores, resumable (run it again after a stop); then release v2 = that STAIR part fused with the
+# tagger (benchmarks/release_model.py FUSION), measured on every test split, card and docs/results.md.
 release-model: assets
 	$(BIN)/tokenspace data build
 	$(BIN)/python benchmarks/release_model.py
