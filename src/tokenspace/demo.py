@@ -122,9 +122,12 @@ def print_photo_self_retrieval(model, index, records) -> None:
               r.id.split(":", 1)[1] for r, ok in zip(photos, top) if not ok))
 
 
-def run(out="runs/demo", home=None, quick: bool = False, results="docs/results.md") -> dict:
+def run(out="runs/demo", home=None, quick: bool = False, results=None) -> dict:
+    """``results``: the markdown file the table goes into (default OUT/results.md: a clone's tracked files
+    stay as they are; docs/results.md updates the docs page's demo section)."""
     t0 = time.time()
     out = Path(out)
+    results = Path(results) if results is not None else out / "results.md"
     build_manifests(pipeline.home_dir(home))
     models = {name: _trained(recipe, out / recipe, home, quick) for name, recipe in SYSTEMS.items()}
     t_train = time.time() - t0
@@ -160,7 +163,7 @@ def run(out="runs/demo", home=None, quick: bool = False, results="docs/results.m
                                                     or "no indexed image satisfies the filter"))
 
     if not quick:
-        command = "make demo  (tokenspace demo; release model + recipes stair-emoji, dense-emoji)"
+        command = f"tokenspace demo --results {results}  (release model + recipes stair-emoji, dense-emoji)"
         ResultsDoc(results).update("demo", "Held-out retrieval (builder v3 splits, docs/data.md). emoji:test: "
                                    "OpenMoji drawings of held-out concepts (held-out artist too); emoji:val: "
                                    "Google drawings of the validation concepts; OpenClipart test: 300 held-out "
