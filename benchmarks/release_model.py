@@ -41,6 +41,7 @@ from tokenspace.eval import InterpretabilityEvaluator, ResultsDoc, ZeroShotEvalu
 from tokenspace.eval.interpret import word_coverage
 from tokenspace.models.card import run_info
 from tokenspace.models.fused import fused_config
+from tokenspace.models.lexicon import vocabulary_embeddings
 
 ROOT = Path(__file__).resolve().parent.parent
 RELEASE = "tokenspace-stair-drawings"
@@ -162,7 +163,7 @@ def token_row(model, enc: pipeline.BackboneFeatures) -> dict[str, float]:
                                    exclude_ids=model.tokenizer.vocab.special_ids)
     img = model.encode_image_grids(enc.grids)
     if not model.sparse:
-        return ev(img, token_emb=pipeline.vocabulary_embeddings(model))
+        return ev(img, token_emb=vocabulary_embeddings(model))
     return ev(img, reference=backbone_reference(enc))
 
 

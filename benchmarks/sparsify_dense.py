@@ -31,6 +31,7 @@ from reproduce_sections.labels import class_indices, clean_classname, concept
 
 from tokenspace import atomic, pipeline
 from tokenspace.eval import InterpretabilityEvaluator
+from tokenspace.models.lexicon import vocabulary_embeddings
 from tokenspace.models.registry import build_model, load
 from tokenspace.train.recipe import Recipe, model_config
 
@@ -100,7 +101,7 @@ def token_accuracy(model, spec: str = "emoji:test") -> dict[str, float]:
     ev = InterpretabilityEvaluator(classes, labels, token_ids=model.tokenizer.token_ids, ks=TOKEN_KS,
                                    exclude_ids=model.tokenizer.vocab.special_ids)
     img = model.encode_image_grids(enc.grids)
-    m = (ev(img, token_emb=pipeline.vocabulary_embeddings(model)) if not model.sparse
+    m = (ev(img, token_emb=vocabulary_embeddings(model)) if not model.sparse
          else ev(img, reference=backbone_reference(enc)))
     out = {k: round(float(v), 4) for k, v in m.items() if k.startswith("token_acc")}
     log(f"  {spec} token accuracy: {out}")

@@ -11,6 +11,7 @@ import numpy as np
 from reproduce_sections.runs import RUNS
 from tokenspace import pipeline
 from tokenspace.eval import RetrievalEvaluator, sparsity_stats
+from tokenspace.models.lexicon import vocabulary_embeddings
 from tokenspace.sparse import SparseBatch
 
 
@@ -59,7 +60,7 @@ class Bench:
 
     def vocabulary(self, run: str) -> np.ndarray:
         """(V, D) text embedding of every vocabulary token alone: a dense model's lexicon (Table 5's CLIP arm)."""
-        return self._memo(("vocab", run), lambda: pipeline.vocabulary_embeddings(self.models[run]))
+        return self._memo(("vocab", run), lambda: vocabulary_embeddings(self.models[run]))
 
     def texts(self, run: str, spec: str):
         """(text embeddings of every caption, caption -> image index)."""

@@ -47,11 +47,11 @@ def _with_final_grids(model, enc: BackboneFeatures, at: int | None) -> BackboneF
 
 def train(recipe, out_dir, home=None, resume: bool = False, progress: bool = True, **overrides):
     """Train a model from a recipe (name, path or Recipe) on its data; returns the trained model."""
-    from tokenspace.train.distill import teacher_scores  # start-up: torch and scipy, as below
     from tokenspace.train.recipe import Recipe  # start-up: torch; importing the pipeline stays torch-free
     from tokenspace.train.trainer import (  # start-up: torch (Trainer looked up at call time)
         Trainer,
         check_run_folder,
+        teacher_scores,
     )
 
     if not isinstance(recipe, Recipe):
@@ -94,19 +94,6 @@ def evaluate_retrieval(model, enc: BackboneFeatures, folds: int | None = None) -
         out.update(SparsityEvaluator()(img, txt))
     out["n_images"], out["n_texts"] = float(len(enc.records)), float(len(texts))
     return out
-
-
-def vocabulary_embeddings(model, batch_size: int = 2048) -> np.ndarray:
-    """(V, D) float32: each tokenizer-vocabulary token alone (``[CLS] token [SEP]``) through the model's
-    text side, in the form the model scores with (unit rows for cosine models): models.lexicon's table.
-
-    A dense model's lexicon scores (STAIR Sec. 5.1, Table 5's CLIP arm): image i's score for token v is
-    image_emb[i] . out[v]. Token ids go in directly, so a sub-word (``##fish``) is that one token, not
-    the pieces its spelling would tokenize into."""
-    # start-up: models.lexicon imports torch; importing the pipeline stays torch-free
-    from tokenspace.models.lexicon import token_embeddings
-
-    return token_embeddings(model, batch_size).cpu().numpy()
 
 
 def evaluate(model, specs: Sequence[str] | str, home=None, progress: bool = True,

@@ -13,9 +13,8 @@ import torch
 from PIL import Image
 from safetensors import safe_open
 
-from tokenspace import pipeline
 from tokenspace.models.config import ModelConfig
-from tokenspace.models.lexicon import token_embeddings
+from tokenspace.models.lexicon import token_embeddings, vocabulary_embeddings
 from tokenspace.models.registry import build_model, from_pretrained
 from tokenspace.models.sparsified import FROM_DENSE
 from tokenspace.train.recipe import Recipe, Stage, model_config
@@ -56,7 +55,7 @@ def test_the_head_starts_as_the_dense_models_lexicon_scores(dense_dir, tiny_voca
     dense = from_pretrained(dense_dir)
     table = token_embeddings(dense)  # [V, D]: each token alone through the dense text side
     torch.testing.assert_close(model.lexicon.detach(), table)
-    np.testing.assert_allclose(pipeline.vocabulary_embeddings(dense), table.numpy())  # one road for both
+    np.testing.assert_allclose(vocabulary_embeddings(dense), table.numpy())  # one road for both
     torch.manual_seed(0)
     grid = torch.randn(32, 16, 2, 2)
     with torch.no_grad():

@@ -3,7 +3,7 @@
 Top-K token accuracy (stair.txt Sec. 5, Tables 5 and 8): an image embedding gives one score per
 vocabulary token Sim(image, c). For STAIR that is the embedding itself (the space *is* the lexicon);
 for a dense model (the paper's CLIP arm) it is the cosine of the image embedding with each token's
-text embedding: pass ``token_emb`` (vocab x dim, e.g. ``pipeline.vocabulary_embeddings(model)``).
+text embedding: pass ``token_emb`` (vocab x dim, e.g. ``models.lexicon.vocabulary_embeddings(model)``).
 A class name that tokenizes into several sub-words c^k is scored by max_k Sim(c^k). The image is
 correct at K when fewer than K other tokens score >= that label score; ties count against the label,
 so an image whose label tokens all score 0 is wrong. Special tokens ([CLS], [PAD], ...) are excluded

@@ -2,11 +2,12 @@
 
 STAIR (Sec. 5.1, Table 5's CLIP arm) reads a dense model in token space by scoring an image against
 each token's text embedding: image i's score for token v is ``image_emb[i] . token_embeddings[v]``.
-``pipeline.vocabulary_embeddings`` (the interpretability evaluation) and the sparsified family's head
+``vocabulary_embeddings`` (below) (the interpretability evaluation) and the sparsified family's head
 (models/sparsified.py, initialised from it) both take the table from here.
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from tokenspace.models.dual import DualEncoder
@@ -29,3 +30,10 @@ def token_embeddings(model: DualEncoder, batch_size: int = 2048) -> torch.Tensor
         ids = torch.cat([torch.full_like(ids, cls_id), ids, torch.full_like(ids, sep_id)], dim=1)  # [b, 3]
         outs.append(model.normalize(model.text_embed(ids, torch.ones_like(ids))).float())  # [b, D]
     return torch.cat(outs)  # a vocabulary holds [CLS] and [SEP]: never empty
+
+
+def vocabulary_embeddings(model: DualEncoder, batch_size: int = 2048) -> np.ndarray:
+    """(V, D) float32 on the CPU: ``token_embeddings`` as an array. A dense model's lexicon scores (STAIR
+    Sec. 5.1, Table 5's CLIP arm): image i's score for token v is image_emb[i] . out[v]. Token ids go in
+    directly, so a sub-word (``##fish``) is that one token, not the pieces its spelling would tokenize into."""
+    return token_embeddings(model, batch_size).cpu().numpy()

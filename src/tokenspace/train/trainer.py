@@ -23,7 +23,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -36,12 +35,13 @@ from tokenspace.models.capabilities import GradCheckpointing, LowPrecisionHeads,
 from tokenspace.models.card import run_info
 from tokenspace.models.dual import DualEncoder
 from tokenspace.train import precision, ranks
+
+# the teacher scores a distilling run trains against; teacher_scores builds them (pipeline.train imports
+# it from here with the Trainer: one start-up import for both)
+from tokenspace.train.distill import TeacherScores, teacher_scores  # noqa: F401 - teacher_scores re-exported
 from tokenspace.train.losses import SparseContrastiveLoss
 from tokenspace.train.optim import build_optimizer
 from tokenspace.train.recipe import Recipe, Stage
-
-if TYPE_CHECKING:  # pragma: no cover - distill imports scipy, which the trainer itself does not need
-    from tokenspace.train.distill import TeacherScores
 
 
 @dataclass
