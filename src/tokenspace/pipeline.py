@@ -12,11 +12,10 @@ import json
 from pathlib import Path
 from typing import Sequence
 
-import numpy as np
-
 from tokenspace import atomic
 from tokenspace.data.manifest import Record
 from tokenspace.sparse import SparseBatch
+from tokenspace.train.evaluation import evaluate_retrieval, held_out_evaluator, texts_and_targets  # noqa: F401
 from tokenspace.train.pairs import (  # noqa: F401 - re-exported: the pipeline's data and pair steps
     BUILT_DATASETS,
     BackboneFeatures,
@@ -35,16 +34,6 @@ from tokenspace.train.pairs import (  # noqa: F401 - re-exported: the pipeline's
 
 
 # ---------------------------------------------------------------------------------------------- train
-def _with_final_grids(model, enc: BackboneFeatures, at: int | None) -> BackboneFeatures:
-    """``enc`` with final grids from the model's current tower top when it holds block-``at`` activations."""
-    if at is None:
-        return enc
-    # start-up: torch; importing the pipeline stays torch-free
-    from tokenspace.train.features import grids_from_trunk
-
-    return BackboneFeatures(grids_from_trunk(model, enc.grids, at), enc.records, enc.skipped)
-
-
 def train(recipe, out_dir, home=None, resume: bool = False, progress: bool = True, **overrides):
     """Train a model from a recipe (name, path or Recipe) on its data; returns the trained model."""
     from tokenspace.train.recipe import Recipe  # start-up: torch; importing the pipeline stays torch-free
@@ -65,37 +54,12 @@ def train(recipe, out_dir, home=None, resume: bool = False, progress: bool = Tru
     data = caption_pairs(enc.grids, enc.records)
     _log(f"training {recipe.name}: {len(data)} pairs ({len(enc.records)} images), {recipe.total_steps} steps")
     teacher = teacher_scores(recipe, enc.records, home, progress)  # None unless the recipe distils
-    evaluate = None
-    if recipe.data.get("eval"):
-        eval_enc = image_grids(model, load_data(recipe.data["eval"], home), home, progress, at=at)
-        evaluate = lambda m: evaluate_retrieval(m, _with_final_grids(m, eval_enc, at))  # noqa: E731
+    evaluate = held_out_evaluator(recipe, model, home, progress, at)
     return Trainer(model, recipe, data, out_dir, evaluate=evaluate, progress=progress,
                    teacher=teacher).fit(resume=resume)
 
 
 # ---------------------------------------------------------------------------------------------- eval
-def texts_and_targets(records: Sequence[Record]) -> tuple[list[str], np.ndarray]:
-    """Every caption with the index of its image (several captions per image, COCO style): the training
-    pairs' layout (train/pairs.py pair_layout), so evaluation and training read captions one way."""
-    image_of, texts = pair_layout(records)
-    return texts, image_of
-
-
-def evaluate_retrieval(model, enc: BackboneFeatures, folds: int | None = None) -> dict[str, float]:
-    """R@1/5/10 both directions plus sparsity on one encoded split; ``folds=5`` adds the COCO-1K
-    protocol (5 folds of the images, ``folds5/...`` keys) beside the whole-split numbers (COCO-5K)."""
-    from tokenspace.eval import RetrievalEvaluator, SparsityEvaluator  # start-up: scipy, for evaluation only
-
-    texts, target = texts_and_targets(enc.records)
-    img = model.encode_image_grids(enc.grids)
-    txt = model.encode_texts(texts)
-    out = RetrievalEvaluator(target, folds=folds)(img, txt)
-    if isinstance(img, SparseBatch):
-        out.update(SparsityEvaluator()(img, txt))
-    out["n_images"], out["n_texts"] = float(len(enc.records)), float(len(texts))
-    return out
-
-
 def evaluate(model, specs: Sequence[str] | str, home=None, progress: bool = True,
              folds: int | None = None) -> dict[str, dict]:
     """Retrieval metrics per data spec (``folds``: see evaluate_retrieval)."""

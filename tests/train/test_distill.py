@@ -278,3 +278,35 @@ def test_a_teacher_that_does_not_load_is_a_one_line_error(tmp_path):
     with pytest.raises(ValueError) as e:
         teacher_scores(r, [])
     assert "does not load" in str(e.value) and "\n" not in str(e.value)
+
+
+# ------------------------------------------------------------------------------ eval in both trainers
+def _eval_rows(run):
+    return [r for r in _rows(run) if "eval" in r]
+
+
+@pytest.mark.parametrize("trainer", ["pipeline", "scale"])
+def test_both_trainers_log_held_out_metrics_every_eval_every_steps(run_setup, trainer):
+    from tokenspace.train import scale
+
+    root, manifest = run_setup
+    r = Recipe.from_dict({**_recipe(root, manifest).to_dict(), "eval_every": 2,
+                          "data": {"train": [f"{manifest}:train"], "eval": [f"{manifest}:train"]}})
+    train = pipeline.train if trainer == "pipeline" else scale.train
+    train(r, root / trainer, home=root / "home", progress=False)
+    rows = _eval_rows(root / trainer)
+    # 3 steps: at step 2 (eval_every) and at the end (the scale trainer logged none before)
+    assert [row["step"] for row in rows] == [2, 3]
+    assert all(row["eval"]["n_images"] == 12.0 and 0 <= row["eval"]["image_retrieval_recall@1"] <= 1
+               for row in rows)
+
+
+@pytest.mark.parametrize("trainer", ["pipeline", "scale"])
+def test_eval_every_without_eval_data_is_refused(run_setup, trainer):
+    from tokenspace.train import scale
+
+    root, manifest = run_setup
+    r = Recipe.from_dict({**_recipe(root, manifest).to_dict(), "eval_every": 2})
+    train = pipeline.train if trainer == "pipeline" else scale.train
+    with pytest.raises(ValueError, match="no data.eval"):
+        train(r, root / trainer, home=root / "home", progress=False)

@@ -18,7 +18,9 @@ Data specs in ``recipe.data.train``:
   ``precision`` (``auto``: bf16 on GPUs that have it), ``compile=True`` wraps the towers' forward in
   ``torch.compile``;
 - the device is the rank's GPU under torchrun, the first GPU in a single process when there is one
-  (the plain Trainer stays on the CPU in a single process), else the CPU.
+  (the plain Trainer stays on the CPU in a single process), else the CPU;
+- ``data.eval`` and ``eval_every`` work as in pipeline.train (train/evaluation.py): rank 0 encodes the
+  held-out split once and logs its retrieval metrics every ``eval_every`` steps.
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ import torch.distributed as dist
 from tokenspace.data.loader import Preprocess, TarRows, map_loader
 from tokenspace.data.webdataset import LazyPixels, TarCollection
 from tokenspace.train import pairs, precision, ranks
+from tokenspace.train.evaluation import held_out_evaluator
 from tokenspace.train.recipe import Recipe
 from tokenspace.train.trainer import BatchSampler, PairData, Trainer, check_run_folder
 
@@ -182,7 +185,10 @@ def train(recipe, out_dir, home=None, resume: bool = False, progress: bool = Tru
         raise ValueError(f"batch_size {recipe.batch_size} is not a multiple of the {ctx.world} ranks")
     model = pairs.build_seeded(recipe)  # identical initial weights on every rank (DDP also broadcasts them)
     data = load_pairs(recipe, model, home, progress)
+    # rank 0 evaluates (Trainer._eval); the other ranks skip encoding the eval split
+    evaluate = held_out_evaluator(recipe, model, home, progress, pairs.trunk_block(recipe, model)) \
+        if ctx.is_main else None
     _log(f"training {recipe.name}: {len(data)} pairs, {recipe.total_steps} steps, "
          f"{ctx.world} rank(s) x {recipe.batch_size // ctx.world} per step")
     return ScaleTrainer(model, recipe, data, out_dir, progress=progress, workers=workers, compile=compile,
-                        device=device).fit(resume=resume)
+                        device=device, evaluate=evaluate).fit(resume=resume)
