@@ -15,8 +15,8 @@ from tokenspace.data.loader import (
     rows_loader,
     stream_shards,
 )
+from tokenspace.data.preprocess import pixels
 from tokenspace.data.webdataset import TarCollection, write_shards
-from tokenspace.models.preprocess import pixels
 
 PREP = Preprocess(16, (120.0, 110.0, 100.0), (60.0, 50.0, 40.0))
 BAD = "k0005"  # the corrupt JPEG
@@ -24,7 +24,7 @@ BAD = "k0005"  # the corrupt JPEG
 
 def _image(i: int) -> Image.Image:
     rng = np.random.default_rng(i)
-    # non-square: the letterbox of models.preprocess must run in the worker
+    # non-square: the letterbox of data.preprocess must run in the worker
     return Image.fromarray(rng.integers(0, 255, (20, 12 + i % 5, 3), dtype=np.uint8))
 
 

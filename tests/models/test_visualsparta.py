@@ -104,8 +104,8 @@ def test_encode_returns_unnormalised_rows(make_model):
 
 
 def test_loss_is_eq13_text_to_image_without_temperature(make_model):
+    from tokenspace.models.visualsparta import text_to_image_loss
     from tokenspace.train.losses import SparseContrastiveLoss
-    from tokenspace.train.losses_visualsparta import text_to_image_loss
 
     m = vs_model(make_model)
     grids = torch.randn(3, 16, 2, 2)

@@ -2,7 +2,7 @@
 and prefetched, so the training step and the encoder never wait on a JPEG decode in the main thread.
 
 Three sources, one batch format (a dict: ``pixels`` [b, 3, S, S] float32, normalised as the image
-tower expects by ``models.preprocess.pixels``; ``index`` [b] int64; ``skipped`` int; plus ``keys`` and
+tower expects by ``data.preprocess.pixels``; ``index`` [b] int64; ``skipped`` int; plus ``keys`` and
 ``texts`` for shards):
 
 - ``stream_shards``: webdataset shards streamed with the ``webdataset`` library (``WebDataset`` +
@@ -82,7 +82,7 @@ def to_device(batch: dict, device: torch.device | str, channels_last: bool = Fal
 
 @dataclass
 class Preprocess:
-    """Decoded image -> the tower's normalised pixels (models.preprocess: letterbox on white, resize,
+    """Decoded image -> the tower's normalised pixels (data.preprocess: letterbox on white, resize,
     (x - mean) / std). A picklable callable: DataLoader workers get a copy."""
 
     image_size: int
@@ -109,7 +109,7 @@ def collate(items: list, on_bad: str = "skip", prep: Preprocess | None = None) -
     good = [it for it in items if it[1] is not None]
     skipped, _skipped_here = _skipped_here, 0
     if good:
-        # NHWC in memory (channels_last): what models.preprocess.pixels gives too; CPU convolutions run
+        # NHWC in memory (channels_last): what data.preprocess.pixels gives too; CPU convolutions run
         # ~1.5x faster on it than on NCHW here (EfficientNet-Lite0, 128 px)
         px = torch.stack([it[1] for it in good]).contiguous(memory_format=torch.channels_last)
     else:

@@ -46,7 +46,7 @@ def cell_activation(model, image: Image.Image, query: SparseBatch) -> np.ndarray
 
 
 def letterbox(image: Image.Image, size: int) -> Image.Image:
-    """The square the model sees (the image fitted on white, as in models.preprocess.to_square): the
+    """The square the model sees (the image fitted on white, as in data.preprocess.to_square): the
     heatmap's grid covers this square, so the overlay must be drawn on it."""
     img = image.convert("RGB")
     scale = size / max(img.size)

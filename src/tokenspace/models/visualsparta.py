@@ -36,8 +36,9 @@ from tokenspace.models.pooling import grid_to_cells
 
 
 def text_to_image_loss(logits: torch.Tensor) -> torch.Tensor:
-    """VisualSparta's training objective (eq. 13) with in-batch negatives (train/losses_visualsparta.py
-    re-exports it): [Bi, Bt] image x text scores, positives on the diagonal -> mean over queries of -J,
+    """VisualSparta's training objective (eq. 13) with in-batch negatives (the model's
+    ``contrastive_objective``, which the trainer's loss calls): [Bi, Bt] image x text scores, positives
+    on the diagonal -> mean over queries of -J,
 
         J = f(q, v+) - log sum_k exp f(q, k)
 
