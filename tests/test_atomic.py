@@ -1,10 +1,11 @@
 import os
 import stat
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tokenspace.atomic import atomic_open, atomic_path, write_bytes, write_text
+from tokenspace.atomic import atomic_open, atomic_path, replace_folder, write_bytes, write_text
 
 
 def test_write_replaces_the_whole_file(tmp_path):
@@ -56,3 +57,39 @@ def test_written_files_honour_the_umask(tmp_path, umask):
     want = 0o666 & ~umask
     for name in ("MANIFEST.json", "grids.npy", "plain.txt"):
         assert stat.S_IMODE((tmp_path / name).stat().st_mode) == want, name
+
+
+def _folder(path, text):
+    path.mkdir()
+    (path / "f.txt").write_text(text)
+    return path
+
+
+def test_replace_folder_puts_the_new_folder_in_place_and_leaves_nothing_beside_it(tmp_path):
+    replace_folder(_folder(tmp_path / "new1", "1"), tmp_path / "out")
+    replace_folder(_folder(tmp_path / "new2", "2"), tmp_path / "out")
+    assert (tmp_path / "out" / "f.txt").read_text() == "2"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_replace_folder_brings_the_old_folder_back_when_the_rename_fails(tmp_path, monkeypatch):
+    _folder(tmp_path / "out", "old")
+    new = _folder(tmp_path / "new", "new")
+    real = Path.rename
+
+    def failing(self, target):
+        if self == new:
+            raise OSError("disk gone")
+        return real(self, target)
+
+    monkeypatch.setattr(Path, "rename", failing)
+    with pytest.raises(OSError, match="disk gone"):
+        replace_folder(new, tmp_path / "out", aside=tmp_path / "out.old")
+    assert (tmp_path / "out" / "f.txt").read_text() == "old"
+    assert not (tmp_path / "out.old").exists()
+
+
+def test_replace_folder_drops_a_crashed_runs_aside_copy(tmp_path):
+    _folder(tmp_path / "out.old", "crashed between the renames")  # no out/: the state a crash leaves
+    replace_folder(_folder(tmp_path / "new", "new"), tmp_path / "out", aside=tmp_path / "out.old")
+    assert (tmp_path / "out" / "f.txt").read_text() == "new" and not (tmp_path / "out.old").exists()

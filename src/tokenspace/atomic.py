@@ -1,11 +1,13 @@
 """Atomic file writes: write beside the target, fsync, then rename over it, so a reader (or a run killed
 half-way) sees the old file or the new one, never half of one. The one place that does this: index
-segments, manifests, caches, checkpoints and reports all write through here."""
+segments, manifests, caches, checkpoints and reports all write through here; model folders, exports and
+checkpoints are replaced through ``replace_folder``."""
 from __future__ import annotations
 
 import contextlib
 import os
 import secrets
+import shutil
 from pathlib import Path
 from typing import IO, Iterator
 
@@ -91,3 +93,27 @@ def temp_folder(path: str | os.PathLike) -> Path:
             continue
         return tmp
     raise FileExistsError(f"no free temporary folder name beside {path}")
+
+
+def replace_folder(tmp: str | os.PathLike, dest: str | os.PathLike, aside: str | os.PathLike | None = None) -> Path:
+    """Move the finished folder ``tmp`` to ``dest``, replacing what is there. The old ``dest`` is moved
+    aside first, not deleted: if the rename into place fails, it comes back; a crash between the two
+    renames leaves it at ``aside`` (a free ``.tmp-`` name beside ``dest`` unless given: the trainer names
+    its ``checkpoint.old`` to resume from it), never a half-written ``dest``."""
+    tmp, dest = Path(tmp), Path(dest)
+    if aside is not None:
+        shutil.rmtree(aside, ignore_errors=True)  # a previous crash's copy: ``tmp`` is complete and newer
+    if dest.exists():
+        if aside is None:
+            aside = temp_folder(dest)
+            os.rmdir(aside)  # only its free name is wanted
+        dest.rename(aside)
+        try:
+            tmp.rename(dest)
+        except BaseException:
+            Path(aside).rename(dest)
+            raise
+        shutil.rmtree(aside, ignore_errors=True)
+    else:
+        tmp.rename(dest)
+    return dest

@@ -24,7 +24,7 @@ from safetensors.torch import save_model
 from torch import nn
 from tqdm.auto import tqdm
 
-from tokenspace.atomic import new_file_mode, temp_folder
+from tokenspace.atomic import new_file_mode, replace_folder, temp_folder
 from tokenspace.data.preprocess import pixels as to_pixels
 from tokenspace.models import registry
 from tokenspace.models.card import hf_config_keys, render_card, write_tokenizer_files
@@ -218,14 +218,7 @@ class DualEncoder(nn.Module):
             write_tokenizer_files(tmp, self.tokenizer.vocab, self.config.max_text_len)
             (tmp / "README.md").write_text(render_card(self, card), encoding="utf-8")
             (tmp / "tokenspace.json").write_text(json.dumps({"family": self.family, "format": 1}) + "\n")
-            if path.exists():
-                old = path.with_name(path.name + ".old")
-                shutil.rmtree(old, ignore_errors=True)
-                path.rename(old)
-                tmp.rename(path)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                tmp.rename(path)
+            replace_folder(tmp, path)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return path

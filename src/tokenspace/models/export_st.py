@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from tokenspace.atomic import new_file_mode, temp_folder
+from tokenspace.atomic import new_file_mode, replace_folder, temp_folder
 from tokenspace.models.card import write_tokenizer_files
 
 # written into every export: an existing OUT is replaced only when it holds this file (or nothing), so
@@ -135,18 +135,7 @@ def export_sentence_transformers(model, out: str | Path, source: str | Path | No
                                   + "\n")
         if out.exists():
             check_out(out, source)  # again: the folder may have changed while the export was written
-            # moved aside, not deleted first: if the rename below fails, the previous export comes back
-            old = temp_folder(out)
-            os.rmdir(old)
-            out.rename(old)
-            try:
-                tmp.rename(out)
-            except BaseException:
-                old.rename(out)
-                raise
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(out)
+        replace_folder(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out

@@ -385,12 +385,7 @@ class Trainer:
             torch.save({"torch_rng": torch.get_rng_state()}, tmp / f"rng-rank{self.dist.rank}.pt")
             self.dist.barrier()
         if main:
-            old = self.out / "checkpoint.old"
-            shutil.rmtree(old, ignore_errors=True)
-            if final.exists():
-                final.rename(old)
-            tmp.rename(final)
-            shutil.rmtree(old, ignore_errors=True)
+            atomic.replace_folder(tmp, final, aside=self.out / "checkpoint.old")  # _load_checkpoint reads .old too
         self.dist.barrier()
 
     def _load_checkpoint(self):
