@@ -1,4 +1,4 @@
-"""Images/s of the frozen-backbone feature cache (train/features.py) on a sample of the new images,
+"""Images/s of the frozen-backbone feature cache (data/grids.py) on a sample of the new images,
 and the time the full training cache would take at that rate.
 
     python benchmarks/cache_speed.py --n 500 --threads 2
@@ -18,7 +18,7 @@ import time
 import torch
 
 from tokenspace import pipeline
-from tokenspace.train.features import cache_image_grids
+from tokenspace.data.grids import cache_image_grids
 from tokenspace.train.recipe import Recipe
 
 TRAIN_SPECS = ["emoji:train", "emoji:train-extra", "icons:train", "openclipart:train"]

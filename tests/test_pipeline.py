@@ -6,6 +6,7 @@ import pytest
 
 from tokenspace import pipeline
 from tokenspace.data.manifest import Record, write_manifest
+from tokenspace.train import pairs
 
 
 @pytest.fixture
@@ -143,10 +144,10 @@ def test_caption_groups():
     from tokenspace.train.trainer import PairData
 
     texts = ["b", "a", "b", "c"]
-    np.testing.assert_array_equal(pipeline.caption_groups(np.arange(4), texts),
+    np.testing.assert_array_equal(pairs.caption_groups(np.arange(4), texts),
                                   PairData.from_texts(np.zeros(4), texts).groups)
     # captions of one image share a group; a caption shared by two images joins them (transitively)
-    g = pipeline.caption_groups(np.array([0, 0, 1, 2, 2, 3]), ["x", "y", "z", "z", "w", "v"])
+    g = pairs.caption_groups(np.array([0, 0, 1, 2, 2, 3]), ["x", "y", "z", "z", "w", "v"])
     assert g[0] == g[1] and g[2] == g[3] == g[4] and len({g[0], g[2], g[5]}) == 3
 
 

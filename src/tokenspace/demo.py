@@ -18,12 +18,12 @@ from pathlib import Path
 
 from tokenspace import pipeline
 from tokenspace.data.build import build_manifests, default_dir
+from tokenspace.data.specs import note as _log
 from tokenspace.eval import ResultsDoc, markdown_table
 from tokenspace.explain.hits import contributions, format_hit
 from tokenspace.index import InvertedIndex, parse_query
 from tokenspace.models.registry import DEFAULT_RELEASE as RELEASE
 from tokenspace.models.registry import load, release_path
-from tokenspace.pipeline import _log
 from tokenspace.train.recipe import Recipe
 
 EVAL_SPECS = ["emoji:test", "emoji:val", "openclipart:test:300"]

@@ -3,8 +3,9 @@
 Data is named by specs ``DATASET:SPLIT[:LIMIT]`` (e.g. ``emoji:train``, ``openclipart:test:300``) over
 the manifests built from the offline assets, or ``path/to/manifest.jsonl:SPLIT``. A LIMIT takes a
 deterministic subsample (by a hash of the record id), so every run and every model sees the same one.
-The data and training-pair steps live in train/pairs.py (the scale trainer uses them too, and train/
-never imports the pipeline) and are re-exported here under their old names.
+Data specs, records and backbone grids come from data/specs.py (``load_split``, ``load_data`` and
+``image_grids`` are this module's steps too); training pairs from train/pairs.py, held-out metrics from
+train/evaluation.py (the scale trainer uses both, and train/ never imports the pipeline).
 """
 from __future__ import annotations
 
@@ -14,23 +15,10 @@ from typing import Sequence
 
 from tokenspace import atomic
 from tokenspace.data.manifest import Record
+from tokenspace.data.specs import BackboneFeatures, home_dir, image_grids, load_data, load_split, note  # noqa: F401
 from tokenspace.sparse import SparseBatch
 from tokenspace.train.evaluation import evaluate_retrieval, held_out_evaluator, texts_and_targets  # noqa: F401
-from tokenspace.train.pairs import (  # noqa: F401 - re-exported: the pipeline's data and pair steps
-    BUILT_DATASETS,
-    BackboneFeatures,
-    RowsOf,
-    _log,
-    build_seeded,
-    caption_groups,
-    caption_pairs,
-    home_dir,
-    image_grids,
-    load_data,
-    load_split,
-    pair_layout,
-    trunk_block,
-)
+from tokenspace.train.pairs import build_seeded, caption_pairs, trunk_block  # noqa: F401
 
 
 # ---------------------------------------------------------------------------------------------- train
@@ -52,7 +40,7 @@ def train(recipe, out_dir, home=None, resume: bool = False, progress: bool = Tru
     at = trunk_block(recipe, model)
     enc = image_grids(model, load_data(recipe.data["train"], home), home, progress, at=at)
     data = caption_pairs(enc.grids, enc.records)
-    _log(f"training {recipe.name}: {len(data)} pairs ({len(enc.records)} images), {recipe.total_steps} steps")
+    note(f"training {recipe.name}: {len(data)} pairs ({len(enc.records)} images), {recipe.total_steps} steps")
     teacher = teacher_scores(recipe, enc.records, home, progress)  # None unless the recipe distils
     evaluate = held_out_evaluator(recipe, model, home, progress, at)
     return Trainer(model, recipe, data, out_dir, evaluate=evaluate, progress=progress,

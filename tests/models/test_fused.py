@@ -149,7 +149,7 @@ def test_parts_at_their_own_sizes_share_one_packed_grid(tiny_vocab, parts, tmp_p
 def test_the_feature_cache_keeps_packed_grids_apart(tiny_vocab, parts, tmp_path):
     from PIL import Image
 
-    from tokenspace.train.features import cache_image_grids
+    from tokenspace.data.grids import cache_image_grids
 
     path = tmp_path / "x.png"
     Image.fromarray(np.full((32, 32, 3), 128, np.uint8)).save(path)

@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 import torch
 
+from tokenspace.data.grids import cache_image_grids, grids_from_trunk
 from tokenspace.data.images import load_image
 from tokenspace.models.towers import ImageTower, build_image_tower
-from tokenspace.train.features import cache_image_grids, grids_from_trunk
 from tokenspace.train.recipe import Recipe, Stage
 from tokenspace.train.trainer import PairData, Trainer
 

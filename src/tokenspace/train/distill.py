@@ -21,9 +21,11 @@ import numpy as np
 import scipy.sparse as sp
 
 from tokenspace.data.manifest import Record
+from tokenspace.data.specs import image_grids
+from tokenspace.data.specs import note as _log
 from tokenspace.models.registry import load
 from tokenspace.sparse import SparseBatch
-from tokenspace.train.pairs import _log, image_grids, pair_layout
+from tokenspace.train.pairs import pair_layout
 
 
 def _rows(encoded) -> np.ndarray | sp.csr_matrix:

@@ -13,8 +13,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from tokenspace.data.manifest import Record
+from tokenspace.data.specs import BackboneFeatures, image_grids, load_data
 from tokenspace.sparse import SparseBatch
-from tokenspace.train.pairs import BackboneFeatures, image_grids, load_data, pair_layout
+from tokenspace.train.pairs import pair_layout
 
 
 def texts_and_targets(records: Sequence[Record]) -> tuple[list[str], np.ndarray]:
@@ -29,7 +30,7 @@ def with_final_grids(model, enc: BackboneFeatures, at: int | None) -> BackboneFe
     if at is None:
         return enc
     # start-up: torch; importing the pipeline stays torch-free
-    from tokenspace.train.features import grids_from_trunk
+    from tokenspace.data.grids import grids_from_trunk
 
     return BackboneFeatures(grids_from_trunk(model, enc.grids, at), enc.records, enc.skipped)
 

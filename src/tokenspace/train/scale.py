@@ -25,13 +25,13 @@ Data specs in ``recipe.data.train``:
 from __future__ import annotations
 
 import logging
-import sys
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
 from tokenspace.data.loader import Preprocess, TarRows, map_loader
+from tokenspace.data.specs import image_grids, load_data, note
 from tokenspace.data.webdataset import LazyPixels, TarCollection
 from tokenspace.train import pairs, precision, ranks
 from tokenspace.train.evaluation import held_out_evaluator
@@ -40,8 +40,8 @@ from tokenspace.train.trainer import BatchSampler, PairData, Trainer, check_run_
 
 
 def _log(msg: str) -> None:
-    if ranks.context().is_main:
-        print(f"[tokenspace] {msg}", file=sys.stderr, flush=True)
+    if ranks.context().is_main:  # one line per run, not one per rank
+        note(msg)
 
 
 def _all_gather(obj) -> list:
@@ -77,10 +77,10 @@ def load_pairs(recipe, model, home=None, progress: bool = True):
     if recipe.train_image_tower:
         raise ValueError("train_image_tower needs pixels: give wds: shards as data.train")
     ctx = ranks.context()
-    records = pairs.load_data(specs, home)
+    records = load_data(specs, home)
     if ctx.enabled and not ctx.is_main:
         ctx.barrier()  # wait for rank 0 to fill the grid cache
-    enc = pairs.image_grids(model, records, home, progress and ctx.is_main, at=pairs.trunk_block(recipe, model))
+    enc = image_grids(model, records, home, progress and ctx.is_main, at=pairs.trunk_block(recipe, model))
     if ctx.enabled and ctx.is_main:
         ctx.barrier()
     return pairs.caption_pairs(np.asarray(enc.grids), enc.records)  # every caption, not just the first
