@@ -60,23 +60,26 @@ def test_decompression_bomb_gets_413(client):
 
 
 # ------------------------------------------------------------------------------ slow clients (item 5)
+HEADER_TIMEOUT = 1.0  # seconds: short, so the slow-header tests wait little
+
+
 @pytest.fixture
 def live_server(served):
-    """The app under a real uvicorn server on a free port (a slow body needs a real socket), with a
-    1 s body timeout; yields the port."""
+    """The app under a real uvicorn server on a free port (a slow body needs a real socket), with the
+    settings `tokenspace serve` uses and 1 s body and header timeouts; yields the port."""
     import socket
     import threading
     import time
 
     import uvicorn
 
-    from tokenspace.serve.app import build_app
+    from tokenspace.serve.app import build_app, server_settings
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     server = uvicorn.Server(uvicorn.Config(build_app(served[0], body_timeout=1.0), host="127.0.0.1", port=port,
-                                           log_level="warning"))
+                                           **server_settings(header_timeout=HEADER_TIMEOUT)))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 60
@@ -124,6 +127,88 @@ def test_a_complete_request_on_the_live_server_is_unaffected(live_server):
             f"Content-Length: {len(body)}\r\n\r\n").encode()
     answer = _raw_exchange(live_server, head + body, wait=30)
     assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+
+
+def _closed_by_server(s) -> bool:
+    """Whether the server has answered and closed ``s`` (EOF after any bytes), without waiting."""
+    s.setblocking(False)
+    try:
+        while chunk := s.recv(65536):
+            if not chunk:
+                break
+        return True  # recv returned b"": end of stream
+    except BlockingIOError:
+        return False  # still open, nothing (more) to read
+    except ConnectionResetError:
+        return True
+
+
+@pytest.mark.parametrize("half", [b"GET /healthz HTTP/1.1\r\nHost: x\r\n", b"GET /heal", b""])
+def test_200_connections_with_half_sent_headers_are_closed(live_server, half):
+    """Issue 34 item 7: connections that never finish their headers (or send nothing) all stayed open
+    forever; each must be answered 408 and closed once the header timeout has passed."""
+    import socket
+    import time
+
+    conns = [socket.create_connection(("127.0.0.1", live_server), timeout=10) for _ in range(200)]
+    try:
+        for c in conns:
+            if half:
+                c.sendall(half)
+        time.sleep(HEADER_TIMEOUT + 1.5)
+        still_open = [c for c in conns if not _closed_by_server(c)]
+        assert not still_open, f"{len(still_open)} of 200 half-open connections still open"
+        conns[0].setblocking(True)
+    finally:
+        for c in conns:
+            c.close()
+    # and the server still answers a whole request
+    answer = _raw_exchange(live_server, b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", wait=10)
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+
+
+def test_trickled_headers_do_not_extend_the_deadline(live_server):
+    """One byte every 0.3 s keeps the connection busy but the deadline is for the whole header block."""
+    import socket
+    import time
+
+    with socket.create_connection(("127.0.0.1", live_server), timeout=10) as c:
+        t0 = time.monotonic()
+        answer = b""
+        for byte in b"GET /healthz HTTP/1.1\r\nHost: xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx":
+            try:
+                c.sendall(bytes([byte]))
+            except OSError:
+                break  # closed by the server
+            time.sleep(0.3)
+            if time.monotonic() - t0 > HEADER_TIMEOUT + 2:
+                break
+        c.settimeout(2)
+        try:
+            answer = c.recv(65536)
+        except (TimeoutError, ConnectionResetError):
+            pass
+        assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+        assert time.monotonic() - t0 < HEADER_TIMEOUT + 2
+
+
+def test_a_kept_alive_connection_gets_a_fresh_header_deadline(live_server):
+    """A second request on a kept-alive connection is served when its headers come in time, also after
+    the first request's deadline would have passed."""
+    import socket
+    import time
+
+    with socket.create_connection(("127.0.0.1", live_server), timeout=10) as c:
+        for _ in range(2):
+            c.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+            time.sleep(HEADER_TIMEOUT * 0.6)
+            c.sendall(b"\r\n")
+            answer = b""
+            while not answer.endswith(b'{"status":"ok"}'):  # the head and the body may come apart
+                chunk = c.recv(65536)
+                assert chunk, answer
+                answer += chunk
+            assert answer.startswith(b"HTTP/1.1 200"), answer
 
 
 # ------------------------------------------------------------------------------ schema vs behaviour (item 6)

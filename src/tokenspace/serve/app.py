@@ -14,6 +14,7 @@ import socket
 from pathlib import Path
 from typing import Annotated
 
+import uvicorn
 from fastapi import FastAPI, File, Query, Request, UploadFile
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
@@ -25,6 +26,7 @@ from tokenspace.serve import schemas
 from tokenspace.serve.body_limit import BodyLimit
 from tokenspace.serve.body_timeout import BODY_TIMEOUT, BodyTimeout
 from tokenspace.serve.head import HeadAsGet
+from tokenspace.serve.header_timeout import HEADER_TIMEOUT, with_header_timeout
 from tokenspace.serve.service import SearchService, ServiceError
 from tokenspace.serve.uploads import MAX_UPLOAD_BYTES, UploadError, decode_image
 
@@ -156,12 +158,17 @@ def _check_port_free(host: str, port: int) -> None:
                       "server may hold it; pick another --port") from None
 
 
+def server_settings(header_timeout: float = HEADER_TIMEOUT) -> dict:
+    """uvicorn's settings for the app (``uvicorn.run(app, host=..., port=..., **server_settings())``): its
+    h11 protocol with a deadline on each request's headers (serve/header_timeout.py; the body has its
+    own, serve/body_timeout.py)."""
+    return {"http": with_header_timeout(header_timeout), "log_level": "warning"}
+
+
 def run(model, index, host: str = "127.0.0.1", port: int = 8000) -> None:
     """Serve the API and page with uvicorn (what `tokenspace serve` calls)."""
-    import uvicorn  # start-up: only running the server needs uvicorn
-
     _check_port_free(host, port)  # before loading anything: uvicorn would log "serving", then fail
     app = create_app(model, index)
     logging.getLogger(__name__).info("serving %d images on http://%s:%d  (API docs at /docs)",
                                      app.state.service.stats()["size"], host, port)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    uvicorn.run(app, host=host, port=port, **server_settings())
