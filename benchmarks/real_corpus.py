@@ -1,0 +1,278 @@
+"""A real learned-sparse text corpus (issue 30): Debian's offline English encoded by SPLADE-tiny.
+
+    nice -n 10 python benchmarks/real_corpus.py --out bench-data/real-text --n 1000000
+    python benchmarks/search_speed.py --corpus-dir bench-data/real-text      # or benchmarks/real_engines.py
+
+Passages (tokenspace.data.passages): GCIDE per sense, WordNet glosses and examples, FOLDOC and the
+Jargon File per paragraph, then manual pages per paragraph until ``--n``; exact duplicate texts are
+dropped (a manual page's boilerplate), the order is shuffled with a fixed seed (no source's alphabetical
+clustering survives), and 10,000 short queries (WordNet lemma phrases and GCIDE headwords) are held apart.
+Vectors: SPLADE-tiny (the ``splade-tiny`` asset), log(1 + ReLU(max over tokens of the MLM logits)), as
+the tagger's text side; every non-zero weight is kept.
+
+Resumable: OUT/passages.txt and OUT/queries.txt are written once; the documents are encoded in parts
+(OUT/parts/part-NNNNN.npz, each written atomically with its timing beside it) and a rerun skips the
+parts already there, so an interrupted build goes on where it stopped. When every part is there, the
+corpus is written in search_speed.py's --corpus-dir layout (d_indptr/d_indices/d_data.npy, q_*.npy)
+with OUT/stats.json (sizes, tokens per document and per query, encoding time).
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import gzip
+import json
+import os
+import random
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from tokenspace.atomic import atomic_path, write_text  # noqa: E402
+from tokenspace.data import passages as P  # noqa: E402
+from tokenspace.sparse import SparseBatch  # noqa: E402
+
+DICTD = Path("/usr/share/dictd")
+WORDNET = Path("/usr/share/wordnet")
+MAN = "/usr/share/man/man[1-8]/*.gz"
+N_QUERIES = 10_000
+
+
+# ----------------------------------------------------------------------------- texts
+def _dictd(name: str, root: Path) -> list[tuple[str, str]]:
+    index = (root / f"{name}.index").read_text(encoding="utf-8")
+    with gzip.open(root / f"{name}.dict.dz") as f:  # dictzip is gzip-compatible
+        return list(P.dictd_entries(index, f.read()))
+
+
+def sources(dictd: Path = DICTD, wordnet: Path = WORDNET, man: str = MAN) -> Iterator[tuple[str, list[str]]]:
+    """(source name, passages) in the order they are taken; manual pages come last (filler to reach N)."""
+    yield "gcide", [p for h, e in _dictd("gcide", dictd) for p in P.gcide_passages(h, e)]
+    yield "wordnet", [p for pos in ("noun", "verb", "adj", "adv")
+                      for p in P.wordnet_passages((wordnet / f"data.{pos}").read_text(encoding="utf-8"))]
+    for name in ("foldoc", "jargon"):
+        yield name, [p for h, e in _dictd(name, dictd) for p in P.paragraph_passages(h, e)]
+    out = []
+    for f in sorted(glob.glob(man)):
+        try:
+            with gzip.open(f) as fh:
+                roff = fh.read().decode("utf-8", errors="replace")
+        except (OSError, EOFError):
+            continue
+        out.extend(P.man_passages(Path(f).name[:-3].rsplit(".", 1)[0], roff))
+    yield "man", out
+
+
+def query_candidates(dictd: Path = DICTD, wordnet: Path = WORDNET) -> list[str]:
+    lemmas = [q for pos in ("noun", "verb", "adj", "adv")
+              for q in P.wordnet_lemmas((wordnet / f"data.{pos}").read_text(encoding="utf-8"))]
+    return lemmas + [h for h, _ in _dictd("gcide", dictd)]
+
+
+def collect(srcs, n: int, seed: int = 0) -> tuple[list[str], dict[str, int]]:
+    """Up to ``n`` distinct passages from ``srcs`` in order (duplicates by the text after "title: "),
+    shuffled with ``seed``; and how many each source gave."""
+    seen: set[str] = set()
+    out: list[str] = []
+    counts: dict[str, int] = {}
+    for name, passages in srcs:
+        counts[name] = 0
+        for p in passages:
+            if len(out) >= n:
+                break
+            body = p.split(": ", 1)[-1]
+            if body in seen:
+                continue
+            seen.add(body)
+            out.append(p)
+            counts[name] += 1
+    random.Random(seed).shuffle(out)
+    return out, counts
+
+
+def _write_lines(path: Path, lines: list[str]) -> None:
+    write_text(path, "".join(line.replace("\n", " ") + "\n" for line in lines))
+
+
+def _read_lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+def prepare_texts(out: Path, n: int, n_queries: int = N_QUERIES, srcs=None, candidates=None) -> tuple[list[str], list[str]]:
+    """OUT/passages.txt and OUT/queries.txt, built once (a rerun reads them back)."""
+    pfile, qfile = out / "passages.txt", out / "queries.txt"
+    if pfile.exists() and qfile.exists():
+        return _read_lines(pfile), _read_lines(qfile)
+    t0 = time.perf_counter()
+    passages, counts = collect(srcs if srcs is not None else sources(), n)
+    queries = P.hold_out_queries(candidates if candidates is not None else query_candidates(), n_queries, passages)
+    _write_lines(pfile, passages)
+    _write_lines(qfile, queries)
+    write_text(out / "sources.json", json.dumps({"passages": counts, "queries": len(queries),
+                                                 "seconds": round(time.perf_counter() - t0, 1)}, indent=1))
+    print(f"texts: {len(passages):,} passages {counts}, {len(queries):,} queries "
+          f"({time.perf_counter() - t0:.0f} s)", flush=True)
+    return passages, queries
+
+
+# ----------------------------------------------------------------------------- vectors
+class Splade:
+    """SPLADE-tiny's text vectors: log(1 + ReLU(max_j MLM_j)) over the real tokens, as Tagger.text_embed
+    computes them (that class needs the image classifier's assets too, so its text side is not reused)."""
+
+    def __init__(self, weights: str = "asset:splade-tiny", threads: int = 2, max_length: int = 256,
+                 dtype: str = "float32"):
+        import torch  # start-up: the corpus files are read without torch
+
+        from tokenspace.models.maxproj import max_projection  # the tagger's kernel, same numbers
+        from tokenspace.models.towers import BertMLMTower, resolve_weights
+
+        torch.set_num_threads(threads)
+        self.torch, self.max_projection = torch, max_projection
+        self.dtype = getattr(torch, dtype)  # the logits' matmul; bfloat16 is ~1.3x faster on this CPU
+        self.tower = BertMLMTower(weights).eval()
+        from tokenizers import Tokenizer  # start-up: as torch
+
+        self.tok = Tokenizer.from_file(str(Path(resolve_weights(weights)) / "tokenizer.json"))
+        self.tok.enable_truncation(max_length)
+        self.tok.no_padding()
+
+    def __call__(self, texts: list[str], batch: int = 64) -> SparseBatch:
+        torch = self.torch
+        enc = self.tok.encode_batch(texts)
+        order = np.argsort([len(e.ids) for e in enc], kind="stable")  # similar lengths together: less padding
+        rows: list = [None] * len(texts)
+        t = self.tower
+        with torch.inference_mode():
+            for a in range(0, len(order), batch):
+                idx = order[a : a + batch]
+                width = max(len(enc[i].ids) for i in idx)
+                ids = torch.zeros(len(idx), width, dtype=torch.long)
+                mask = torch.zeros(len(idx), width, dtype=torch.long)
+                for r, i in enumerate(idx):
+                    ids[r, : len(enc[i].ids)] = torch.tensor(enc[i].ids)
+                    mask[r, : len(enc[i].ids)] = 1
+                h = t.mlm_transform(t(ids, mask))  # [b, L, H]
+                best = self.max_projection(h, t.word_embeddings, t.mlm_bias, mask.bool(), self.dtype)  # [b, V]
+                vec = torch.log1p(torch.relu(best))
+                for r, i in enumerate(idx):
+                    rows[i] = vec[r]
+        return SparseBatch.from_torch(torch.stack(rows))
+
+
+def encode_parts(passages: list[str], parts: Path, encode: Callable[[list[str]], SparseBatch],
+                 part_size: int) -> list[Path]:
+    """Encode ``passages`` in parts of ``part_size`` rows; parts already on disk are skipped. Each part is
+    written atomically, then its timing (part-NNNNN.json)."""
+    n_parts = (len(passages) + part_size - 1) // part_size
+    files = [parts / f"part-{i:05d}.npz" for i in range(n_parts)]
+    todo = [i for i, f in enumerate(files) if not f.exists()]
+    if todo:
+        print(f"encoding {len(todo)} of {n_parts} parts ({n_parts - len(todo)} already done)", flush=True)
+    t0, rows_done = time.perf_counter(), 0
+    for k, i in enumerate(todo):
+        chunk = passages[i * part_size : (i + 1) * part_size]
+        ts = time.perf_counter()
+        batch = encode(chunk)
+        if len(batch) != len(chunk):
+            raise RuntimeError(f"part {i}: {len(batch)} vectors for {len(chunk)} passages")
+        batch.save(files[i])
+        write_text(files[i].with_suffix(".json"), json.dumps({"rows": len(chunk), "seconds": time.perf_counter() - ts}))
+        rows_done += len(chunk)
+        rate = rows_done / (time.perf_counter() - t0)
+        left = sum(min(part_size, len(passages) - j * part_size) for j in todo[k + 1 :])
+        print(f"part {i + 1}/{n_parts}: {len(chunk):,} rows in {time.perf_counter() - ts:.0f} s, "
+              f"{rate:.0f} rows/s, about {left / rate / 60:.0f} min left", flush=True)
+    return files
+
+
+def write_corpus(out: Path, docs: SparseBatch, queries: SparseBatch) -> None:
+    """search_speed.py's --corpus-dir layout."""
+    for prefix, b in (("d", docs), ("q", queries)):
+        for name, arr in (("indptr", b.indptr.astype(np.int64)), ("indices", b.indices.astype(np.int32)),
+                          ("data", b.values.astype(np.float32))):
+            with atomic_path(out / f"{prefix}_{name}.npy") as tmp:
+                np.save(tmp, arr)
+
+
+def corpus_stats(docs: SparseBatch, queries: SparseBatch, passages: list[str], query_texts: list[str]) -> dict:
+    return {"docs": len(docs), "queries": len(queries),
+            "doc_nnz_mean": float(docs.row_nnz().mean()), "doc_nnz_median": float(np.median(docs.row_nnz())),
+            "query_nnz_mean": float(queries.row_nnz().mean()),
+            "query_nnz_median": float(np.median(queries.row_nnz())),
+            "doc_words_mean": float(np.mean([len(p.split()) for p in passages])),
+            "query_words_mean": float(np.mean([len(q.split()) for q in query_texts])),
+            "active_dims_docs": int(np.count_nonzero(np.bincount(docs.indices, minlength=docs.dim)))}
+
+
+def done_prefix(parts: Path, n_passages: int, part_size: int) -> list[Path]:
+    """The parts on disk from part 0 up to the first missing one (the passages are shuffled, so any
+    prefix is a uniform sample of the whole)."""
+    files = []
+    for i in range((n_passages + part_size - 1) // part_size):
+        f = parts / f"part-{i:05d}.npz"
+        if not f.exists():
+            break
+        files.append(f)
+    return files
+
+
+def build(out: Path, n: int, part_size: int = 20_000, n_queries: int = N_QUERIES, encode=None,
+          srcs=None, candidates=None, prefix_only: bool = False) -> dict:
+    """The whole build (encoding the missing parts), or with ``prefix_only`` the corpus of the parts
+    already encoded (a build stopped for lack of time); returns the stats."""
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    passages, queries = prepare_texts(out, n, n_queries, srcs, candidates)
+    encode = encode or Splade()
+    if prefix_only:
+        files = done_prefix(out / "parts", len(passages), part_size)
+        if not files:
+            raise SystemExit(f"error: no encoded parts in {out / 'parts'} yet")
+        passages = passages[: sum(json.loads(f.with_suffix(".json").read_text())["rows"] for f in files)]
+    else:
+        files = encode_parts(passages, out / "parts", encode, part_size)
+    docs = SparseBatch.concat(SparseBatch.load(f) for f in files)
+    q = encode(queries)
+    write_corpus(out, docs, q)
+    seconds = sum(json.loads(f.with_suffix(".json").read_text())["seconds"] for f in files)
+    stats = {**corpus_stats(docs, q, passages, queries), "encode_docs_seconds": round(seconds, 1),
+             "this_run_seconds": round(time.perf_counter() - t0, 1), "part_size": part_size,
+             "logits_dtype": str(getattr(encode, "dtype", "")).replace("torch.", ""),
+             "sources": json.loads((out / "sources.json").read_text()) if (out / "sources.json").exists() else None}
+    write_text(out / "stats.json", json.dumps(stats, indent=1))
+    return stats
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=ROOT / "bench-data/real-text")
+    ap.add_argument("--n", type=int, default=1_000_000, help="passages (fewer if the sources hold fewer)")
+    ap.add_argument("--queries", type=int, default=N_QUERIES)
+    ap.add_argument("--part-size", type=int, default=20_000)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                    help="precision of the MLM logits' matrix product (the max and the log run in float32)")
+    ap.add_argument("--prefix-only", action="store_true",
+                    help="encode nothing more: write the corpus of the parts done so far (a stopped build)")
+    a = ap.parse_args(argv)
+    missing = [str(p) for p in (DICTD / "gcide.index", DICTD / "foldoc.index", DICTD / "jargon.index",
+                                WORDNET / "data.noun") if not p.exists()]
+    pfile = a.out / "passages.txt"
+    if missing and not pfile.exists():
+        print(f"error: Debian text missing ({', '.join(missing)}): run `make system-packages`", file=sys.stderr)
+        return 2
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    stats = build(a.out, a.n, a.part_size, a.queries, encode=Splade(threads=a.threads, dtype=a.dtype), prefix_only=a.prefix_only)
+    print(json.dumps(stats, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
