@@ -46,8 +46,9 @@ def recipe(stages, **kw):
                   flops_warmup=0, **kw)
 
 
-def one_step_grads(family, ctx=None):
-    """Loss and gradients of one global batch (rows 0..7) through the Trainer's own step code."""
+def one_step_grads(family, ctx=None, sparse_loss=True):
+    """Loss and gradients of one global batch (rows 0..7) through the Trainer's own step code
+    (``sparse_loss``: the loss over the active columns, the default, or over all of them)."""
     from tokenspace.train import distributed
     from tokenspace.train.recipe import Stage
     from tokenspace.train.trainer import Trainer
@@ -55,6 +56,7 @@ def one_step_grads(family, ctx=None):
     model = tiny_model(family)
     stage = Stage("joint", steps=1)
     trainer = Trainer(model, recipe([stage]), tiny_data(), "/nonexistent", progress=False)
+    trainer.sparse_loss = sparse_loss
     trainer._trainable(stage)
     forward = distributed.wrap_ddp(trainer._embed, trainer.dist)
     trainer._forward = forward

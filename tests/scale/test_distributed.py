@@ -43,12 +43,15 @@ def ddp_results(tmp_path_factory):
     return out, torch.load(out / "ddp.pt", weights_only=False)
 
 
+@pytest.mark.parametrize("sparse_loss", [True, False])
 @pytest.mark.parametrize("family", ["stair", "sparse-clip"])
-def test_two_ranks_give_the_single_process_loss_and_gradients(ddp_results, family):
+def test_two_ranks_give_the_single_process_loss_and_gradients(ddp_results, family, sparse_loss):
+    """The ranks run the default loss over the active columns (their union all-reduced, train/active.py);
+    the single process runs it too, and the full loss over every column: all equal."""
     _, results = ddp_results
     loss2, flops2, grads2 = results[family]
     torch.set_num_threads(1)
-    loss1, flops1, grads1 = ddp_worker.one_step_grads(family)
+    loss1, flops1, grads1 = ddp_worker.one_step_grads(family, sparse_loss=sparse_loss)
     assert loss2 == pytest.approx(loss1, rel=1e-6)
     # FLOPs on the global batch: per-rank means would give a different (larger) value
     assert flops2 == pytest.approx(flops1, rel=1e-6)

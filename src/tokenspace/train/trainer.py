@@ -34,7 +34,7 @@ from tokenspace import atomic
 from tokenspace.models.capabilities import GradCheckpointing, LowPrecisionHeads, RestrictsText, require
 from tokenspace.models.card import run_info
 from tokenspace.models.dual import DualEncoder
-from tokenspace.train import precision, ranks
+from tokenspace.train import active, precision, ranks
 
 # the teacher scores a distilling run trains against; teacher_scores builds them (pipeline.train imports
 # it from here with the Trainer: one start-up import for both)
@@ -156,6 +156,10 @@ class _ScaleFrom:
 
 
 class Trainer:
+    # the loss over the columns active somewhere in the global batch (train/active.py): the same values
+    # and gradients, cheaper for sparse batches; False scores all D columns (benchmarks compare the two)
+    sparse_loss = True
+
     def __init__(self, model: DualEncoder, recipe: Recipe, data: PairData, out_dir: str | os.PathLike,
                  evaluate: Callable[[DualEncoder], dict] | None = None, progress: bool = True,
                  teacher: TeacherScores | None = None):
@@ -229,15 +233,18 @@ class Trainer:
         return x, ids.to(self.device), mask.to(self.device)
 
     def forward_loss(self, idx: np.ndarray, stage: Stage, global_step: int):
-        """Loss parts of one global batch (this rank's shard, gathered) and the global embeddings."""
+        """Loss parts of one global batch (this rank's shard, gathered) and the global embeddings (their
+        active columns unless ``sparse_loss`` is off)."""
         x, ids, mask = self._inputs(idx)
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision)
         with torch.autocast(self.device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
             image_emb, text_emb, scale = self._forward(x, ids, mask, stage.restrict_text)
+        if self.sparse_loss:  # exact: drops the columns zero in the whole global batch (train/active.py)
+            image_emb, text_emb = active.keep_active(image_emb, text_emb)  # [b, U] each
         # the loss in fp32: the FLOPs sums and the softmax are where low precision would hurt.
         # Gathered: the contrastive logits and the FLOPs means cover the global batch on every rank
-        image_emb = ranks.gather_with_grad(image_emb.float())  # [B, D]
-        text_emb = ranks.gather_with_grad(text_emb.float())  # [B, D]
+        image_emb = ranks.gather_with_grad(image_emb.float())  # [B, U or D]
+        text_emb = ranks.gather_with_grad(text_emb.float())  # [B, U or D]
         extra = {}  # without distillation the loss is called exactly as before
         if self.teacher is not None:  # the global batch's teacher logits [B, B]; gathered rows are idx's
             teacher = self.teacher.logits(idx[:len(image_emb)])  # (shards trimmed to a multiple of ranks)
