@@ -137,10 +137,15 @@ class DualEncoder(nn.Module):
         with torch.inference_mode():
             yield self.device
 
-    def _to_output(self, emb: torch.Tensor, top_n: int | None = None):
+    def rows(self, emb: torch.Tensor, top_n: int | None = None) -> torch.Tensor:
+        """[B, D] embeddings -> the rows encode_* return, as a float32 tensor: each row's ``top_n``
+        heaviest entries (all when None), then normalised (the ONNX graphs end with it too)."""
         if top_n:
             emb = keep_top(emb, top_n)
-        emb = self.normalize(emb).float()
+        return self.normalize(emb).float()
+
+    def _to_output(self, emb: torch.Tensor, top_n: int | None = None):
+        emb = self.rows(emb, top_n)
         if self.sparse:
             return SparseBatch.from_torch(emb, vocab=self.vocab)  # copies to the CPU
         return emb.cpu().numpy()

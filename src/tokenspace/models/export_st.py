@@ -59,15 +59,17 @@ def _mlm(model):
     return mlm.eval()
 
 
-def is_export(folder: Path) -> bool:
-    """Whether ``folder`` is a previous export by this module (its marker file says so)."""
+def is_export(folder: Path, fmt: str = MARKER_FORMAT) -> bool:
+    """Whether ``folder`` is a previous export of format ``fmt`` (its marker file says so; export-onnx
+    writes the same marker with its own format)."""
     try:
-        return json.loads((folder / MARKER).read_text(encoding="utf-8")).get("format") == MARKER_FORMAT
+        return json.loads((folder / MARKER).read_text(encoding="utf-8")).get("format") == fmt
     except (OSError, ValueError, AttributeError):  # no marker, not JSON, not an object
         return False
 
 
-def check_out(out: Path, source: str | Path | None = None) -> None:
+def check_out(out: Path, source: str | Path | None = None, fmt: str = MARKER_FORMAT,
+              command: str = "export-st") -> None:
     """Refuse an ``out`` that replacing would lose something: a file, a non-empty folder that is not a
     previous export, or (``source``: the folder the model was loaded from) that folder, one inside it or
     one holding it. Nothing is written before this passes."""
@@ -82,8 +84,8 @@ def check_out(out: Path, source: str | Path | None = None) -> None:
         raise ValueError(f"{out}: is a symbolic link; choose a new output folder")
     if out.exists() and not out.is_dir():
         raise ValueError(f"{out}: is a file, not a folder; choose a new output folder")
-    if out.is_dir() and any(out.iterdir()) and not is_export(out):
-        raise ValueError(f"{out}: is a non-empty folder that is not a previous export-st export "
+    if out.is_dir() and any(out.iterdir()) and not is_export(out, fmt):
+        raise ValueError(f"{out}: is a non-empty folder that is not a previous {command} export "
                          f"(no {MARKER}); choose a new or empty output folder")
 
 

@@ -72,7 +72,18 @@ def max_projection(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
         valid = valid.bool()
     if torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad or bias.requires_grad):
         return _MaxProjection.apply(h, weight, bias, valid, compute_dtype)
+    if torch.onnx.is_in_onnx_export():
+        return _max_projection_graph(h, weight, bias, valid, compute_dtype)
     return _max_projection_inference(h, weight, bias, valid, compute_dtype)
+
+
+def _max_projection_graph(h, weight, bias, valid, compute_dtype) -> torch.Tensor:
+    """The forward as one graph for the ONNX exporter (models/onnx_export.py): the tracer would unroll
+    the slab loop below for the example's batch size, so the file would be wrong for any other batch."""
+    s = (h.to(compute_dtype) @ weight.to(compute_dtype).T).float()  # [B, L, V]
+    if valid is not None:
+        s = s.masked_fill(~valid[:, :, None], float("-inf"))
+    return s.amax(dim=1) + bias.float()
 
 
 def _max_projection_inference(h, weight, bias, valid, compute_dtype) -> torch.Tensor:

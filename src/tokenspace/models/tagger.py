@@ -142,8 +142,8 @@ class TaggerModel(DualEncoder):
 
     def _scatter(self, x: torch.Tensor) -> torch.Tensor:  # [..., U] -> [..., V]
         out = x.new_zeros(*x.shape[:-1], len(self.vocab))
-        out[..., self.token_ids] = x
-        return out
+        # a scatter, not out[..., ids] = x: that index_put exports to an ONNX graph the runtime rejects
+        return out.scatter(-1, self.token_ids.expand_as(x), x)
 
     def image_embed(self, grid: torch.Tensor) -> torch.Tensor:
         return self._scatter(torch.log1p(self.scale * self._evidence(grid)))  # [B, V]

@@ -123,7 +123,8 @@ class VisualSpartaModel(DualEncoder):
 
     def _special(self, input_ids: torch.Tensor) -> torch.Tensor:
         special = torch.as_tensor(self.tokenizer.vocab.special_ids, device=input_ids.device)
-        return torch.isin(input_ids, special)
+        # not torch.isin: it has no ONNX symbolic (models/onnx_export.py)
+        return (input_ids[..., None] == special).any(-1)
 
     def query_mask(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """[B, L] float: 1 at the query's real tokens (no [CLS]/[SEP]/[UNK]/padding)."""
