@@ -1,6 +1,6 @@
 """Encode a large image collection into an index in parts, resumable at any point.
 
-    python -m tokenspace.encode --model runs/stair/model --shards 'data/shard-{000000..000999}.tar' \\
+    tokenspace encode --model runs/stair/model --shards 'data/shard-{000000..000999}.tar' \\
         --index indexes/big --work indexes/big.parts
 
 The collection is cut into parts of ``part_size`` rows (in collection order). For each part:
@@ -29,15 +29,11 @@ PyTorch to 1e-4 before use, ~5x faster than PyTorch's tower here: docs/scale.md)
 """
 from __future__ import annotations
 
-import argparse
 import functools
 import hashlib
 import json
 import logging
-import sys
-import tarfile
 import tempfile
-import warnings
 import weakref
 import zipfile
 from collections.abc import Callable
@@ -51,7 +47,7 @@ from tokenspace.data.loader import Preprocess, SkipCounter, TarRows, files_loade
 from tokenspace.data.webdataset import TarCollection
 from tokenspace.index import InvertedIndex
 from tokenspace.index.storage import MANIFEST
-from tokenspace.models.registry import load
+from tokenspace.models.onnx_export import export_module, missing_runtime, session
 from tokenspace.sparse import SparseBatch
 
 log = logging.getLogger("tokenspace.encode")
@@ -83,28 +79,16 @@ class OnnxImageTower:
     tower to ``tol`` (max absolute difference of the grids)."""
 
     def __init__(self, model, tol: float = 1e-4, threads: int | None = None, probe: int = 4):
-        import onnxruntime as ort  # optional dependency: the onnx extra
-
-
         t = model.image_tower
         x = torch.randn(probe, 3, t.image_size, t.image_size, generator=torch.Generator().manual_seed(0))
         self._dir = tempfile.TemporaryDirectory(prefix="tokenspace-onnx-")
-        path = f"{self._dir.name}/image_tower.onnx"
         model.eval()
-        with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings():
-            # the exporter's notes (deprecation, constant folding skipped) say nothing a user can act on;
-            # the probe below is what guards the result
-            warnings.simplefilter("ignore")
-            # the TorchScript-based exporter: the tower is a plain feed-forward network
-            torch.onnx.export(t, (x,), path, dynamo=False, input_names=["pixels"], output_names=["grid"],
-                              dynamic_axes={"pixels": {0: "b"}, "grid": {0: "b"}}, opset_version=17)
+        # the one road to ONNX (models/onnx_export.py, which export-onnx takes too); the probe below guards it
+        path = export_module(t, (x,), f"{self._dir.name}/image_tower.onnx", ["pixels"], ["grid"],
+                             {"pixels": {0: "b"}, "grid": {0: "b"}})
+        with torch.no_grad():
             ref = t(x.contiguous(memory_format=torch.channels_last)).float().numpy()
-        so = ort.SessionOptions()
-        # as many threads as torch uses, and no spin-waiting: DataLoader workers decode on the same cores,
-        # and spinning threads take their time (measured: equal or faster wall time, less CPU, docs/scale.md)
-        so.intra_op_num_threads = int(threads or torch.get_num_threads())
-        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self.session = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        self.session = session(path, threads)
         self.max_diff = float(np.abs(self._run(x.numpy()) - ref).max())
         if not self.max_diff <= tol:
             raise RuntimeError(f"the ONNX image tower differs from PyTorch by {self.max_diff:.2e} > {tol:g}")
@@ -117,13 +101,6 @@ class OnnxImageTower:
 
 
 TOWERS = ("auto", "torch", "onnx")
-TOWER_HELP = ("image tower runtime: onnx = ONNX Runtime (CPU, checked against PyTorch to 1e-4 before use; "
-              "pip install 'tokenspace[onnx]'), torch = PyTorch, auto = onnx when installed on a CPU model "
-              "(default: auto)")
-
-INDEX_HELP = ("index folder: created; a rerun with the same --shards, --part-size and model resumes; one "
-              "whose --shards add shards after the first run's extends it; other reruns are refused")
-
 # model -> (its tower's parameter versions, OnnxImageTower): an export costs seconds, so it is reused
 # while the weights are unchanged (in-place updates, e.g. an optimizer step, bump a tensor's _version)
 _onnx_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -134,12 +111,7 @@ def _weights_version(model) -> tuple[int, ...]:
 
 
 def _onnxruntime_missing() -> str | None:
-    try:
-        import onnx  # noqa: F401  # optional dependency: the exporter needs it
-        import onnxruntime  # noqa: F401  # optional dependency: the runtime
-    except ImportError as e:
-        return str(e)
-    return None
+    return missing_runtime()  # a name of its own: tests stand in for it
 
 
 def image_tower(model, kind: str = "torch"):
@@ -445,30 +417,3 @@ def open_shards(specs: list[str], option: str = "--shards") -> TarCollection:
         return TarCollection.open(specs)
     except ValueError as e:
         raise ValueError(f"{option} {e}") from None
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description="encode a webdataset collection into an index, resumably")
-    p.add_argument("--model", required=True)
-    p.add_argument("--shards", required=True, nargs="+", help="tar paths, globs or {000..099} ranges")
-    p.add_argument("--index", required=True, help=INDEX_HELP)
-    p.add_argument("--work", required=True, help="folder for the encoded parts and encode.json, the record "
-                                                 "of the shards, part size and model they come from")
-    p.add_argument("--part-size", type=int, default=8192)
-    p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--workers", type=int, default=None, help="decoding processes (default: cores - 1)")
-    p.add_argument("--tower", choices=TOWERS, default="auto", help=TOWER_HELP)
-    a = p.parse_args(argv)
-    try:
-        model = load(a.model)
-        collection = open_shards(a.shards)
-        index = encode_to_index(model, collection, a.index, a.work, a.part_size, a.batch_size, a.workers, a.tower)
-    except (ValueError, KeyError, OSError, RuntimeError, tarfile.TarError) as e:  # one line, no traceback
-        print(f"tokenspace.encode: error: {e.args[0] if isinstance(e, KeyError) and e.args else e}", file=sys.stderr)
-        return 1
-    print(f"indexed {len(index)} of {len(collection)} samples ({collection.skipped} incomplete samples skipped)")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

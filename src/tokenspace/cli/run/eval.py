@@ -1,21 +1,13 @@
 """tokenspace eval --model DIR --data S..: retrieval metrics."""
 from __future__ import annotations
 
-import argparse
 import json
 import tempfile
 from pathlib import Path
 
 from tokenspace import atomic, pipeline
-from tokenspace.cli.common import DEVICE_HELP, CLIError
+from tokenspace.cli.common import CLIError
 from tokenspace.cli.model_loading import load_model
-
-
-def add_arguments(e: argparse.ArgumentParser) -> None:
-    e.add_argument("--model", required=True, help="model folder or release name")
-    e.add_argument("--data", nargs="+", required=True, help="DATASET:SPLIT[:LIMIT] specs (or MANIFEST.jsonl:SPLIT)")
-    e.add_argument("--json", default=None, help="also write the metrics here")
-    e.add_argument("--device", default="cpu", help=DEVICE_HELP)
 
 
 def run(args) -> int:

@@ -1,17 +1,11 @@
 """tokenspace export-st MODEL OUT: STAIR's text side as a sentence-transformers SparseEncoder."""
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 from tokenspace.cli.model_loading import load_model
 from tokenspace.models.export_st import check_out, export_sentence_transformers
 from tokenspace.models.registry import release_path
-
-
-def add_arguments(st: argparse.ArgumentParser) -> None:
-    st.add_argument("model", help="STAIR model folder or release name")
-    st.add_argument("out", help="folder to write: new, empty or a previous export (which is replaced)")
 
 
 def run(args) -> int:

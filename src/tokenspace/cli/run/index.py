@@ -1,43 +1,15 @@
 """tokenspace index build|stats|export: an inverted index of a collection."""
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 from tokenspace import pipeline
-from tokenspace.cli.common import DEVICE_HELP, CLIError, positive_float, positive_int
+from tokenspace.cli.common import CLIError
 from tokenspace.cli.index_loading import load_index
 from tokenspace.cli.model_loading import load_model
 from tokenspace.index import InvertedIndex, export
 from tokenspace.index.storage import MANIFEST
-
-
-def add_arguments(i: argparse.ArgumentParser) -> None:
-    isub = i.add_subparsers(dest="action", required=True, metavar="ACTION")
-    ib = isub.add_parser("build", help="encode a collection's images and index them")
-    ib.add_argument("--model", required=True, help="model folder or release name")
-    ib.add_argument("--data", nargs="+", required=True, help="DATASET:SPLIT[:LIMIT] specs (or MANIFEST.jsonl:SPLIT)")
-    ib.add_argument("--out", required=True, help="index folder to write (new or empty)")
-    ib.add_argument("--overwrite", action="store_true", help="replace the index that --out already holds")
-    ib.add_argument("--top-n", type=positive_int, default=None, help="keep each image's n heaviest tokens")
-    ib.add_argument("--device", default="cpu", help=DEVICE_HELP)
-    ist = isub.add_parser("stats", help="print an index's statistics as JSON")
-    ist.add_argument("index", help="index folder")
-    iex = isub.add_parser("export", help="write the index's vectors in another engine's format")
-    iex.add_argument("index", help="index folder")
-    iex.add_argument("--format", choices=["jsonl", "jsonl-int", "opensearch"], default="jsonl",
-                     help="jsonl: float impacts (Seismic); jsonl-int: integer impacts (Anserini/pyserini); "
-                          "opensearch: rank_features mapping + bulk files (default jsonl)")
-    iex.add_argument("--out", required=True, help="output file (jsonl formats) or folder (opensearch)")
-    iex.add_argument("--scale", type=positive_float, default=100.0,
-                     help="jsonl-int: integer impact = max(1, round(weight x scale)) (default 100)")
-    iex.add_argument("--queries", default=None, metavar="FILE",
-                     help="also encode these query texts (one a line) into a query file: queries.jsonl "
-                          "beside --out (jsonl, Seismic) or queries.tsv beside --out's folder (jsonl-int, "
-                          "Anserini, which parses every file of the collection folder)")
-    iex.add_argument("--queries-out", default=None, metavar="PATH", help="--queries: write the query file here")
-    iex.add_argument("--model", default=None, help="--queries: model folder (default: the index's own)")
 
 
 def run(args) -> int:

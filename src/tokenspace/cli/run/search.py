@@ -1,23 +1,12 @@
 """tokenspace search --index DIR "query": search, with each hit explained token by token."""
 from __future__ import annotations
 
-import argparse
-
 from tokenspace import pipeline
-from tokenspace.cli.common import CLIError, UsageError, positive_int, text
+from tokenspace.cli.common import CLIError, UsageError
 from tokenspace.cli.index_loading import load_index
 from tokenspace.cli.model_loading import load_model
 from tokenspace.explain.hits import contributions, format_hit
 from tokenspace.index import parse_query
-
-
-def add_arguments(s: argparse.ArgumentParser) -> None:
-    s.add_argument("--index", required=True, help="index folder")
-    s.add_argument("--model", default=None, help="default: the model the index was built with")
-    s.add_argument("query", nargs="*", type=text, help="query texts (one search each)")
-    s.add_argument("--image", default=None, help="search by an image file instead")
-    s.add_argument("-k", type=positive_int, default=5, help="hits per query (default 5)")
-    s.add_argument("--where", default=None, type=text, help="boolean filter, e.g. 'dog AND (beach OR sand) NOT cat'")
 
 
 def run(args) -> int:

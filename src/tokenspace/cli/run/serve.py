@@ -1,23 +1,12 @@
 """tokenspace serve --model M --index I: the HTTP API and web page."""
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 from tokenspace import pipeline
-from tokenspace.cli.common import DEVICE_HELP, CLIError, tcp_port
+from tokenspace.cli.common import CLIError
 from tokenspace.cli.model_loading import device_named, load_model
 from tokenspace.models.registry import DEFAULT_RELEASE, release_path
-
-
-def add_arguments(sv: argparse.ArgumentParser) -> None:
-    sv.add_argument("--model", help="model folder or release name (default: the model the index names, "
-                    "else the release model)")
-    sv.add_argument("--index", default="runs/demo/index",
-                    help="index folder written by `tokenspace index build` (default: make demo's, runs/demo/index)")
-    sv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    sv.add_argument("--port", type=tcp_port, default=8000, help="TCP port (default 8000)")
-    sv.add_argument("--device", default="cpu", help=DEVICE_HELP)
 
 
 def run(args) -> int:

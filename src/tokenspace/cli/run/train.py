@@ -1,7 +1,6 @@
 """tokenspace train --recipe R --out DIR: train a model (resumable with --resume)."""
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import yaml
@@ -10,14 +9,6 @@ from tokenspace import pipeline
 from tokenspace.cli.common import CLIError
 from tokenspace.train import scale
 from tokenspace.train.recipe import Recipe, parse_overrides, yaml_problem
-
-
-def add_arguments(t: argparse.ArgumentParser) -> None:
-    t.add_argument("--recipe", required=True, help="recipe name (configs/recipes) or YAML path")
-    t.add_argument("--out", required=True, help="run folder (checkpoints, log.jsonl, model/)")
-    t.add_argument("--resume", action="store_true", help="continue from the run folder's last checkpoint")
-    t.add_argument("--set", action="append", metavar="KEY=VALUE",
-                   help="override a recipe field with a YAML value (repeatable), e.g. --set batch_size=64")
 
 
 def run(args) -> int:

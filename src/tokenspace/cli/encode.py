@@ -1,0 +1,30 @@
+"""tokenspace encode --shards S.. --index I: webdataset shards into an index, in resumable parts.
+
+The arguments (light: `tokenspace encode --help` imports no library); run/encode.py runs it."""
+from __future__ import annotations
+
+import argparse
+
+from tokenspace.cli.common import DEVICE_HELP, nonnegative_int, positive_int
+
+INDEX_HELP = ("index folder: created; a rerun with the same --shards, --part-size and model resumes; one "
+              "whose --shards add shards after the first run's extends it; other reruns are refused")
+
+
+def add_arguments(en: argparse.ArgumentParser) -> None:
+    en.add_argument("--model", required=True, help="model folder or release name")
+    en.add_argument("--shards", nargs="+", required=True, help="tar paths, globs or {000..099} ranges")
+    en.add_argument("--index", required=True, help=INDEX_HELP)
+    en.add_argument("--work", default=None,
+                    help="folder for the encoded parts and encode.json, the record of the shards, part size "
+                         "and model they come from (default INDEX.parts)")
+    en.add_argument("--part-size", type=positive_int, default=8192,
+                    help="images per part, the unit of resumption (default 8192)")
+    en.add_argument("--batch-size", type=positive_int, default=256, help="images per model call (default 256)")
+    en.add_argument("--device", default="cpu", help=DEVICE_HELP)
+    en.add_argument("--workers", type=nonnegative_int, default=None,
+                    help="image-decoding processes beside the model (default: cores - 1, at most 8)")
+    en.add_argument("--tower", choices=("auto", "torch", "onnx"), default="auto",
+                    help="image tower runtime: onnx = ONNX Runtime (CPU, checked against PyTorch to 1e-4 "
+                         "before use; pip install 'tokenspace[onnx]'), torch = PyTorch, auto = onnx when "
+                         "installed on a CPU model (default: auto)")

@@ -1,0 +1,15 @@
+"""tokenspace eval --model DIR --data S..: retrieval metrics.
+
+The arguments (light: `tokenspace eval --help` imports no library); run/eval.py runs it."""
+from __future__ import annotations
+
+import argparse
+
+from tokenspace.cli.common import DEVICE_HELP
+
+
+def add_arguments(e: argparse.ArgumentParser) -> None:
+    e.add_argument("--model", required=True, help="model folder or release name")
+    e.add_argument("--data", nargs="+", required=True, help="DATASET:SPLIT[:LIMIT] specs (or MANIFEST.jsonl:SPLIT)")
+    e.add_argument("--json", default=None, help="also write the metrics here")
+    e.add_argument("--device", default="cpu", help=DEVICE_HELP)

@@ -1,0 +1,17 @@
+"""tokenspace search --index DIR "query": search, with each hit explained token by token.
+
+The arguments (light: `tokenspace search --help` imports no library); run/search.py runs it."""
+from __future__ import annotations
+
+import argparse
+
+from tokenspace.cli.common import positive_int, text
+
+
+def add_arguments(s: argparse.ArgumentParser) -> None:
+    s.add_argument("--index", required=True, help="index folder")
+    s.add_argument("--model", default=None, help="default: the model the index was built with")
+    s.add_argument("query", nargs="*", type=text, help="query texts (one search each)")
+    s.add_argument("--image", default=None, help="search by an image file instead")
+    s.add_argument("-k", type=positive_int, default=5, help="hits per query (default 5)")
+    s.add_argument("--where", default=None, type=text, help="boolean filter, e.g. 'dog AND (beach OR sand) NOT cat'")
