@@ -20,10 +20,13 @@ from typing import Sequence
 
 import numpy as np
 
-from tokenspace.index import kernels, storage
+from tokenspace.index import filters, kernels, manifest, storage
+from tokenspace.index import metadata as _metadata
 from tokenspace.index.base import Hit
-from tokenspace.index.query import Node, all_of, none_of, parse_query
-from tokenspace.index.segment import ARRAYS, Segment, fwd_index_dtype, n_chunks
+from tokenspace.index.manifest import FileEntry, Manifest, SegmentEntry
+from tokenspace.index.metadata import MetaFilter
+from tokenspace.index.query import Node
+from tokenspace.index.segment import ARRAYS, Segment, duplicate, fwd_index_dtype, n_chunks
 from tokenspace.index.storage import IndexCorruptError
 from tokenspace.index.token_filter import TokenFilter
 from tokenspace.sparse import SparseBatch
@@ -68,7 +71,8 @@ class InvertedIndex:
     @classmethod
     def build(cls, batch: SparseBatch, ids: Sequence[str], *, dense_fraction: float = 0.125,
               approx_top_n: int | None = None, vocab: Vocabulary | None = None, deny: Sequence | None = None,
-              allow: Sequence | None = None, top_n: int | None = None) -> "InvertedIndex":
+              allow: Sequence | None = None, top_n: int | None = None,
+              metadata: Sequence[dict] | None = None) -> "InvertedIndex":
         """Index ``batch`` (non-negative weights, sorted unique dims per row) under string ``ids``.
 
         dense_fraction: terms in at least this fraction of a segment's docs are stored as dense uint8
@@ -82,20 +86,24 @@ class InvertedIndex:
         deny / allow: index-side token blacklist / whitelist (STAIR App. D; dims or token names): denied
             dims are dropped from every document before indexing, and with ``allow`` only those dims
             are kept. Stored with the index; every later ``add`` applies it too (token_filter.py).
+        metadata: one dict of fields per document (source, caption, any JSON), stored with the index
+            and filtered on by ``search(meta=...)`` (metadata.py).
         """
         index = cls(batch.dim, vocab if vocab is not None else batch.vocab,
                     dense_fraction=dense_fraction, deny=deny, allow=allow,
                     approx_top_n=_renamed("top_n", top_n, "approx_top_n", approx_top_n))
-        index.add(batch, ids)
+        index.add(batch, ids, metadata=metadata)
         return index
 
-    def add(self, batch: SparseBatch, ids: Sequence[str]) -> None:
-        """Append documents as a new segment (persisted by the next ``save``)."""
+    def add(self, batch: SparseBatch, ids: Sequence[str], metadata: Sequence[dict] | None = None) -> None:
+        """Append documents as a new segment (persisted by the next ``save``); ``metadata``: one dict of
+        fields per document, or None."""
         if not isinstance(batch, SparseBatch):
             raise TypeError(f"add takes a SparseBatch, got {type(batch).__name__}")
         if batch.dim != self.dim:
             raise ValueError(f"documents have dim {batch.dim}, the index has dim {self.dim}")
         ids = _check_ids(ids, len(batch))
+        rows = _metadata.check_rows(metadata, len(batch))
         id_map = self._ids()
         clash = [i for i in ids if i in id_map]
         if clash:
@@ -104,7 +112,8 @@ class InvertedIndex:
             return
         if self.token_filter is not None:
             batch = self.token_filter.apply(batch)
-        seg = Segment.build(batch, ids, dense_fraction=self.dense_fraction, approx_top_n=self.approx_top_n)
+        seg = Segment.build(batch, ids, dense_fraction=self.dense_fraction, approx_top_n=self.approx_top_n,
+                            metadata=rows)
         base = self._total()
         self._segments.append(seg)
         self._deleted.append(None)
@@ -140,7 +149,7 @@ class InvertedIndex:
                               approx_top_n=self.approx_top_n or None)
         fresh.token_filter = self.token_filter
         if batch is not None:
-            fresh.add(batch, ids)
+            fresh.add(batch, ids, metadata=self.metadata(ids))
         path, nxt, gen = self._path, self._next_seg, self._generation
         self.__dict__.update(fresh.__dict__)
         self._path, self._next_seg, self._generation = path, nxt, gen
@@ -149,6 +158,7 @@ class InvertedIndex:
     def search(self, queries: SparseBatch, k: int = 10, *, mode: str = "exact",
                must: Sequence | None = None, must_not: Sequence | None = None,
                where: "str | Node | None" = None, subset: Sequence[str] | None = None,
+               meta: "dict | MetaFilter | None" = None,
                query_mass: float | None = None, alpha: float | None = None, rerank: int | None = None,
                threads: int = 1) -> list[list[Hit]]:
         """Top-k documents by dot product for each query row, best first (ties: earlier insertion).
@@ -176,6 +186,8 @@ class InvertedIndex:
             all have / must have none of (weight > 0).
         where: boolean query tree (query.Node) or string parsed with parse_query over the index vocab.
         subset: only these document ids are searched (unknown ids are an error).
+        meta: a filter on the rows' metadata (metadata.py: {"source": "emoji"}, {"f": {"in": [...]}},
+            {"caption": {"word": "dog"}}), applied with the others before top-k.
         threads: queries are split over this many threads (numba kernels release the GIL).
         Returns one list of Hit per query row; documents with score 0 are never returned.
         """
@@ -191,7 +203,7 @@ class InvertedIndex:
         if bad >= 0:
             raise ValueError(f"query row {bad} must have strictly increasing dims and finite weights >= 0")
         qm, al, rr = self._knobs(mode, k, query_mass, alpha, rerank)
-        masks = self._masks(must, must_not, where, subset)
+        masks = self._masks(must, must_not, where, subset, meta)
         nq = len(queries)
         per_seg = []
         base = 0
@@ -263,38 +275,10 @@ class InvertedIndex:
         return out
 
     # ----------------------------------------------------------------- filters
-    def _dims(self, items, what: str) -> list[int]:
-        out = []
-        for x in items:
-            if isinstance(x, str):
-                if self.vocab is None:
-                    raise ValueError(f"{what}: token {x!r} needs an index with a vocabulary")
-                if x not in self.vocab:
-                    raise ValueError(f"{what}: unknown token {x!r}")
-                out.append(self.vocab.id(x))
-            elif isinstance(x, (int, np.integer)) and 0 <= x < self.dim:
-                out.append(int(x))
-            else:
-                raise ValueError(f"{what}: {x!r} is not a dim in [0, {self.dim}) or a token")
-        return out
-
-    def _masks(self, must, must_not, where, subset) -> list[np.ndarray | None]:
+    def _masks(self, must, must_not, where, subset, meta=None) -> list[np.ndarray | None]:
         """Per segment uint8 mask of searchable docs (None = all): live AND subset AND filters."""
-        trees = []
-        if must is not None:
-            trees.append(all_of(self._dims(must, "must")))
-        if must_not is not None:
-            trees.append(none_of(self._dims(must_not, "must_not")))
-        if where is not None:
-            if isinstance(where, str):
-                if self.vocab is None:
-                    raise ValueError("where= as a string needs an index with a vocabulary (or pass parse_query(...))")
-                where = parse_query(where, self.vocab)
-            for d in where.dims():
-                if not 0 <= d < self.dim:
-                    raise ValueError(f"where: dim {d} out of range [0, {self.dim})")
-            trees.append(where)
-        trees = [t for t in trees if t is not None]
+        trees = filters.token_tree(self.dim, self.vocab, must, must_not, where)
+        meta = MetaFilter.resolve(meta)
         allowed = None
         if subset is not None:
             id_map = self._ids()
@@ -320,6 +304,9 @@ class InvertedIndex:
                 leaf = lambda d, seg=seg, cache=cache: cache.setdefault(d, seg.has_dim(d))  # noqa: E731
                 t = tree.evaluate(leaf)
                 m = t if m is None else m & t
+            if meta is not None:
+                t = meta.mask(seg.metadata())
+                m = t if m is None else m & t
             masks.append(None if m is None else m.view(np.uint8) if m.dtype == bool else m)
             base += seg.n
         return masks
@@ -338,6 +325,17 @@ class InvertedIndex:
         if not parts:
             return SparseBatch.empty(0, self.dim, self.vocab)
         return SparseBatch.concat(parts).with_vocab(self.vocab)
+
+    def metadata(self, ids: Sequence[str]) -> list[dict]:
+        """The stored metadata dicts of these documents ({} for a document without fields), in order."""
+        id_map = self._ids()
+        out = []
+        for s in _check_ids(ids, None):
+            if s not in id_map:
+                raise KeyError(f"unknown id {s!r}")
+            si, local = self._locate(id_map[s])
+            out.append(self._segments[si].metadata()[local])
+        return out
 
     def ids(self) -> list[str]:
         """Ids of the live documents, in internal (insertion) order."""
@@ -397,9 +395,9 @@ class InvertedIndex:
         same = self._path is not None and root.resolve() == self._path.resolve()
         if not same:
             if (root / storage.MANIFEST).exists():
-                old = storage.read_manifest(root)
-                self._next_seg = max(self._next_seg, old.get("next_segment", 1))
-                self._generation = max(self._generation, old.get("generation", 0))
+                old = manifest.read(root)
+                self._next_seg = max(self._next_seg, old.next_segment)
+                self._generation = max(self._generation, old.generation)
             names = [None] * len(self._segments)
             del_files = [None] * len(self._segments)
         else:
@@ -410,28 +408,29 @@ class InvertedIndex:
             if names[si] is None:
                 names[si] = f"seg-{self._next_seg:06d}"
                 self._next_seg += 1
-                files = storage.write_segment(root, names[si], {a: seg.arrays[a] for a in ARRAYS})
-                seg.files = {f"{names[si]}/{a}.npy": meta for a, meta in files.items()}
+                texts = {manifest.META_FILE: _metadata.dumps(seg.metadata())} if seg.has_metadata() else None
+                files = storage.write_segment(root, names[si], {a: seg.arrays[a] for a in ARRAYS}, texts)
+                seg.files = {f"{names[si]}/{rel}": FileEntry(f"{names[si]}/{rel}", meta["bytes"], meta["crc32"])
+                             for rel, meta in files.items()}
                 if remap:  # the files were just written from these arrays: no checks needed
                     seg.arrays = {a: storage.load_array(root / names[si] / f"{a}.npy", mmap=True) for a in ARRAYS}
                     seg._kernel_arrays = None
             if self._deleted[si] is not None and del_files[si] is None:
                 rel = f"{names[si]}.del-{gen:06d}.npy"
-                del_files[si] = dict(storage.write_array(root / rel, self._deleted[si]), file=rel)
-            # "top_n" on disk is approx_top_n (the key predates the rename; the manifest keeps the name)
-            segments.append({"name": names[si], "n": seg.n, "top_n": seg.approx_top_n, "files": seg.files,
-                             "tombstones": del_files[si]})
+                written = storage.write_array(root / rel, self._deleted[si])
+                del_files[si] = FileEntry(rel, written["bytes"], written["crc32"])
+            segments.append(SegmentEntry(names[si], seg.n, seg.approx_top_n, seg.files, del_files[si]))
         vocab = None
         if self.vocab is not None:
-            vocab = dict(storage.write_text(root / "vocab.txt", "\n".join(self.vocab.tokens) + "\n"),
-                         file="vocab.txt", name=self.vocab.name)
-        storage.write_manifest(root, {
-            "dim": self.dim, "dense_fraction": self.dense_fraction, "top_n": self.approx_top_n,
-            "generation": gen, "next_segment": self._next_seg, "segments": segments, "vocab": vocab,
-            "block": kernels.BLOCK, "posting_chunk": kernels.POSTING_CHUNK,
-            "token_filter": self.token_filter.to_dict() if self.token_filter else None,
-        })
-        keep = {s["name"] for s in segments} | {s["tombstones"]["file"] for s in segments if s["tombstones"]}
+            written = storage.write_text(root / storage.VOCAB, "\n".join(self.vocab.tokens) + "\n")
+            vocab = FileEntry(storage.VOCAB, written["bytes"], written["crc32"])
+        body = Manifest(
+            dim=self.dim, n=self._total(), dense_fraction=self.dense_fraction, top_n=self.approx_top_n,
+            generation=gen, next_segment=self._next_seg, segments=tuple(segments), vocab=vocab,
+            vocab_name=self.vocab.name if self.vocab is not None else None,
+            token_filter=self.token_filter.to_dict() if self.token_filter else None)
+        storage.write_manifest(root, body.to_dict())
+        keep = {s.name for s in segments} | {s.tombstones.file for s in segments if s.tombstones}
         storage.remove_unreferenced(root, keep)
         self._path, self._seg_names, self._del_files, self._generation = root, names, del_files, gen
 
@@ -439,54 +438,68 @@ class InvertedIndex:
     def load(cls, path: str | os.PathLike, mmap: bool = True, verify: bool = True) -> "InvertedIndex":
         """Open a saved index; arrays are memory-mapped when ``mmap``.
 
-        verify=True checks the crc32 of every file (reads the whole index once); verify=False only
-        checks sizes, dtypes and shapes (fast, but a bit flip inside a file goes unnoticed).
+        Both modes check the manifest's schema (manifest.py), every file's size, every array's dtype
+        and shape, every value the kernels index by (segment.check), tombstones (0 or 1), code steps
+        (non-zero where a term is used) and that ids are unique. verify=True also checks the crc32 of
+        every file (reads the whole index once); verify=False skips that, so a changed weight, code or
+        metadata byte that stays in range goes unnoticed (docs/usage.md lists what each mode checks).
         Raises IndexCorruptError for a damaged index, FileNotFoundError when there is none.
         """
         root = Path(path)
-        man = storage.read_manifest(root)
-        entries = {}
-        for s in man["segments"]:
-            entries.update(s["files"])
-            if s["tombstones"]:
-                entries[s["tombstones"]["file"]] = s["tombstones"]
-        if man.get("vocab"):
-            entries[man["vocab"]["file"]] = man["vocab"]
-        storage.check_files(root, entries, verify)
-        if man.get("block") != kernels.BLOCK:
-            raise IndexCorruptError(f"{root}: block size {man.get('block')} != {kernels.BLOCK}")
-        if man.get("posting_chunk") != kernels.POSTING_CHUNK:
-            raise IndexCorruptError(f"{root}: posting chunk {man.get('posting_chunk')} != {kernels.POSTING_CHUNK}")
+        man = manifest.read(root)
+        storage.check_files(root, man.files(), verify)
         vocab = None
-        if man.get("vocab"):
-            vocab_file = root / man["vocab"]["file"]
+        if man.vocab is not None:
+            vocab_file = root / man.vocab.file
             tokens = storage.read_lines(vocab_file)
             try:
-                vocab = Vocabulary(tokens, name=man["vocab"]["name"])
+                vocab = Vocabulary(tokens, name=man.vocab_name)
             except ValueError as e:  # e.g. a flipped byte made two tokens equal
                 raise IndexCorruptError(f"{vocab_file}: {e}") from None
-            if len(vocab) != man["dim"]:
-                raise IndexCorruptError(f"{vocab_file}: {len(vocab)} tokens for dim {man['dim']}")
-        index = cls(man["dim"], vocab, dense_fraction=man["dense_fraction"], approx_top_n=man["top_n"] or None)
-        index.token_filter = TokenFilter.from_dict(index.dim, man.get("token_filter"))
-        for s in man["segments"]:
-            arrays = {a: storage.load_array(root / f"{s['name']}/{a}.npy", mmap) for a in ARRAYS}
-            seg = Segment(int(s["n"]), index.dim, int(s["top_n"]), arrays)
-            _check_segment(seg, root / s["name"])
-            seg.check(root / s["name"])  # the values the kernels index by (bounds, order): O(size)
-            seg.files = s["files"]
+            if len(vocab) != man.dim:
+                raise IndexCorruptError(f"{vocab_file}: {len(vocab)} tokens for dim {man.dim}")
+        index = cls(man.dim, vocab, dense_fraction=man.dense_fraction, approx_top_n=man.top_n or None)
+        index.token_filter = TokenFilter.from_dict(index.dim, man.token_filter)
+        for s in man.segments:
+            arrays = {a: storage.load_array(root / f"{s.name}/{a}.npy", mmap) for a in ARRAYS}
+            seg = Segment(s.n, index.dim, s.top_n, arrays)
+            _check_segment(seg, root / s.name)
+            seg.check(root / s.name)  # the values the kernels index by (bounds, order), unique ids: O(size)
+            seg.files = s.files
+            if s.metadata is not None:
+                seg.meta_file = root / s.metadata.file  # parsed on first use (metadata.loads checks it)
             index._segments.append(seg)
             dele = None
-            if s["tombstones"]:
-                dele = storage.load_array(root / s["tombstones"]["file"], mmap=False)
+            if s.tombstones:
+                tomb = root / s.tombstones.file
+                dele = storage.load_array(tomb, mmap=False)
                 if dele.shape != (seg.n,) or dele.dtype != np.uint8:
-                    raise IndexCorruptError(f"{root / s['tombstones']['file']}: bad tombstone array")
+                    raise IndexCorruptError(f"{tomb}: bad tombstone array")
+                if int(dele.max(initial=0)) > 1:  # 2 would count as deleted in one place, live in another
+                    raise IndexCorruptError(f"{tomb}: tombstone values must be 0 or 1")
             index._deleted.append(dele)
             index._live.append(None)
-            index._seg_names.append(s["name"])
-            index._del_files.append(s["tombstones"])
-        index._path, index._next_seg, index._generation = root, man["next_segment"], man["generation"]
+            index._seg_names.append(s.name)
+            index._del_files.append(s.tombstones)
+        index._check_live_ids(root)
+        index._path, index._next_seg, index._generation = root, man.next_segment, man.generation
         return index
+
+    def _check_live_ids(self, root: Path) -> None:
+        """Each segment's ids are unique (segment.check); across segments only live ids must be (an id
+        deleted in one segment may be added again in a later one)."""
+        if len(self._segments) < 2:
+            return
+        hashes, seg_of, local = [], [], []
+        for si, seg in enumerate(self._segments):
+            live = np.nonzero(np.ones(seg.n, bool) if self._deleted[si] is None else self._deleted[si] == 0)[0]
+            hashes.append(seg.id_hashes()[live])
+            seg_of.append(np.full(len(live), si))
+            local.append(live)
+        seg_of, local = np.concatenate(seg_of), np.concatenate(local)
+        dup = duplicate(np.concatenate(hashes), lambda r: self._segments[seg_of[r]].id_of(int(local[r])))
+        if dup is not None:
+            raise IndexCorruptError(f"{root}: id {dup!r} is live in two segments (a tombstone lost?)")
 
     @property
     def top_n(self) -> int:

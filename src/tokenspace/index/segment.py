@@ -6,11 +6,12 @@ memory-mapped from disk and shared between threads without locks.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 from numba import njit
 
-from tokenspace.index import kernels
+from tokenspace.index import kernels, metadata
 from tokenspace.index.storage import IndexCorruptError
 from tokenspace.sparse import SparseBatch
 
@@ -51,6 +52,10 @@ class Segment:
     _ids: list[str] | None = field(default=None, repr=False)
     files: dict | None = field(default=None, repr=False)  # manifest entries once committed
     _kernel_arrays: kernels.SegmentArrays | None = field(default=None, repr=False)
+    # row metadata (metadata.py): the rows' dicts, or None with meta_file set (read on first use) or
+    # unset (no row carries any field)
+    _meta: list[dict] | None = field(default=None, repr=False)
+    meta_file: Path | None = field(default=None, repr=False)
 
     def __getattr__(self, name):  # arrays read as attributes: seg.main_docs
         arrays = self.__dict__.get("arrays")
@@ -60,7 +65,8 @@ class Segment:
 
     # ----------------------------------------------------------------- build
     @classmethod
-    def build(cls, batch: SparseBatch, ids: list[str], *, dense_fraction: float, approx_top_n: int) -> "Segment":
+    def build(cls, batch: SparseBatch, ids: list[str], *, dense_fraction: float, approx_top_n: int,
+              metadata: list[dict] | None = None) -> "Segment":
         indptr, indices, values = batch.indptr, batch.indices, batch.values
         bad = kernels.check_rows(indptr, indices, values)
         if bad >= 0:
@@ -99,7 +105,21 @@ class Segment:
             res_ptr=res_ptr, res_docs=res_docs, res_codes=res_codes,
             ids_ptr=ids_ptr, ids_blob=np.frombuffer(b"".join(blobs), np.uint8),
         )
-        return cls(n, dim, approx_top_n, arrays, list(ids))
+        if metadata is not None and not any(metadata):
+            metadata = None  # no field anywhere: no file
+        return cls(n, dim, approx_top_n, arrays, list(ids), _meta=metadata)
+
+    # ----------------------------------------------------------------- metadata
+    def has_metadata(self) -> bool:
+        return self._meta is not None or self.meta_file is not None
+
+    def metadata(self) -> list[dict]:
+        """The rows' metadata dicts ({} for a row without fields), read from the file on first use."""
+        if self._meta is None:
+            if self.meta_file is None:
+                return [{}] * self.n
+            self._meta = metadata.loads(self.meta_file, self.n)
+        return self._meta
 
     # ----------------------------------------------------------------- checks
     def check(self, where) -> None:
@@ -136,10 +156,25 @@ class Segment:
         df = a["df"]
         if len(df) and (int(df.min()) < 0 or int(df.max()) > n):
             _corrupt(where, "df", f"document frequencies must be in [0, {n}]")
+        # a term some document holds has a positive code step (a zero one divides by zero in approx search)
+        if bool(np.any((df > 0) & ~(a["scale"] > 0))):
+            _corrupt(where, "scale", "a term held by documents has scale 0")
         try:
             self.ids_blob.tobytes().decode("utf-8")
         except UnicodeDecodeError as e:
             _corrupt(where, "ids_blob", f"not UTF-8 ({e.reason} at byte {e.start})")
+        dup = self.duplicate_id()
+        if dup is not None:
+            _corrupt(where, "ids_blob", f"id {dup!r} appears twice")
+
+    def id_hashes(self) -> np.ndarray:
+        """uint64[n]: a hash of each id's bytes (FNV-1a), for uniqueness checks without decoding them."""
+        return _fnv1a(self.ids_ptr, self.ids_blob)
+
+    def duplicate_id(self, hashes: np.ndarray | None = None) -> str | None:
+        """An id that appears twice in this segment, or None (one O(bytes) hash pass; ids decoded only
+        when two hashes collide)."""
+        return duplicate(self.id_hashes() if hashes is None else hashes, self.id_of)
 
     # ----------------------------------------------------------------- ids
     @property
@@ -213,6 +248,29 @@ class Segment:
         kernels.search_batch; options from kernels.search_options)."""
         kernels.search_batch(self.kernel_arrays(), options, q.indptr, q.indices, q.values, rows,
                              out_docs, out_scores, out_count)
+
+
+def duplicate(hashes: np.ndarray, id_of) -> str | None:
+    """A repeated id among rows with these hashes (``id_of(row)`` decodes one), or None."""
+    order = np.argsort(hashes, kind="stable")
+    sh = hashes[order]
+    same = np.nonzero(sh[1:] == sh[:-1])[0]
+    for j in same:  # equal hashes: compare the ids themselves (a 64-bit collision is not a duplicate)
+        a, b = id_of(int(order[j])), id_of(int(order[j + 1]))
+        if a == b:
+            return a
+    return None
+
+
+@njit(cache=True, nogil=True)
+def _fnv1a(ptr, blob):
+    out = np.empty(len(ptr) - 1, np.uint64)
+    for i in range(len(ptr) - 1):
+        h = np.uint64(14695981039346656037)
+        for p in range(ptr[i], ptr[i + 1]):
+            h = (h ^ np.uint64(blob[p])) * np.uint64(1099511628211)
+        out[i] = h
+    return out
 
 
 def _corrupt(where, name: str, why: str):

@@ -1,10 +1,12 @@
 """On-disk format of the inverted index: immutable segment folders, tombstone files, a manifest.
 
-Layout of an index folder (format version 2: chunked uint16 posting doc ids, see segment.py)::
+Layout of an index folder (format version 3: chunked uint16 posting doc ids, see segment.py; the
+manifest's schema is manifest.py)::
 
     MANIFEST.json            the commit point: lists the live files with their size and crc32
     vocab.txt                optional, one token per line (names the dims; needed for where= strings)
     seg-000001/<array>.npy   one .npy per segment array (see segment.ARRAYS), never rewritten
+    seg-000001/metadata.jsonl  optional: one JSON object (the row's fields) a line (metadata.py)
     seg-000001.del-000007.npy  uint8[n] tombstones of segment 1, written at generation 7
 
 Commit protocol (a crash at any point leaves the previous or the new index, never a mix):
@@ -32,7 +34,9 @@ import numpy as np
 from tokenspace import atomic
 
 FORMAT = "tokenspace-inverted"
-VERSION = 2
+VERSION = 3  # 3: the document count n and per-segment row metadata (manifest.py); 2 is still read
+READABLE = (2, 3)
+VOCAB = "vocab.txt"
 # what changed in each version, for the error that asks to rebuild an older index
 _OLDER = {1: "int32 posting doc ids and forward term ids, before the compressed postings of version 2"}
 MANIFEST = "MANIFEST.json"
@@ -69,15 +73,22 @@ def write_array(path: Path, array: np.ndarray) -> dict:
     return {"bytes": path.stat().st_size, "crc32": file_crc32(path)}
 
 
-def write_segment(root: Path, name: str, arrays: dict[str, np.ndarray]) -> dict:
-    """Write a segment folder atomically (temp folder + rename); returns its file entries."""
+def write_segment(root: Path, name: str, arrays: dict[str, np.ndarray], texts: dict[str, str] | None = None) -> dict:
+    """Write a segment folder atomically (temp folder + rename): one .npy per array and one UTF-8 file
+    per text (file name -> content); returns the file entries by relative path within the folder."""
     tmp = root / f".tmp-{name}-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
     files = {}
     for key, arr in arrays.items():
-        files[key] = write_array(tmp / f"{key}.npy", arr)
+        files[f"{key}.npy"] = write_array(tmp / f"{key}.npy", arr)
+    for fname, text in (texts or {}).items():
+        with open(tmp / fname, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        files[fname] = {"bytes": (tmp / fname).stat().st_size, "crc32": file_crc32(tmp / fname)}
     _fsync_dir(tmp)
     final = root / name
     if final.exists():  # a leftover of a crashed commit the manifest never named
@@ -106,26 +117,37 @@ def write_manifest(root: Path, body: dict) -> None:
 
 
 def read_manifest(root: Path) -> dict:
+    """The manifest's JSON object once its format, checksum and version are right; its shape is checked
+    by manifest.parse (read it through manifest.read). Every failure is an IndexCorruptError naming the file."""
     path = root / MANIFEST
     if not path.exists():
         raise FileNotFoundError(f"{root}: no {MANIFEST} (not a tokenspace index folder)")
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
-        crc = doc.pop("manifest_crc32")
-    except (ValueError, KeyError, UnicodeDecodeError) as e:
-        raise IndexCorruptError(f"{path}: unreadable manifest ({e})") from e
+    except RecursionError:  # json's parser recurses once per nesting level
+        raise IndexCorruptError(f"{path}: unreadable manifest (nested too deeply)") from None
+    except (OSError, ValueError) as e:  # a folder in its place, not UTF-8, not JSON
+        raise IndexCorruptError(f"{path}: unreadable manifest ({e})") from None
+    if not isinstance(doc, dict):
+        raise IndexCorruptError(f"{path}: unreadable manifest (a JSON {type(doc).__name__}, not an object)")
+    if doc.get("format") != FORMAT:
+        raise IndexCorruptError(f"{path}: not a {FORMAT} index manifest (format={str(doc.get('format'))[:40]!r})")
+    crc = doc.pop("manifest_crc32", None)
+    if not isinstance(crc, int) or isinstance(crc, bool):
+        raise IndexCorruptError(f"{path}: manifest_crc32: missing or not an int (manifest damaged or edited)")
     if _manifest_crc(doc) != crc:
         raise IndexCorruptError(f"{path}: manifest checksum mismatch")
-    if doc.get("format") != FORMAT:
-        raise IndexCorruptError(f"{path}: not a {FORMAT} index (format={doc.get('format')!r})")
-    if doc.get("version") in _OLDER:
+    version = doc.get("version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise IndexCorruptError(f"{path}: version: expected an int, got {str(version)[:20]!r} (manifest damaged or edited)")
+    if version in _OLDER:
         # no converter: rebuilding from the vectors is as fast as converting them would be
         raise IndexCorruptError(
-            f"{root}: an index in format version {doc['version']} ({_OLDER[doc['version']]}); this tokenspace "
-            f"reads version {VERSION}: rebuild the index from its vectors (tokenspace index build, or "
-            "InvertedIndex.build(...).save(...))")
-    if doc.get("version") != VERSION:
-        raise IndexCorruptError(f"{path}: format version {doc.get('version')} (this code reads {VERSION})")
+            f"{root}: an index in format version {version} ({_OLDER[version]}); this tokenspace "
+            f"reads versions {READABLE[0]}-{VERSION}: rebuild the index from its vectors (tokenspace index build, "
+            "or InvertedIndex.build(...).save(...))")
+    if version not in READABLE:
+        raise IndexCorruptError(f"{path}: format version {str(version)[:20]} (this code reads {READABLE})")
     return doc
 
 
@@ -166,7 +188,7 @@ def load_array(path: Path, mmap: bool) -> np.ndarray:
 def remove_unreferenced(root: Path, keep: set[str]) -> None:
     """Delete segment folders, tombstones and temporaries the manifest does not name."""
     for p in root.iterdir():
-        if p.name in (MANIFEST, "vocab.txt") or p.name in keep:
+        if p.name in (MANIFEST, VOCAB) or p.name in keep:
             continue
         # temporaries: segment folders (.tmp-*), tokenspace.atomic's files (.<stem>.*.tmp<suffix>) and
         # the older <name>.tmp

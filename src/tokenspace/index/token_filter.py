@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tokenspace.index import filters
 from tokenspace.sparse import SparseBatch
 
 
@@ -31,8 +32,8 @@ class TokenFilter:
         """A filter from dims (ints) or token names (needs ``vocab``); None when both lists are absent."""
         if deny is None and allow is None:
             return None
-        return cls(dim, frozenset(_dims(deny or (), dim, vocab, "deny")),
-                   None if allow is None else frozenset(_dims(allow, dim, vocab, "allow")))
+        return cls(dim, frozenset(filters.dims(deny or (), dim, vocab, "deny")),
+                   None if allow is None else frozenset(filters.dims(allow, dim, vocab, "allow")))
 
     def keep_mask(self) -> np.ndarray:
         """bool[dim]: the dims a document may be indexed under."""
@@ -61,20 +62,3 @@ class TokenFilter:
         return cls(dim, frozenset(int(x) for x in d.get("deny") or ()),
                    None if d.get("allow") is None else frozenset(int(x) for x in d["allow"]))
 
-
-def _dims(items: Iterable, dim: int, vocab, what: str) -> list[int]:
-    if isinstance(items, str):
-        raise TypeError(f"{what}: give a list of tokens or dims, not one string")
-    out = []
-    for x in items:
-        if isinstance(x, str):
-            if vocab is None:
-                raise ValueError(f"{what}: token {x!r} needs an index with a vocabulary")
-            if x not in vocab:
-                raise ValueError(f"{what}: unknown token {x!r}")
-            out.append(vocab.id(x))
-        elif isinstance(x, (int, np.integer)) and not isinstance(x, bool) and 0 <= x < dim:
-            out.append(int(x))
-        else:
-            raise ValueError(f"{what}: {x!r} is not a dim in [0, {dim}) or a token")
-    return out

@@ -1,0 +1,221 @@
+"""MANIFEST.json of an inverted index as one typed, validated schema.
+
+The manifest is the commit point of an index folder (storage.py): every file the loader opens is
+named here, so a manifest that parses but has the wrong shape must never reach the loader as a dict.
+``parse`` checks every field's type and range (and that no unknown field is present) and returns frozen
+dataclasses; any shape error is an IndexCorruptError naming the file and the field
+(``MANIFEST.json: segments[1].n: expected an int >= 1, got 'abc'``). ``Manifest.to_dict`` writes the
+same schema, so reading and writing cannot drift apart.
+
+Format versions: 3 adds the document count ``n`` (so an emptied or repeated segment list is caught)
+and the optional per-segment row metadata file (metadata.py). Version 2 (no ``n``, no metadata) is
+still read.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from tokenspace.index import kernels, storage
+from tokenspace.index.segment import ARRAYS
+from tokenspace.index.storage import VERSION, IndexCorruptError
+
+SEGMENT_NAME = re.compile(r"seg-[0-9]{6}")
+META_FILE = "metadata.jsonl"  # optional per-segment file: one JSON object (a row's fields) a line
+_U32 = 1 << 32
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """A file the manifest names: its path relative to the index folder, byte size and crc32."""
+
+    file: str
+    bytes: int
+    crc32: int
+
+
+@dataclass(frozen=True)
+class SegmentEntry:
+    name: str  # folder name, seg-NNNNNN
+    n: int  # rows, deleted ones included
+    top_n: int  # approx_top_n the segment was built with (0 = none)
+    files: dict[str, FileEntry]  # relative path -> entry: the ARRAYS .npy files (+ metadata.jsonl)
+    tombstones: FileEntry | None  # uint8[n], 1 = deleted
+
+    @property
+    def metadata(self) -> FileEntry | None:
+        return self.files.get(f"{self.name}/{META_FILE}")
+
+
+@dataclass(frozen=True)
+class Manifest:
+    dim: int
+    n: int | None  # total rows of all segments (None: a version 2 manifest, which did not record it)
+    dense_fraction: float
+    top_n: int  # the index's approx_top_n (0 = none); the key predates the rename
+    generation: int
+    next_segment: int
+    segments: tuple[SegmentEntry, ...]
+    vocab: FileEntry | None
+    vocab_name: str | None
+    token_filter: dict | None  # {"deny": [dims], "allow": [dims] or None}
+    version: int = VERSION
+
+    def files(self) -> dict[str, dict]:
+        """Every file to check: relative path -> {bytes, crc32}."""
+        out = {}
+        for s in self.segments:
+            out.update({rel: {"bytes": e.bytes, "crc32": e.crc32} for rel, e in s.files.items()})
+            if s.tombstones:
+                out[s.tombstones.file] = {"bytes": s.tombstones.bytes, "crc32": s.tombstones.crc32}
+        if self.vocab:
+            out[self.vocab.file] = {"bytes": self.vocab.bytes, "crc32": self.vocab.crc32}
+        return out
+
+    def to_dict(self) -> dict:
+        """The body storage.write_manifest writes (format, version and the crc are added there)."""
+        def entry(e: FileEntry) -> dict:
+            return {"bytes": e.bytes, "crc32": e.crc32}
+
+        return {
+            "dim": self.dim, "n": self.n, "dense_fraction": self.dense_fraction, "top_n": self.top_n,
+            "generation": self.generation, "next_segment": self.next_segment,
+            "block": kernels.BLOCK, "posting_chunk": kernels.POSTING_CHUNK, "token_filter": self.token_filter,
+            "vocab": None if self.vocab is None else dict(entry(self.vocab), file=self.vocab.file, name=self.vocab_name),
+            "segments": [{"name": s.name, "n": s.n, "top_n": s.top_n,
+                          "files": {rel: entry(e) for rel, e in s.files.items()},
+                          "tombstones": None if s.tombstones is None else dict(entry(s.tombstones), file=s.tombstones.file)}
+                         for s in self.segments],
+        }
+
+
+# ----------------------------------------------------------------------------- validation
+class _Fields:
+    """Typed getters that raise IndexCorruptError naming the file and the field's path."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def fail(self, field: str, why: str):
+        raise IndexCorruptError(f"{self.path}: {field}: {why} (manifest damaged or edited)")
+
+    def obj(self, value, field: str, required: set[str], optional: frozenset[str] = frozenset()) -> dict:
+        if not isinstance(value, dict):
+            self.fail(field, f"expected an object, got {_show(value)}")
+        missing = sorted(required - value.keys())
+        if missing:
+            self.fail(f"{field}.{missing[0]}" if field else missing[0], "missing")
+        extra = sorted(value.keys() - required - optional)
+        if extra:
+            self.fail(f"{field}.{extra[0]}" if field else extra[0], "unknown field")
+        return value
+
+    def int_(self, value, field: str, lo: int = 0, hi: int | None = None) -> int:
+        # bool is an int in Python, never in this schema
+        if not isinstance(value, int) or isinstance(value, bool) or value < lo or (hi is not None and value >= hi):
+            rng = f"in [{lo}, {hi})" if hi is not None else f">= {lo}"
+            self.fail(field, f"expected an int {rng}, got {_show(value)}")
+        return value
+
+    def str_(self, value, field: str, pattern: re.Pattern | None = None, exact: str | None = None) -> str:
+        if not isinstance(value, str) or (pattern and not pattern.fullmatch(value)) or (exact and value != exact):
+            want = f"{exact!r}" if exact else f"a string matching {pattern.pattern}" if pattern else "a string"
+            self.fail(field, f"expected {want}, got {_show(value)}")
+        return value
+
+    def entry(self, value, field: str, file: str | None = None, pattern: re.Pattern | None = None,
+              keyed: bool = False) -> FileEntry:
+        """{bytes, crc32, file}: ``file`` must equal ``file`` or match ``pattern``. keyed: the entry is
+        known by its key in a map (a segment's files), has no "file" field, and ``file`` is that key."""
+        v = self.obj(value, field, {"bytes", "crc32"} | (set() if keyed else {"file"}))
+        name = file if keyed else self.str_(v["file"], f"{field}.file", pattern=pattern, exact=file)
+        return FileEntry(name, self.int_(v["bytes"], f"{field}.bytes"), self.int_(v["crc32"], f"{field}.crc32", 0, _U32))
+
+
+def _show(value) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text[:40] + '...' if len(text) > 40 else text}"
+
+
+def parse(doc, path: Path) -> Manifest:
+    """The validated Manifest of a JSON document whose format, version and crc storage.py has checked."""
+    f = _Fields(path)
+    version = doc["version"]
+    top = {"format", "version", "dim", "dense_fraction", "top_n", "generation", "next_segment", "segments",
+           "vocab", "block", "posting_chunk", "token_filter"} | ({"n"} if version >= 3 else set())
+    f.obj(doc, "", top)
+    dim = f.int_(doc["dim"], "dim", 1, 1 << 31)
+    frac = doc["dense_fraction"]
+    if not isinstance(frac, (int, float)) or isinstance(frac, bool) or not 0 < frac < float("inf"):
+        f.fail("dense_fraction", f"expected a finite number > 0, got {_show(frac)}")
+    if doc["block"] != kernels.BLOCK or isinstance(doc["block"], bool):
+        f.fail("block", f"block size {_show(doc['block'])}, this code uses {kernels.BLOCK}")
+    if doc["posting_chunk"] != kernels.POSTING_CHUNK or isinstance(doc["posting_chunk"], bool):
+        f.fail("posting_chunk", f"posting chunk {_show(doc['posting_chunk'])}, this code uses {kernels.POSTING_CHUNK}")
+    generation = f.int_(doc["generation"], "generation", 1)
+    next_segment = f.int_(doc["next_segment"], "next_segment", 1)
+    top_n = f.int_(doc["top_n"], "top_n")
+    vocab, vocab_name = None, None
+    if doc["vocab"] is not None:
+        v = f.obj(doc["vocab"], "vocab", {"file", "bytes", "crc32", "name"})
+        vocab = f.entry({k: v[k] for k in ("file", "bytes", "crc32")}, "vocab", file=storage.VOCAB)
+        vocab_name = f.str_(v["name"], "vocab.name")
+    token_filter = _token_filter(f, doc["token_filter"], dim)
+    segs = doc["segments"]
+    if not isinstance(segs, list):
+        f.fail("segments", f"expected a list, got {_show(segs)}")
+    segments = tuple(_segment(f, s, f"segments[{i}]", version, next_segment) for i, s in enumerate(segs))
+    names = [s.name for s in segments]
+    if len(set(names)) != len(names):
+        dup = next(x for x in names if names.count(x) > 1)
+        f.fail("segments", f"segment {dup} listed twice")
+    n = None
+    if version >= 3:
+        n = f.int_(doc["n"], "n")
+        total = sum(s.n for s in segments)
+        if total != n:
+            f.fail("segments", f"{len(segments)} segment(s) of {total} rows, the index has n = {n}")
+    return Manifest(dim, n, float(frac), top_n, generation, next_segment, segments, vocab, vocab_name,
+                    token_filter, version)
+
+
+def _token_filter(f: _Fields, value, dim: int) -> dict | None:
+    if value is None:
+        return None
+    v = f.obj(value, "token_filter", {"deny", "allow"})
+    out = {}
+    for key in ("deny", "allow"):
+        items = v[key]
+        if items is None and key == "allow":
+            out[key] = None
+            continue
+        if not isinstance(items, list):
+            f.fail(f"token_filter.{key}", f"expected a list of dims, got {_show(items)}")
+        out[key] = [f.int_(x, f"token_filter.{key}[{j}]", 0, dim) for j, x in enumerate(items)]
+    return out
+
+
+def _segment(f: _Fields, value, field: str, version: int, next_segment: int) -> SegmentEntry:
+    v = f.obj(value, field, {"name", "n", "top_n", "files", "tombstones"})
+    name = f.str_(v["name"], f"{field}.name", pattern=SEGMENT_NAME)
+    if int(name[4:]) >= next_segment:
+        f.fail(f"{field}.name", f"{name} is not below next_segment {next_segment}")
+    n = f.int_(v["n"], f"{field}.n", 1)
+    top_n = f.int_(v["top_n"], f"{field}.top_n")
+    files_doc = v["files"]
+    arrays = {f"{name}/{a}.npy" for a in ARRAYS}
+    meta = frozenset({f"{name}/{META_FILE}"} if version >= 3 else set())
+    f.obj(files_doc, f"{field}.files", arrays, meta)
+    files = {rel: f.entry(e, f"{field}.files[{rel!r}]", file=rel, keyed=True)
+             for rel, e in files_doc.items()}
+    tomb = None
+    if v["tombstones"] is not None:
+        tomb = f.entry(v["tombstones"], f"{field}.tombstones", pattern=re.compile(re.escape(name) + r"\.del-[0-9]{6}\.npy"))
+    return SegmentEntry(name, n, top_n, files, tomb)
+
+
+def read(root: Path) -> Manifest:
+    """The validated manifest of the index folder ``root`` (format, checksum, version: storage.py; shape:
+    ``parse``). IndexCorruptError for any damage, FileNotFoundError when there is no manifest."""
+    return parse(storage.read_manifest(Path(root)), Path(root) / storage.MANIFEST)

@@ -1,0 +1,197 @@
+"""MANIFEST.json read through one typed schema: every shape error is an IndexCorruptError naming the file
+and the field, with the default load and with verify=False (issue 34, item 1)."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from _inverted_data import ids_for, random_batch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tokenspace.index import IndexCorruptError, InvertedIndex, storage
+from tokenspace.vocab import Vocabulary
+
+VOCAB = Vocabulary.latent(30)
+
+
+def _build(root, deleted=("d3",)):
+    docs = random_batch(60, 30, 0.2, seed=5, zipf=True).with_vocab(VOCAB)
+    index = InvertedIndex.build(docs[:40], ids_for(40), deny=[7],
+                                metadata=[{"source": "a" if i % 2 else "b"} for i in range(40)])
+    index.save(root)
+    index.add(docs[40:], ids_for(20, "e"))  # a second segment
+    index.delete(list(deleted))
+    index.save(root)
+    return root
+
+
+def _doc(root) -> dict:
+    return json.loads((root / storage.MANIFEST).read_text())
+
+
+def _write(root, doc) -> None:
+    """Write an edited manifest with a valid checksum (a checksum-valid edit)."""
+    if isinstance(doc, dict) and doc.get("format") == storage.FORMAT:
+        doc = {k: v for k, v in doc.items() if k != "manifest_crc32"}
+        doc["manifest_crc32"] = storage._manifest_crc(doc)
+    (root / storage.MANIFEST).write_text(json.dumps(doc))
+
+
+def _set(path, value):
+    def edit(doc):
+        target = doc
+        for key in path[:-1]:
+            target = target[key]
+        if value is KeyError:
+            del target[path[-1]]
+        else:
+            target[path[-1]] = value
+        return doc
+    return edit
+
+
+SEG0 = ["segments", 0]
+EDITS = {  # name -> (edit, the field the error must name)
+    "n abc": (_set(["n"], "abc"), "n: expected an int"),
+    "segment n abc": (_set([*SEG0, "n"], "abc"), "segments[0].n: expected an int"),
+    "vocab x": (_set(["vocab"], "x"), "vocab: expected an object"),
+    "token_filter list": (_set(["token_filter"], [1, 2]), "token_filter: expected an object"),
+    "no segments": (_set(["segments"], KeyError), "segments: missing"),
+    "dense_fraction 0": (_set(["dense_fraction"], 0), "dense_fraction: expected a finite number > 0"),
+    "top_n -3": (_set(["top_n"], -3), "top_n: expected an int >= 0"),
+    "segments []": (_set(["segments"], []), "segments: 0 segment(s) of 0 rows, the index has n = 60"),
+    "segments {}": (_set(["segments"], {}), "segments: expected a list"),
+    "segment twice": (lambda d: dict(d, segments=[d["segments"][0]] * 2, n=80), "segment seg-000001 listed twice"),
+    "segment name outside": (_set([*SEG0, "name"], "../../etc"), "segments[0].name: expected a string matching"),
+    "dim bool": (_set(["dim"], True), "dim: expected an int"),
+    "unknown field": (_set(["extra"], 1), "extra: unknown field"),
+    "file entry crc str": (lambda d: _set([*SEG0, "files", "seg-000001/df.npy", "crc32"], "x")(d),
+                           "segments[0].files['seg-000001/df.npy'].crc32: expected an int"),
+    "array file missing": (lambda d: _set([*SEG0, "files", "seg-000001/df.npy"], KeyError)(d),
+                           "segments[0].files.seg-000001/df.npy: missing"),
+    "tombstone elsewhere": (_set(["segments", 1, "tombstones"], {"file": "../x.npy", "bytes": 1, "crc32": 1}),
+                            "segments[1].tombstones.file: expected a string matching"),
+    "deny out of range": (_set(["token_filter", "deny"], [99]), "token_filter.deny[0]: expected an int in [0, 30)"),
+    "block": (_set(["block"], 32), "block: block size"),
+    "version string": (_set(["version"], "3"), "version: expected an int"),
+    "version list": (_set(["version"], [2]), "version: expected an int"),
+    "crc missing": (lambda d: {k: v for k, v in d.items() if k != "manifest_crc32"} | {"manifest_crc32": None},
+                    "manifest_crc32: missing or not an int"),
+}
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    return _build(tmp_path_factory.mktemp("manifest") / "idx")
+
+
+@pytest.mark.parametrize("name", list(EDITS))
+def test_checksum_valid_edit_is_index_corrupt_naming_the_field(saved, tmp_path, name):
+    edit, field = EDITS[name]
+    root = tmp_path / "idx"
+    shutil.copytree(saved, root)
+    doc = edit(_doc(root))
+    if name == "crc missing":
+        (root / storage.MANIFEST).write_text(json.dumps(doc))
+    else:
+        _write(root, doc)
+    for verify in (True, False):
+        with pytest.raises(IndexCorruptError) as e:
+            InvertedIndex.load(root, verify=verify)
+        assert str(e.value).startswith(str(root / storage.MANIFEST)), e.value
+        assert field in str(e.value), e.value
+
+
+@pytest.mark.parametrize("content, why", [
+    ("null", "a JSON NoneType, not an object"),
+    ("[1, 2]", "a JSON list, not an object"),
+    ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    ('{"a": ' * 100_000 + "1" + "}" * 100_000, "nested too deeply"),
+    ('{"hello": "world"}', "not a tokenspace-inverted index manifest"),
+    ("\xff\xfe", "unreadable manifest"),
+])
+def test_manifest_that_is_not_an_object(saved, tmp_path, content, why):
+    root = tmp_path / "idx"
+    shutil.copytree(saved, root)
+    (root / storage.MANIFEST).write_bytes(content.encode("latin-1") if content.startswith("\xff") else content.encode())
+    for verify in (True, False):
+        with pytest.raises(IndexCorruptError, match=why):
+            InvertedIndex.load(root, verify=verify)
+
+
+def test_manifest_a_folder(saved, tmp_path):
+    root = tmp_path / "idx"
+    shutil.copytree(saved, root)
+    (root / storage.MANIFEST).unlink()
+    (root / storage.MANIFEST).mkdir()
+    with pytest.raises(IndexCorruptError, match="unreadable manifest"):
+        InvertedIndex.load(root, verify=False)
+    with pytest.raises(IndexCorruptError, match="unreadable manifest"):
+        InvertedIndex(30).save(root)  # save reads the old manifest for its segment numbers
+
+
+def test_round_trip_keeps_the_schema(saved):
+    index = InvertedIndex.load(saved)
+    assert len(index) == 59 and index.token_filter.deny == frozenset({7})
+    assert _doc(saved)["n"] == 60 and _doc(saved)["version"] == storage.VERSION
+
+
+def test_version_2_manifest_still_reads(saved, tmp_path):
+    """Indexes written before the document count (format 2) load as before."""
+    root = tmp_path / "idx"
+    docs = random_batch(20, 30, 0.2, seed=6)
+    InvertedIndex.build(docs, ids_for(20)).save(root)
+    doc = _doc(root)
+    del doc["n"]
+    doc["version"] = 2
+    _write(root, doc)
+    assert len(InvertedIndex.load(root)) == 20
+
+
+# ------------------------------------------------------------------ generated damage (property-based)
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(1 << 40), 1 << 40) | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=6)
+
+
+def _paths(value, prefix=()):
+    """Every key path inside a JSON value (the places a generated edit may hit)."""
+    yield prefix
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _paths(v, (*prefix, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _paths(v, (*prefix, i))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), verify=st.booleans())
+def test_any_checksum_valid_edit_loads_or_is_index_corrupt(saved, tmp_path_factory, data, verify):
+    """Replace or delete any one value of the manifest (checksum recomputed): the load raises
+    IndexCorruptError, or gives an index that answers ids / len / search / metadata consistently."""
+    root = tmp_path_factory.mktemp("edit") / "idx"
+    shutil.copytree(saved, root)
+    doc = _doc(root)
+    doc.pop("manifest_crc32")
+    paths = [p for p in _paths(doc) if p]
+    path = data.draw(st.sampled_from(paths))
+    value = data.draw(st.just(KeyError) | JSON)
+    _set(list(path), value)(doc)
+    _write(root, doc)
+    try:
+        index = InvertedIndex.load(root, verify=verify)
+        ids = index.ids()
+        assert len(ids) == len(index) == len(set(ids))
+        queries = random_batch(3, 30, 0.3, seed=1)
+        for mode in ("exact", "approx"):
+            for hits in index.search(queries, k=5, mode=mode):
+                assert {h.id for h in hits} <= set(ids)
+        index.metadata(ids)
+    except IndexCorruptError:
+        pass
+    finally:
+        shutil.rmtree(root.parent)
