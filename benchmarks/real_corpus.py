@@ -147,7 +147,7 @@ class Splade:
         torch = self.torch
         enc = self.tok.encode_batch(texts)
         order = np.argsort([len(e.ids) for e in enc], kind="stable")  # similar lengths together: less padding
-        rows: list = [None] * len(texts)
+        parts = []
         t = self.tower
         with torch.inference_mode():
             for a in range(0, len(order), batch):
@@ -160,19 +160,20 @@ class Splade:
                     mask[r, : len(enc[i].ids)] = 1
                 h = t.mlm_transform(t(ids, mask))  # [b, L, H]
                 best = self.max_projection(h, t.word_embeddings, t.mlm_bias, mask.bool(), self.dtype)  # [b, V]
-                vec = torch.log1p(torch.relu(best))
-                for r, i in enumerate(idx):
-                    rows[i] = vec[r]
-        return SparseBatch.from_torch(torch.stack(rows))
+                parts.append(SparseBatch.from_torch(torch.log1p(torch.relu(best))))  # sparse per batch: no [N, V]
+        out = SparseBatch.concat(parts)
+        return out[np.argsort(order, kind="stable")]  # back to the input order
 
 
 def encode_parts(passages: list[str], parts: Path, encode: Callable[[list[str]], SparseBatch],
-                 part_size: int) -> list[Path]:
+                 part_size: int, shard: tuple[int, int] = (0, 1)) -> list[Path]:
     """Encode ``passages`` in parts of ``part_size`` rows; parts already on disk are skipped. Each part is
-    written atomically, then its timing (part-NNNNN.json)."""
+    written atomically, then its timing (part-NNNNN.json). ``shard`` (k, m): only parts i with i % m == k,
+    so m processes of one thread each share the work (one process with two threads spends much of its
+    CPU time waiting for its second thread on a busy machine)."""
     n_parts = (len(passages) + part_size - 1) // part_size
     files = [parts / f"part-{i:05d}.npz" for i in range(n_parts)]
-    todo = [i for i, f in enumerate(files) if not f.exists()]
+    todo = [i for i, f in enumerate(files) if not f.exists() and i % shard[1] == shard[0]]
     if todo:
         print(f"encoding {len(todo)} of {n_parts} parts ({n_parts - len(todo)} already done)", flush=True)
     t0, rows_done = time.perf_counter(), 0
@@ -224,7 +225,7 @@ def done_prefix(parts: Path, n_passages: int, part_size: int) -> list[Path]:
 
 
 def build(out: Path, n: int, part_size: int = 20_000, n_queries: int = N_QUERIES, encode=None,
-          srcs=None, candidates=None, prefix_only: bool = False) -> dict:
+          srcs=None, candidates=None, prefix_only: bool = False, shard: tuple[int, int] = (0, 1)) -> dict | None:
     """The whole build (encoding the missing parts), or with ``prefix_only`` the corpus of the parts
     already encoded (a build stopped for lack of time); returns the stats."""
     out.mkdir(parents=True, exist_ok=True)
@@ -237,7 +238,10 @@ def build(out: Path, n: int, part_size: int = 20_000, n_queries: int = N_QUERIES
             raise SystemExit(f"error: no encoded parts in {out / 'parts'} yet")
         passages = passages[: sum(json.loads(f.with_suffix(".json").read_text())["rows"] for f in files)]
     else:
-        files = encode_parts(passages, out / "parts", encode, part_size)
+        files = encode_parts(passages, out / "parts", encode, part_size, shard)
+        if not all(f.exists() for f in files):  # another shard's parts are still being encoded
+            print("this shard is done; the corpus is written by the run that finds every part", flush=True)
+            return None
     docs = SparseBatch.concat(SparseBatch.load(f) for f in files)
     q = encode(queries)
     write_corpus(out, docs, q)
@@ -256,12 +260,19 @@ def main(argv=None) -> int:
     ap.add_argument("--n", type=int, default=1_000_000, help="passages (fewer if the sources hold fewer)")
     ap.add_argument("--queries", type=int, default=N_QUERIES)
     ap.add_argument("--part-size", type=int, default=20_000)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
                     help="precision of the MLM logits' matrix product (the max and the log run in float32)")
+    ap.add_argument("--shard", default="0/1", help="K/M: encode only parts i with i %% M == K (M processes)")
     ap.add_argument("--prefix-only", action="store_true",
                     help="encode nothing more: write the corpus of the parts done so far (a stopped build)")
     a = ap.parse_args(argv)
+    try:
+        k, m = (int(x) for x in a.shard.split("/"))
+        if not 0 <= k < m:
+            raise ValueError
+    except ValueError:
+        ap.error(f"--shard must be K/M with 0 <= K < M, got {a.shard!r}")
     missing = [str(p) for p in (DICTD / "gcide.index", DICTD / "foldoc.index", DICTD / "jargon.index",
                                 WORDNET / "data.noun") if not p.exists()]
     pfile = a.out / "passages.txt"
@@ -269,7 +280,8 @@ def main(argv=None) -> int:
         print(f"error: Debian text missing ({', '.join(missing)}): run `make system-packages`", file=sys.stderr)
         return 2
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    stats = build(a.out, a.n, a.part_size, a.queries, encode=Splade(threads=a.threads, dtype=a.dtype), prefix_only=a.prefix_only)
+    stats = build(a.out, a.n, a.part_size, a.queries, encode=Splade(threads=a.threads, dtype=a.dtype), prefix_only=a.prefix_only,
+                  shard=(k, m))
     print(json.dumps(stats, indent=1))
     return 0
 

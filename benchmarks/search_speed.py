@@ -103,12 +103,14 @@ def machine() -> str:
 
 def run_peer(name, data_dir, n_docs, gt, args) -> dict:
     # per corpus size: two runs (100K and 1M) may be measuring the same peer at once
-    out = ROOT / "benchmarks/results" / f".worker-{name}-{n_docs}.json"
+    out = ROOT / "benchmarks/results" / f".worker-{name}-{n_docs}{getattr(args, 'tag', '')}.json"
     out.unlink(missing_ok=True)
     env = dict(os.environ, **{v: str(args.threads) for v in THREAD_ENV})
     cmd = [sys.executable, "-m", "benchmarks.peers.worker", name, str(data_dir), str(n_docs), str(out),
            "--gt", str(gt), "--k", str(K), "--single", str(args.single), "--batch-size", str(args.batch_size),
            "--threads", str(args.threads), "--workdir", str(args.workdir)]
+    if getattr(args, "options", None):  # real_engines.py: build parameters / settings for this run
+        cmd += ["--options", json.dumps(args.options)]
     t0 = time.time()
     load0 = os.getloadavg()[0]  # the machine is shared: say how busy it was while this peer ran
     log = out.with_suffix(".log")

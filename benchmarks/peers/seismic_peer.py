@@ -20,7 +20,15 @@ class SeismicPeer(Peer):
     name = "seismic"
     notes = "approximate; RAYON_NUM_THREADS for batches (num_threads is ignored)"
 
+    def __init__(self, build: dict | None = None, settings: list | None = None):
+        # build: build_from_dataset keywords over BUILD (n_postings, nknn, ...); settings: [(label,
+        # {query_cut, heap_factor, n_knn, sorted})] to measure instead of the two below (real_engines.py)
+        self.build_options = dict(build or {})
+        self._settings = [(label, dict(s)) for label, s in settings] if settings else None
+
     def settings(self):
+        if self._settings:
+            return self._settings
         return [("heap_factor=0.9", {"query_cut": 30, "heap_factor": 0.9}),
                 ("heap_factor=0.7", {"query_cut": 30, "heap_factor": 0.7})]
 
@@ -30,7 +38,8 @@ class SeismicPeer(Peer):
         self.seismic = seismic
         self.string = seismic.get_seismic_string()
         n = corpus.n_docs
-        self.n_postings = max(1000, min(6000, n // 200))
+        opts = dict(self.build_options)
+        self.n_postings = int(opts.pop("n_postings", max(1000, min(6000, n // 200))))
         ds = seismic.SeismicDataset(dim=corpus.dim)
         step = 100_000
         for s in range(0, n, step):
@@ -40,20 +49,21 @@ class SeismicPeer(Peer):
                                    np.asarray(corpus.d_indices[a:b], np.int64),
                                    np.asarray(corpus.d_data[a:b], np.float32),
                                    np.asarray(corpus.d_indptr[s:e + 1] - a, np.int64))
-        self.index = seismic.SeismicIndex.build_from_dataset(ds, n_postings=self.n_postings, **BUILD)
+        self.index = seismic.SeismicIndex.build_from_dataset(ds, n_postings=self.n_postings, **{**BUILD, **opts})
         del ds
         self.index.save(str(workdir / "seismic"))
-        self.notes += f"; n_postings={self.n_postings}"
+        self.notes += f"; n_postings={self.n_postings}" + "".join(f", {k}={v}" for k, v in opts.items())
 
     def _comps(self, idx):
         return np.array([str(int(i)) for i in idx], dtype=self.string)
 
-    def search_one(self, q_idx, q_val, k, query_cut=30, heap_factor=0.9, **_):
+    def search_one(self, q_idx, q_val, k, query_cut=30, heap_factor=0.9, qrow=None, **extra):
+        # extra: n_knn / sorted, passed only when a setting names them (older pyseismic lacks them)
         res = self.index.search("q", self._comps(q_idx), np.asarray(q_val, np.float32), k=k,
-                                query_cut=query_cut, heap_factor=heap_factor)
+                                query_cut=query_cut, heap_factor=heap_factor, **extra)
         return np.array([int(r[2]) for r in res], np.int64)
 
-    def search_batch(self, corpus, rows, k, threads, query_cut=30, heap_factor=0.9, **_):
+    def search_batch(self, corpus, rows, k, threads, query_cut=30, heap_factor=0.9, **extra):
         qids = np.array([str(int(r)) for r in rows], dtype=self.string)
         comps, vals = [], []
         for r in rows:
@@ -61,7 +71,7 @@ class SeismicPeer(Peer):
             comps.append(self._comps(idx))
             vals.append(np.asarray(val, np.float32))
         res = self.index.batch_search(qids, comps, vals, k=k, query_cut=query_cut, heap_factor=heap_factor,
-                                      num_threads=threads)
+                                      num_threads=threads, **extra)
         by_query = {}
         for hits in res:  # batches come back out of query order: key them by the query id they carry
             if hits:

@@ -13,7 +13,15 @@ class TokenspacePeer(Peer):
              "then exact rescoring; approx = 16-bit integer first pass, the rerank best rescored exactly; "
              "approx knobs alpha (block skipping) and query_mass (query term cut)")
 
+    def __init__(self, build: dict | None = None, settings: list | None = None):
+        # build: InvertedIndex.build keywords (approx_top_n, dense_fraction); settings: [(label, search
+        # keywords)] to measure instead of the four below (real_engines.py's sweeps)
+        self.build_options = dict(build or {})
+        self._settings = [(label, dict(s)) for label, s in settings] if settings else None
+
     def settings(self):
+        if self._settings:
+            return self._settings
         # approx: APPROX_DEFAULTS (query_mass 0.9, alpha 0.9, rerank 5k), one step safer and one more
         # aggressive on the query cut (docs/benchmarks.md). On bench-100K alpha 0.5 + query_mass 0.9
         # fell to recall 0.41 without being faster, so it is not measured.
@@ -27,7 +35,7 @@ class TokenspacePeer(Peer):
         from tokenspace.sparse import SparseBatch
 
         batch = SparseBatch(corpus.d_indptr, corpus.d_indices, corpus.d_data, corpus.dim)
-        self.index = InvertedIndex.build(batch, [str(i) for i in range(corpus.n_docs)])
+        self.index = InvertedIndex.build(batch, [str(i) for i in range(corpus.n_docs)], **self.build_options)
         self.index.save(workdir / "inverted")
         self.dim = corpus.dim
 

@@ -35,9 +35,10 @@ def recall_at(results, gt, k) -> float:
     return float(np.mean(vals)) if vals else float("nan")
 
 
-def make_peer(name: str):
+def make_peer(name: str, options: dict | None = None):
+    """The peer, built with ``options`` (its constructor's keywords: build parameters, settings to sweep)."""
     module, cls = PEERS[name].split(":")
-    return getattr(importlib.import_module(module), cls)()
+    return getattr(importlib.import_module(module), cls)(**(options or {}))
 
 
 def measure(peer, corpus, workdir, gt, k, n_single, batch_size, threads) -> dict:
@@ -98,11 +99,13 @@ def main(argv=None):
     ap.add_argument("--batch-size", type=int, default=250)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--workdir", type=Path, default=None)
+    ap.add_argument("--options", type=json.loads, default=None,
+                    help="JSON keywords for the peer's constructor (benchmarks/real_engines.py's sweeps)")
     a = ap.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix=f"bench-{a.peer}-", dir=a.workdir))
     try:
         try:
-            peer = make_peer(a.peer)
+            peer = make_peer(a.peer, a.options)
         except ImportError as e:
             raise RuntimeError(f"not installed ({e}); pip install 'tokenspace[bench]'") from e
         corpus = load_corpus(a.data_dir, a.n_docs)

@@ -89,3 +89,13 @@ def test_prefix_only_without_parts_is_a_clear_error(rc, tmp_path):
     rc.prepare_texts(tmp_path, 100, 10, _sources(), CANDIDATES)
     with pytest.raises(SystemExit, match="no encoded parts"):
         rc.build(tmp_path, n=100, part_size=50, n_queries=10, encode=CountingEncoder(), prefix_only=True)
+
+
+def test_shards_split_the_parts_and_the_last_one_writes_the_corpus(rc, tmp_path):
+    enc0, enc1 = CountingEncoder(), CountingEncoder()
+    kw = dict(n=450, part_size=100, n_queries=30, srcs=_sources(), candidates=CANDIDATES)
+    assert rc.build(tmp_path, encode=enc0, shard=(0, 2), **kw) is None  # parts 0, 2, 4; 1 and 3 missing
+    assert enc0.calls == [100, 100, 50]
+    assert not (tmp_path / "d_indptr.npy").exists()
+    stats = rc.build(tmp_path, encode=enc1, shard=(1, 2), **kw)
+    assert enc1.calls == [100, 100, 30] and stats["docs"] == 450

@@ -1,0 +1,253 @@
+"""The engines on a real learned-sparse corpus (issue 30): recall@10 against QPS, each engine swept over
+its own knobs, side by side in one run.
+
+    python benchmarks/real_engines.py --corpus-dir bench-data/real-text            # from real_corpus.py
+    python benchmarks/real_engines.py --corpus-dir bench-data/real-text --n-docs 100000 --engines seismic
+
+Each (engine, build) pair runs in its own process through search_speed.py's runner and the peers'
+worker (benchmarks/peers/worker.py, built once, then per search setting 1,000 queries one at a time on
+one thread and all queries batched on 2 threads), so the timing code is the one bench-1M uses.
+Seismic is rebuilt per build configuration (n_postings, centroid_fraction, summary_energy,
+max_fraction, min_cluster_size; the knn graph when --knn), each searched over query_cut x heap_factor;
+tokenspace over its approximate knobs (query_mass, alpha, rerank) and its exact mode; PISA (exact
+MaxScore / BMW) and scipy (exact) once. The grids start from Seismic's own guidelines
+(TusKANNy/seismic docs/Guidelines.md: centroid_fraction {0.05, 0.1, 0.2}, summary_energy [0.4, 0.6],
+max_fraction 6, query_cut 10, heap_factor [0.7, 1]) and its best MS MARCO configurations
+(experiments/best_configs: n_postings 3000 at 8.8M passages, max_fraction 4, min_cluster_size 10).
+
+Writes benchmarks/results/real_engines-<corpus>.json, the recall-vs-QPS plot docs/real_engines-<corpus>.png
+and the table section of docs/benchmarks.md (between markers, at the top of the file).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # `python benchmarks/real_engines.py` imports benchmarks.*
+
+from benchmarks.report import markdown_table  # noqa: E402
+from benchmarks.search_speed import ground_truth, machine, run_peer  # noqa: E402
+
+K = 10
+
+
+def seismic_builds(n: int, knn: bool) -> list[dict]:
+    """Build configurations: the guidelines' values around n_postings scaled to the collection."""
+    base = {"centroid_fraction": 0.1, "summary_energy": 0.4, "max_fraction": 6.0, "min_cluster_size": 2}
+    out = []
+    for div in (400, 200, 100, 50):
+        out.append({**base, "n_postings": max(100, n // div)})
+    mid = max(100, n // 100)
+    out.append({**base, "n_postings": mid, "centroid_fraction": 0.2, "summary_energy": 0.5})
+    out.append({**base, "n_postings": mid, "centroid_fraction": 0.05})
+    out.append({**base, "n_postings": mid, "max_fraction": 4.0, "min_cluster_size": 10})  # best_configs' shape
+    if knn:
+        out.append({**base, "n_postings": mid, "nknn": 10})
+    return out
+
+
+def seismic_settings(knn: bool) -> list[tuple[str, dict]]:
+    out = []
+    for qc in (5, 10, 20):
+        for hf in (0.6, 0.7, 0.8, 0.9, 1.0):
+            out.append((f"qc={qc} hf={hf}", {"query_cut": qc, "heap_factor": hf}))
+    if knn:
+        out += [(f"qc=10 hf={hf} knn={nk}", {"query_cut": 10, "heap_factor": hf, "n_knn": nk})
+                for hf in (0.8, 0.9) for nk in (5, 10)]
+    return out
+
+
+def tokenspace_settings() -> list[tuple[str, dict]]:
+    out = [("exact", {"mode": "exact"})]
+    for qm in (1.0, 0.95, 0.9, 0.8, 0.7, 0.6):
+        for al in (1.0, 0.9, 0.7):
+            out.append((f"approx qm={qm} a={al}", {"mode": "approx", "query_mass": qm, "alpha": al}))
+    out += [(f"approx qm={qm} a=0.9 rerank={rr}", {"mode": "approx", "query_mass": qm, "alpha": 0.9, "rerank": rr})
+            for qm in (0.9, 0.8) for rr in (20, 100)]
+    return out
+
+
+def _label(build: dict) -> str:
+    short = {"n_postings": "np", "centroid_fraction": "cf", "summary_energy": "se", "max_fraction": "mf",
+             "min_cluster_size": "mcs", "nknn": "knn", "approx_top_n": "top_n"}
+    return " ".join(f"{short.get(k, k)}={v}" for k, v in build.items())
+
+
+def runs(engines: list[str], n: int, knn: bool) -> list[tuple[str, dict]]:
+    """(peer, constructor options) per process to run."""
+    out = []
+    for e in engines:
+        if e == "seismic":
+            out += [("seismic", {"build": b, "settings": seismic_settings(knn)}) for b in seismic_builds(n, knn)]
+        elif e == "tokenspace":
+            out.append(("tokenspace", {"settings": tokenspace_settings()}))
+        else:
+            out.append((e, {}))
+    return out
+
+
+def pareto(points: list[tuple[float, float, str]]) -> list[tuple[float, float, str]]:
+    """The (recall, qps, label) points no other point beats on both, by recall."""
+    best, out = -1.0, []
+    for r, q, lab in sorted(points, key=lambda p: (-p[1], -p[0])):
+        if r > best:
+            out.append((r, q, lab))
+            best = r
+    return sorted(out)
+
+
+def engine_points(report) -> dict[str, list[tuple[float, float, str, dict]]]:
+    """Per engine: (1-thread recall, 1-thread QPS, label, result row) of every setting of every build."""
+    out: dict[str, list] = {}
+    for res in report["results"]:
+        for s in res.get("settings", []):
+            out.setdefault(res["peer"], []).append((s["single_recall"], s["single_qps"], s["setting"], res))
+    return out
+
+
+def best_at(points, recall: float, key: str = "single"):
+    """The fastest setting reaching ``recall`` (one at a time or batched), or None."""
+    ok = []
+    for _, _, label, res in points:
+        for s in res["settings"]:
+            if s["setting"] == label and s[f"{key}_recall"] >= recall:
+                ok.append((s[f"{key}_qps"], s, res))
+    return max(ok, key=lambda t: t[0]) if ok else None
+
+
+def summary(report) -> str:
+    """Who is fastest at equal recall, one at a time and batched: the issue's targets read off the sweep."""
+    pts = engine_points(report)
+    lines = ["| engine | target recall@10 | best 1-thread QPS | its setting | recall | best batched QPS (2 thr) | its setting | "
+             "build s | index MB |", "|---|---|---|---|---|---|---|---|---|"]
+    for eng, p in pts.items():
+        for r in (0.95, 0.99, 1.0 if eng != "seismic" else 0.999):
+            one, bat = best_at(p, r), best_at(p, r, "batch")
+            if one is None:
+                lines.append(f"| {eng} | {r} | not reached | | | | | | |")
+                continue
+            q, s, res = one
+            bq = f"{bat[0]:,.0f} | {bat[1]['setting']}" if bat else "- | -"
+            mb = "-" if not res.get("index_bytes") else f"{res['index_bytes'] / 2**20:,.0f}"
+            lines.append(f"| {eng} | {r} | {q:,.0f} | {s['setting']} | {s['single_recall']:.3f} | {bq} | "
+                         f"{res['build_s']:.0f} | {mb} |")
+    return "\n".join(lines)
+
+
+def plot(report, path: Path) -> None:
+    import matplotlib  # start-up: only the report needs it
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # after use("Agg")
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for ax, key, title in ((axes[0], "single", "one query at a time, 1 thread"),
+                           (axes[1], "batch", "batched, 2 threads")):
+        for eng, p in engine_points(report).items():
+            pts = [(s[f"{key}_recall"], s[f"{key}_qps"], s["setting"]) for _, _, lab, res in p
+                   for s in res["settings"] if s["setting"] == lab]
+            xs, ys = [r for r, _, _ in pts], [q for _, q, _ in pts]
+            line = ax.scatter(xs, ys, s=10, alpha=0.35)
+            front = pareto(pts)
+            ax.plot([r for r, _, _ in front], [q for _, q, _ in front], "-o", ms=3, color=line.get_facecolor()[0],
+                    alpha=1.0, label=eng)
+        # recall on a -log(1 - recall) axis: 0.9, 0.99 and 1.0 apart, 1.0 off the frame's edge
+        ax.set_xscale("function", functions=(lambda r: -np.log10(np.clip(1.002 - r, 1e-3, None)),
+                                             lambda y: 1.002 - 10 ** (-y)))
+        ax.set_xticks([0.5, 0.8, 0.9, 0.95, 0.99, 1.0])
+        ax.set_xlim(0.5, 1.001)
+        ax.set_yscale("log")
+        ax.set_xlabel("recall@10 (vs exact)")
+        ax.set_ylabel("queries / s")
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"{report['corpus']}: {report['n_docs']:,} docs, {report['n_queries']:,} queries "
+                 f"({report['date']})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def update_docs(path: Path, report, body: str) -> None:
+    """This corpus' section between markers; a new section goes before the first existing one."""
+    import re
+
+    tag = f"real_engines:{report['corpus']}"
+    begin, end = f"<!-- {tag}:begin -->", f"<!-- {tag}:end -->"
+    section = f"{begin}\n{body}\n{end}"
+    text = path.read_text(encoding="utf-8")
+    if begin in text:
+        text = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: section, text, flags=re.DOTALL)
+    else:
+        anchor = "## Reproducing, and the peers' setup"
+        text = text.replace(anchor, section + "\n\n" + anchor, 1) if anchor in text else text + "\n" + section + "\n"
+    path.write_text(text, encoding="utf-8")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--corpus-dir", type=Path, required=True, help="a corpus from benchmarks/real_corpus.py")
+    ap.add_argument("--n-docs", type=int, default=None, help="the first N documents (default: all)")
+    ap.add_argument("--engines", default="tokenspace,seismic,pisa,scipy")
+    ap.add_argument("--knn", action="store_true", help="also a Seismic build with its k-NN graph (slow)")
+    ap.add_argument("--single", type=int, default=1000, help="one-at-a-time queries timed per setting")
+    ap.add_argument("--batch-size", type=int, default=250)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--timeout", type=float, default=3600, help="seconds per engine build + sweep")
+    ap.add_argument("--name", default=None, help="the corpus' name in the results (default: folder + size)")
+    ap.add_argument("--no-docs", action="store_true")
+    a = ap.parse_args(argv)
+    if not (a.corpus_dir / "d_indptr.npy").exists():
+        ap.error(f"{a.corpus_dir} holds no corpus (d_indptr.npy): build one with benchmarks/real_corpus.py")
+    total = len(np.load(a.corpus_dir / "d_indptr.npy", mmap_mode="r")) - 1
+    n = min(a.n_docs or total, total)
+    n_queries = len(np.load(a.corpus_dir / "q_indptr.npy", mmap_mode="r")) - 1
+    name = a.name or f"{a.corpus_dir.name}-{n // 1000}K"
+    a.workdir = a.corpus_dir / "work"
+    a.workdir.mkdir(parents=True, exist_ok=True)
+    gt = ground_truth(a.corpus_dir, n, K)
+    command = "python benchmarks/real_engines.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    report = {"corpus": name, "n_docs": n, "n_queries": n_queries, "k": K, "command": command.strip(),
+              "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine(),
+              "threads_batch": a.threads, "single_queries": a.single, "batch_size": a.batch_size, "results": []}
+    stats = a.corpus_dir / "stats.json"
+    report["corpus_stats"] = json.loads(stats.read_text()) if stats.exists() else None
+    out = ROOT / "benchmarks/results" / f"real_engines-{name}.json"
+    engines = [e.strip() for e in a.engines.split(",") if e.strip()]
+    for i, (peer, options) in enumerate(runs(engines, n, a.knn)):
+        a.options, a.tag = options, f"-real{os.getpid()}-{i}"
+        print(f"--- {peer} {_label(options.get('build', {}))}", flush=True)
+        t0 = time.time()
+        res = run_peer(peer, a.corpus_dir, n, gt, a)
+        if "build" in options:
+            res["build_options"] = options["build"]
+            tag = _label(options["build"])
+            for s in res.get("settings", []):
+                s["setting"] = f"{tag} {s['setting']}"
+        print(f"    {time.time() - t0:.0f} s: " + json.dumps(res)[:300], flush=True)
+        report["results"].append(res)
+        out.write_text(json.dumps(report, indent=1) + "\n")  # after every engine: a stopped run keeps its rows
+    png = ROOT / "docs" / f"real_engines-{name}.png"
+    plot(report, png)
+    body = (f"## {name}: {n:,} real SPLADE-tiny documents, {n_queries:,} queries, recall@10 against QPS\n\n"
+            f"Command: `{report['command']}`  \nDate: {report['date']}  \nMachine: {report['machine']}  \n"
+            f"One-at-a-time queries timed per setting: {a.single}; batched: all {n_queries:,} queries in batches "
+            f"of {a.batch_size} on {a.threads} threads.\n\n![recall@10 vs QPS](real_engines-{name}.png)\n\n"
+            f"Fastest setting of each engine at a recall@10 target (read off the sweep below):\n\n{summary(report)}\n\n"
+            f"<details><summary>Every setting measured</summary>\n\n{markdown_table(report)}\n\n</details>")
+    if not a.no_docs:
+        update_docs(ROOT / "docs/benchmarks.md", report, body)
+    print(summary(report))
+    print(f"wrote {out}, {png}" + ("" if a.no_docs else " and docs/benchmarks.md"))
+
+
+if __name__ == "__main__":
+    main()
