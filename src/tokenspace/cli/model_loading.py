@@ -23,6 +23,13 @@ def load_model(ref: str, device: str = "cpu"):
     return model.to(dev) if dev.type != "cpu" else model
 
 
+def model_reference(ref: str) -> str:
+    """What an index records as its model (collection.json) so that a later command loads the same one
+    from any folder: a model folder as its absolute path, a release or config name as the name (as
+    ``registry.load`` reads ``ref``: a folder first)."""
+    return str(Path(ref).resolve()) if Path(ref).is_dir() else ref
+
+
 def device_named(name: str) -> torch.device:
     """--device as a torch.device that exists here (cpu, cuda, cuda:1, mps)."""
     try:

@@ -97,6 +97,16 @@ def recall_from_ranks(ranks: np.ndarray, k: int) -> float:
     return float(np.mean(ranks[valid] < k)) if valid.any() else float("nan")
 
 
+def metric_label(name: str) -> str:
+    """A metric's name with its direction, for people: ``image_retrieval_recall@5`` -> ``text→image
+    recall@5`` (clip_benchmark's name says what is retrieved); other names are returned as they are."""
+    for kind, direction in (("image", "text→image"), ("text", "image→text")):
+        prefix = f"{kind}_retrieval_"
+        if name.startswith(prefix):
+            return f"{direction} {name[len(prefix):]}"
+    return name
+
+
 def retrieval_metrics(image_emb: Embeddings, text_emb: Embeddings, text_to_image,
                       ks: Sequence[int] = DEFAULT_KS, metric: str = "dot", ties: str = "query") -> dict[str, float]:
     """Recall@K both ways plus ``mean_recall``; see the module docstring for the tie rules."""

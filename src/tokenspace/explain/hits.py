@@ -5,6 +5,7 @@ query_weight * image_weight per token: the explanation is the score, not an appr
 """
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,9 +48,17 @@ def contributions(query: SparseBatch, docs: SparseBatch, top_k: int | None = Non
     return out
 
 
+def caption(text: str, width: int = 60) -> str:
+    """``text`` on one line in at most ``width`` characters, cut at a word boundary with an ellipsis."""
+    short = textwrap.shorten(text, width, placeholder=" …")
+    if short == "…":  # one word longer than width: cut inside it
+        return " ".join(text.split())[:width - 1] + "…"
+    return short
+
+
 def format_hit(rank: int, hit_id: str, score: float, parts: list[Contribution], text: str | None = None,
                top: int = 6) -> str:
     """One line per hit for terminals: rank, score, id, and the tokens that made the score."""
     toks = ", ".join(f"{c.token} {c.contribution:.3f}" for c in parts[:top])
-    label = f"  ({text[:60]})" if text else ""
+    label = f"  ({caption(text)})" if text else ""
     return f"{rank:>3}. {score:.4f}  {hit_id}{label}\n       matched: {toks or '-'}"

@@ -8,6 +8,7 @@ from pathlib import Path
 from tokenspace import atomic, pipeline
 from tokenspace.cli.common import CLIError
 from tokenspace.cli.model_loading import load_model
+from tokenspace.eval.retrieval import metric_label
 
 
 def run(args) -> int:
@@ -17,8 +18,8 @@ def run(args) -> int:
     results = pipeline.evaluate(model, args.data, home=args.home)
     for spec, metrics in results.items():
         print(spec)
-        for k, v in metrics.items():
-            print(f"  {k:32s} {v:.4f}")
+        for k, v in metrics.items():  # the direction said in words; --json keeps clip_benchmark's keys
+            print(f"  {metric_label(k):24s} {v:.4f}")
     if args.json:
         atomic.write_text(Path(args.json), json.dumps(results, indent=2))
     return 0

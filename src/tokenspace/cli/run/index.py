@@ -7,7 +7,7 @@ from pathlib import Path
 from tokenspace import pipeline
 from tokenspace.cli.common import CLIError
 from tokenspace.cli.index_loading import load_index
-from tokenspace.cli.model_loading import load_model
+from tokenspace.cli.model_loading import load_model, model_reference
 from tokenspace.index import InvertedIndex, export
 from tokenspace.index.storage import MANIFEST
 
@@ -50,8 +50,8 @@ def _build(args) -> int:
         vectors = vectors.prune_topk(args.top_n)
     index = InvertedIndex.build(vectors, ids)
     index.save(args.out)
-    pipeline.write_collection_meta(args.out, records, Path(args.model).resolve())
-    print(json.dumps(index.stats(), indent=2, default=str))
+    pipeline.write_collection_meta(args.out, records, model_reference(args.model))
+    print(f"indexed {len(ids)} images into {args.out} (`tokenspace index stats {args.out}` for its statistics)")
     return 0
 
 
