@@ -52,3 +52,40 @@ def client(served):
 
     with TestClient(build_app(served[0])) as c:
         yield c
+
+
+HEADER_TIMEOUT = 1.0  # seconds: short, so the slow-header tests wait little
+
+
+@pytest.fixture
+def header_timeout() -> float:
+    """The live server's header timeout (seconds)."""
+    return HEADER_TIMEOUT
+
+
+@pytest.fixture
+def live_server(served):
+    """The app under a real uvicorn server on a free port (a slow body needs a real socket), with the
+    settings `tokenspace serve` uses and 1 s body and header timeouts; yields the port."""
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+
+    from tokenspace.serve.app import build_app, server_settings
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(build_app(served[0], body_timeout=1.0), host="127.0.0.1", port=port,
+                                           **server_settings(header_timeout=HEADER_TIMEOUT)))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.started
+    yield port
+    server.should_exit = True
+    thread.join(timeout=30)

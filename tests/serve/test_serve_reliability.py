@@ -60,37 +60,6 @@ def test_decompression_bomb_gets_413(client):
 
 
 # ------------------------------------------------------------------------------ slow clients (item 5)
-HEADER_TIMEOUT = 1.0  # seconds: short, so the slow-header tests wait little
-
-
-@pytest.fixture
-def live_server(served):
-    """The app under a real uvicorn server on a free port (a slow body needs a real socket), with the
-    settings `tokenspace serve` uses and 1 s body and header timeouts; yields the port."""
-    import socket
-    import threading
-    import time
-
-    import uvicorn
-
-    from tokenspace.serve.app import build_app, server_settings
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(build_app(served[0], body_timeout=1.0), host="127.0.0.1", port=port,
-                                           **server_settings(header_timeout=HEADER_TIMEOUT)))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert server.started
-    yield port
-    server.should_exit = True
-    thread.join(timeout=30)
-
-
 def _raw_exchange(port: int, request: bytes, wait: float) -> bytes:
     import socket
 
@@ -144,7 +113,7 @@ def _closed_by_server(s) -> bool:
 
 
 @pytest.mark.parametrize("half", [b"GET /healthz HTTP/1.1\r\nHost: x\r\n", b"GET /heal", b""])
-def test_200_connections_with_half_sent_headers_are_closed(live_server, half):
+def test_200_connections_with_half_sent_headers_are_closed(live_server, header_timeout, half):
     """Issue 34 item 7: connections that never finish their headers (or send nothing) all stayed open
     forever; each must be answered 408 and closed once the header timeout has passed."""
     import socket
@@ -155,10 +124,9 @@ def test_200_connections_with_half_sent_headers_are_closed(live_server, half):
         for c in conns:
             if half:
                 c.sendall(half)
-        time.sleep(HEADER_TIMEOUT + 1.5)
+        time.sleep(header_timeout + 1.5)
         still_open = [c for c in conns if not _closed_by_server(c)]
         assert not still_open, f"{len(still_open)} of 200 half-open connections still open"
-        conns[0].setblocking(True)
     finally:
         for c in conns:
             c.close()
@@ -167,7 +135,7 @@ def test_200_connections_with_half_sent_headers_are_closed(live_server, half):
     assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
 
 
-def test_trickled_headers_do_not_extend_the_deadline(live_server):
+def test_trickled_headers_do_not_extend_the_deadline(live_server, header_timeout):
     """One byte every 0.3 s keeps the connection busy but the deadline is for the whole header block."""
     import socket
     import time
@@ -181,7 +149,7 @@ def test_trickled_headers_do_not_extend_the_deadline(live_server):
             except OSError:
                 break  # closed by the server
             time.sleep(0.3)
-            if time.monotonic() - t0 > HEADER_TIMEOUT + 2:
+            if time.monotonic() - t0 > header_timeout + 2:
                 break
         c.settimeout(2)
         try:
@@ -189,10 +157,10 @@ def test_trickled_headers_do_not_extend_the_deadline(live_server):
         except (TimeoutError, ConnectionResetError):
             pass
         assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
-        assert time.monotonic() - t0 < HEADER_TIMEOUT + 2
+        assert time.monotonic() - t0 < header_timeout + 2
 
 
-def test_a_kept_alive_connection_gets_a_fresh_header_deadline(live_server):
+def test_a_kept_alive_connection_gets_a_fresh_header_deadline(live_server, header_timeout):
     """A second request on a kept-alive connection is served when its headers come in time, also after
     the first request's deadline would have passed."""
     import socket
@@ -201,7 +169,7 @@ def test_a_kept_alive_connection_gets_a_fresh_header_deadline(live_server):
     with socket.create_connection(("127.0.0.1", live_server), timeout=10) as c:
         for _ in range(2):
             c.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
-            time.sleep(HEADER_TIMEOUT * 0.6)
+            time.sleep(header_timeout * 0.6)
             c.sendall(b"\r\n")
             answer = b""
             while not answer.endswith(b'{"status":"ok"}'):  # the head and the body may come apart
@@ -212,7 +180,46 @@ def test_a_kept_alive_connection_gets_a_fresh_header_deadline(live_server):
 
 
 # ------------------------------------------------------------------------------ schema vs behaviour (item 6)
-@pytest.mark.parametrize("body", [{"text": " "}, {"text": "\t\n"}, {"text": "a red dog"}, {"text": "x" * 501}])
+@pytest.mark.parametrize("body", [
+    {"text": "a red dog", "k": "10"}, {"text": "a red dog", "k": True}, {"text": "a red dog", "k": 2.5},
+    {"text": "a red dog", "steer": {"red": True}}, {"text": "a red dog", "steer": {"red": "2"}},
+    {"text": "a red dog", "must": [1]}, {"text": 7}, {"text": ["a red dog"]},
+])
+def test_values_of_another_type_get_422(client, body):
+    """Issue 34 item 7: lax parsing took "10" and true for integers and true for a number, although the
+    schema says integer / number."""
+    r = client.post("/search", json=body)
+    assert r.status_code == 422, r.text
+
+
+@pytest.mark.parametrize("body", [{"text": "a red dog", "k": 3.0}, {"text": "a red dog", "steer": {"red": 2}}])
+def test_numbers_json_schema_calls_valid_are_accepted(client, body):
+    """JSON Schema's integer includes 3.0 and its number includes 2: both are accepted."""
+    assert client.post("/search", json=body).status_code == 200
+
+
+def test_the_blank_pattern_is_exactly_what_strip_removes():
+    """The schema's pattern and the service's blank check (str.strip) agree on every code point."""
+    import re
+    import sys
+
+    from tokenspace.serve.schemas import NOT_BLANK
+
+    wrong = [hex(c) for c in range(sys.maxunicode + 1) if bool(re.search(NOT_BLANK, chr(c))) == chr(c).isspace()]
+    assert not wrong
+
+
+def test_the_schema_forbids_an_empty_upload(client):
+    """An empty upload is refused with a 422, and the schema says it must not be empty (it allowed it)."""
+    spec = client.get("/openapi.json").json()
+    ref = spec["paths"]["/search/image"]["post"]["requestBody"]["content"]["multipart/form-data"]["schema"]["$ref"]
+    assert spec["components"]["schemas"][ref.rsplit("/", 1)[1]]["properties"]["file"]["minLength"] == 1
+    r = client.post("/search/image", files={"file": ("e.png", b"", "image/png")})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "file"]
+
+
+@pytest.mark.parametrize("body", [{"text": " "}, {"text": "\t\n"}, {"text": "a red dog"}, {"text": "x" * 501},
+                                  {"text": "\u001d"}, {"text": "\u0085 \u3000"}, {"text": "\ufeff"}])
 def test_the_schema_and_the_service_agree_on_what_is_valid(client, body):
     """A body the OpenAPI schema calls valid is not refused as invalid (422), and one it calls invalid is."""
     jsonschema_rs = pytest.importorskip("jsonschema_rs")  # schemathesis's validator (pydantic's regex flavour)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 MAX_TEXT = 500  # characters of a query text: the text tower truncates to a few dozen tokens anyway
 MAX_K = 100
@@ -17,9 +17,24 @@ MAX_STEER = 100.0
 # bytes of a JSON request body: a request at every limit above is a few KB; refused (413) while it
 # arrives, before parsing (serve/body_limit.py)
 MAX_JSON_BYTES = 64 * 1024
-# a text must hold a non-space character: in the schema too, so that schema-valid means accepted
-NOT_BLANK = r"\S"
+# a text must hold a character that str.strip() keeps: in the schema too, so that schema-valid means
+# accepted. The whitespace is spelled out (Python's str.isspace set) because "\S" means a different set
+# in each regex flavour: Python's re, pydantic's Rust regex and JSON Schema's ECMA-262 (a text of
+# "\u001d" matched the schema's "\S" and was refused as blank)
+BLANK = r"\t-\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+NOT_BLANK = rf"[^{BLANK}]"
 
+
+def _integral(v):
+    # JSON Schema's "integer" includes 36.0 (a number with no fraction), which strict int refuses; other
+    # floats stay floats (refused), and a bool is never an int here
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return v
+
+
+# a count: strict (no "10", no true) but as JSON Schema reads "integer"
+Count = Annotated[int, BeforeValidator(_integral)]
 
 # a steering factor: in the schema (so clients and fuzzers see the range), not only in a validator
 Factor = Annotated[float, Field(ge=0, le=MAX_STEER, allow_inf_nan=False)]
@@ -34,12 +49,14 @@ def _not_blank(v):
 
 
 class SearchRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+    # strict: the types the schema states and no others (lax mode took "k": "10", "k": true and
+    # "steer": {"red": true}); an integer is still a valid number
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [
         {"text": "a red heart", "k": 10, "must": [], "must_not": ["cat"], "where": "heart OR star",
          "steer": {"red": 2.0}}]})
 
     text: str = Field(min_length=1, max_length=MAX_TEXT, pattern=NOT_BLANK, description="the query text")
-    k: int = Field(10, ge=1, le=MAX_K, description="number of hits")
+    k: Count = Field(10, ge=1, le=MAX_K, description="number of hits")
     must: list[str] = Field(default_factory=list, max_length=MAX_TOKENS,
                             description="tokens every hit must contain")
     must_not: list[str] = Field(default_factory=list, max_length=MAX_TOKENS,
@@ -54,7 +71,7 @@ class SearchRequest(BaseModel):
 
 
 class HeatmapRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     id: str = Field(min_length=1, max_length=1000, description="an indexed image id")
     text: str = Field(min_length=1, max_length=MAX_TEXT, pattern=NOT_BLANK,
