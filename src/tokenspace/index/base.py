@@ -25,8 +25,10 @@ class Hit:
 
 @runtime_checkable
 class SparseIndex(Protocol):
-    """What every engine answers, with the same keyword names (InvertedIndex, MilvusIndex; DenseIndex
-    takes dense rows and no token filters). An engine may add its own keyword-only knobs (InvertedIndex's
+    """What every engine answers, with the same keyword names (InvertedIndex, ExactIndex, MilvusIndex;
+    DenseIndex takes dense rows and no token filters). The sparse engines also take ``meta=``, a filter
+    on the rows' metadata (metadata.py), and resolve every filter through filters.py / metadata.py, so
+    a filter gives the same answer or the same error on each. An engine may add its own keyword-only knobs (InvertedIndex's
     ``mode``, Milvus' ``drop_ratio_search``); it never swallows unknown ones."""
 
     @classmethod

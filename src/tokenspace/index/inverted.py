@@ -195,9 +195,9 @@ class InvertedIndex:
             raise TypeError(f"search takes a SparseBatch of queries, got {type(queries).__name__}")
         if queries.dim != self.dim:
             raise ValueError(f"queries have dim {queries.dim}, the index has dim {self.dim}")
-        if not isinstance(k, (int, np.integer)) or k < 1:
+        if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
             raise ValueError(f"k must be a positive int, got {k!r}")
-        if not isinstance(threads, (int, np.integer)) or threads < 1:
+        if not isinstance(threads, (int, np.integer)) or isinstance(threads, bool) or threads < 1:
             raise ValueError(f"threads must be a positive int, got {threads!r}")
         bad = kernels.check_rows(queries.indptr, queries.indices, queries.values)
         if bad >= 0:

@@ -31,6 +31,13 @@ string parsed over the vocabulary), ``must`` / ``must_not`` (dims or tokens), ``
 at most MAX_TOKENS per document): a leaf is ``array_contains(tokens, d)``. Milvus Lite 2.5 rejects
 ``not`` over an expression, so the tree is put in negation normal form and a negated leaf becomes
 ``id not in [documents holding d]`` (one query per negated token).
+
+Row metadata (metadata.py: source, caption, a user's fields) goes into a ``meta`` JSON field, and the
+words of its text fields into a ``words`` ARRAY of ``field:word`` strings; ``search(meta=...)`` maps a
+metadata filter to Milvus scalar filters on them (``meta["source"] == "emoji"``, ``meta["source"] in
+[...]``, ``array_contains(words, "caption:dog")``), applied by Milvus before top-k like the rest.
+Token and metadata filters are resolved by the index layer's one resolver (filters.py, metadata.py),
+so they are refused and answered as every engine refuses and answers them.
 """
 from __future__ import annotations
 
@@ -44,8 +51,10 @@ from pathlib import Path
 import numpy as np
 
 from tokenspace import atomic
+from tokenspace.index import filters
 from tokenspace.index.base import Hit
-from tokenspace.index.query import And, Node, Not, Or, Term, all_of, none_of, parse_query
+from tokenspace.index.metadata import MetaFilter, check_rows, field_word, words
+from tokenspace.index.query import And, Node, Not, Or, Term
 from tokenspace.sparse import INDEX_DTYPE, PTR_DTYPE, VALUE_DTYPE, SparseBatch
 from tokenspace.vocab import Vocabulary
 
@@ -54,6 +63,10 @@ VERSION = 1
 ID_FIELD = "id"
 VEC_FIELD = "vec"
 TOK_FIELD = "tokens"
+META_FIELD = "meta"
+WORDS_FIELD = "words"
+MAX_WORD_BYTES = 256  # longer words are not stored in WORDS_FIELD (a word filter cannot match them)
+MAX_META_BYTES = 65_536  # Milvus' JSON field limit
 MAX_TOKENS = 4096  # Milvus' largest ARRAY capacity
 INDEX_TYPES = ("SPARSE_INVERTED_INDEX", "SPARSE_WAND")
 ALGOS = ("TAAT_NAIVE", "DAAT_MAXSCORE", "DAAT_WAND")
@@ -87,8 +100,10 @@ def _row_dicts(batch: SparseBatch) -> list[dict[int, float]]:
 class MilvusIndex:
     """A handle on one Milvus collection; build()/load() make one, the methods talk to the server."""
 
-    def __init__(self, client, uri: str, collection: str, dim: int, vocab=None, index_params: dict | None = None):
+    def __init__(self, client, uri: str, collection: str, dim: int, vocab=None, index_params: dict | None = None,
+                 has_meta: bool = True):
         self._client = client
+        self.has_meta = has_meta  # collections made before metadata have no meta / words fields
         self.uri = uri
         self.collection = collection
         self.dim = int(dim)
@@ -115,11 +130,13 @@ class MilvusIndex:
         max_id_length: int = 512,
         index_type: str = "SPARSE_INVERTED_INDEX",
         inverted_index_algo: str | None = None,
+        metadata: Sequence[dict] | None = None,
     ) -> MilvusIndex:
         """Create the collection and insert ``batch``.
 
         ``uri=None`` makes a Milvus Lite file in a new temp directory. An existing collection of the
-        same name is an error unless ``overwrite=True`` (which drops it first).
+        same name is an error unless ``overwrite=True`` (which drops it first). ``metadata``: one dict
+        of fields per document (metadata.py), filtered on by ``search(meta=...)``.
         """
         pymilvus = _pymilvus()
         if uri is None:
@@ -148,6 +165,10 @@ class MilvusIndex:
         # the dims each document holds, for token filters (where / must / must_not)
         schema.add_field(TOK_FIELD, pymilvus.DataType.ARRAY, element_type=pymilvus.DataType.INT32,
                          max_capacity=MAX_TOKENS)
+        # row metadata and the field:word strings of its text fields, for metadata filters
+        schema.add_field(META_FIELD, pymilvus.DataType.JSON)
+        schema.add_field(WORDS_FIELD, pymilvus.DataType.ARRAY, element_type=pymilvus.DataType.VARCHAR,
+                         max_capacity=MAX_TOKENS, max_length=MAX_WORD_BYTES)
         index_params = {"index_type": index_type, "drop_ratio_build": float(drop_ratio_build)}
         if inverted_index_algo is not None:
             index_params["inverted_index_algo"] = inverted_index_algo
@@ -157,7 +178,7 @@ class MilvusIndex:
         # Strong consistency: a search right after add/delete sees them, as with the embedded engine
         client.create_collection(collection, schema=schema, index_params=params, consistency_level="Strong")
         index = cls(client, uri, collection, batch.dim, batch.vocab, index_params)
-        index._insert(batch, ids, check_existing=False)  # a fresh collection holds no ids yet
+        index._insert(batch, ids, check_existing=False, metadata=metadata)  # a fresh collection holds no ids yet
         return index
 
     @classmethod
@@ -177,10 +198,13 @@ class MilvusIndex:
         if vocab is None and meta.get("tokens") is not None:
             vocab = Vocabulary(meta["tokens"], name=meta.get("vocab") or "custom")
         client.load_collection(meta["collection"])
-        return cls(client, meta["uri"], meta["collection"], meta["dim"], vocab, meta.get("index_params"))
+        fields = {f["name"] for f in client.describe_collection(meta["collection"])["fields"]}
+        return cls(client, meta["uri"], meta["collection"], meta["dim"], vocab, meta.get("index_params"),
+                   has_meta=META_FIELD in fields)
 
     # ----------------------------------------------------------------- protocol
-    def add(self, batch: SparseBatch, ids: Sequence[str], check_existing: bool = True) -> None:
+    def add(self, batch: SparseBatch, ids: Sequence[str], check_existing: bool = True,
+            metadata: Sequence[dict] | None = None) -> None:
         """Insert new documents; ids already present are an error (Milvus would keep both rows).
 
         ``check_existing=False`` skips that lookup (one query per 2,000 rows) for bulk loads whose ids
@@ -188,12 +212,17 @@ class MilvusIndex:
         """
         if batch.dim != self.dim:
             raise ValueError(f"batch dim {batch.dim} != index dim {self.dim}")
-        self._insert(batch, ids, check_existing)
+        self._insert(batch, ids, check_existing, metadata)
 
-    def _insert(self, batch: SparseBatch, ids: Sequence[str], check_existing: bool) -> None:
+    def _insert(self, batch: SparseBatch, ids: Sequence[str], check_existing: bool,
+                metadata: Sequence[dict] | None = None) -> None:
         ids = [str(i) for i in ids]
         if len(ids) != len(batch):
             raise ValueError(f"got {len(ids)} ids for a batch of {len(batch)} rows")
+        rows_meta = check_rows(metadata, len(batch))
+        if rows_meta is not None and not self.has_meta and any(rows_meta):
+            raise ValueError(f"collection {self.collection!r} was made without metadata fields: rebuild it to add metadata")
+        extra = [self._meta_fields(r) for r in rows_meta] if rows_meta is not None else None
         if len(set(ids)) != len(ids):
             raise ValueError("ids must be unique")
         for s in range(0, len(ids), INSERT_ROWS):
@@ -206,8 +235,22 @@ class MilvusIndex:
             if too_long:
                 raise ValueError(f"document {too_long[0]!r} has more than {MAX_TOKENS} tokens (Milvus' ARRAY "
                                  "capacity): prune it first (SparseBatch.prune_topk)")
-            self._client.insert(self.collection, [{ID_FIELD: i, VEC_FIELD: v, TOK_FIELD: sorted(v)}
-                                                  for i, v in zip(chunk, rows)])
+            docs = [{ID_FIELD: i, VEC_FIELD: v, TOK_FIELD: sorted(v)} for i, v in zip(chunk, rows)]
+            if self.has_meta:
+                for j, d in enumerate(docs):
+                    d.update(extra[s + j] if extra is not None else {META_FIELD: {}, WORDS_FIELD: []})
+            self._client.insert(self.collection, docs)
+
+    @staticmethod
+    def _meta_fields(row: dict) -> dict:
+        """The meta JSON and the field:word strings of one row's metadata."""
+        if len(json.dumps(row).encode()) > MAX_META_BYTES:
+            raise ValueError(f"a row's metadata is over {MAX_META_BYTES} bytes of JSON (Milvus' JSON field limit)")
+        ws = sorted({field_word(k, w) for k, v in row.items() for w in words(v)})
+        ws = [w for w in ws if len(w.encode()) <= MAX_WORD_BYTES]
+        if len(ws) > MAX_TOKENS:
+            raise ValueError(f"a row's text fields hold more than {MAX_TOKENS} distinct words (Milvus' ARRAY capacity)")
+        return {META_FIELD: row, WORDS_FIELD: ws}
 
     def _query(self, expr: str, fields: list[str]) -> list[dict]:
         """``client.query`` that returns [] for no match: pymilvus 2.5 fails to parse an empty result of a
@@ -249,27 +292,44 @@ class MilvusIndex:
         must: Sequence | None = None,
         must_not: Sequence | None = None,
         subset: Sequence[str] | None = None,
+        meta: dict | MetaFilter | None = None,
         threads: int = 1,
         drop_ratio_search: float = 0.0,
         filter: str | None = None,
     ) -> list[list[Hit]]:
         """Top-k by dot product per query, best first; only documents sharing a token are returned.
 
-        ``where`` / ``must`` / ``must_not`` / ``subset`` mean what they mean for InvertedIndex (token
-        filters and an id subset; unknown subset ids are ignored here). ``threads``: query chunks of
-        SEARCH_ROWS are sent on this many connections at once. ``filter`` is a raw Milvus boolean
-        expression over the ``id`` and ``tokens`` fields, ANDed with the rest.
+        ``where`` / ``must`` / ``must_not`` / ``subset`` / ``meta`` mean what they mean for InvertedIndex
+        (token filters, an id subset whose unknown ids are an error, a metadata filter). ``threads``:
+        query chunks of SEARCH_ROWS are sent on this many connections at once. ``filter`` is a raw
+        Milvus boolean expression over the ``id``, ``tokens``, ``meta`` and ``words`` fields, ANDed with
+        the rest.
         """
-        if not isinstance(k, (int, np.integer)) or k < 1:
+        if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
             raise ValueError(f"k must be a positive int, got {k!r}")
-        if not isinstance(threads, (int, np.integer)) or threads < 1:
+        if not isinstance(threads, (int, np.integer)) or isinstance(threads, bool) or threads < 1:
             raise ValueError(f"threads must be a positive int, got {threads!r}")
         if queries.dim != self.dim:
             raise ValueError(f"query dim {queries.dim} != index dim {self.dim}")
         if not 0.0 <= drop_ratio_search < 1.0:
             raise ValueError("drop_ratio_search must be in [0, 1)")
-        expr = self._filter(where, must, must_not)
+        expr = [self._expr(t, False) for t in filters.token_tree(self.dim, self.vocab, must, must_not, where)]
+        meta = MetaFilter.resolve(meta)
+        if meta is not None:
+            if not self.has_meta:
+                raise ValueError(f"collection {self.collection!r} was made without metadata fields: rebuild it "
+                                 "to filter on metadata")
+            expr.append(f"({meta.milvus(META_FIELD, WORDS_FIELD)})")
         if subset is not None:
+            if isinstance(subset, str):
+                raise TypeError("ids must be a sequence of strings, not one string")
+            subset = list(dict.fromkeys(str(i) for i in subset))
+            found = set()
+            for s in range(0, len(subset), INSERT_ROWS):
+                found |= self._existing(subset[s:s + INSERT_ROWS])
+            missing = [i for i in subset if i not in found]
+            if missing:
+                raise ValueError(f"subset: {len(missing)} unknown id(s), e.g. {missing[0]!r}")
             if len(subset) == 0:
                 return [[] for _ in range(len(queries))]
             expr.append(_in_expr(subset))
@@ -299,39 +359,6 @@ class MilvusIndex:
         return [hits for part in parts for hits in part]
 
     # ----------------------------------------------------------------- token filters
-    def _dims(self, items, what: str) -> list[int]:
-        out = []
-        for x in items:
-            if isinstance(x, str):
-                if self.vocab is None:
-                    raise ValueError(f"{what}: token {x!r} needs an index with a vocabulary")
-                if x not in self.vocab:
-                    raise ValueError(f"{what}: unknown token {x!r}")
-                out.append(self.vocab.id(x))
-            elif isinstance(x, (int, np.integer)) and not isinstance(x, bool) and 0 <= x < self.dim:
-                out.append(int(x))
-            else:
-                raise ValueError(f"{what}: {x!r} is not a dim in [0, {self.dim}) or a token")
-        return out
-
-    def _filter(self, where, must, must_not) -> list[str]:
-        """Milvus expressions for the token filters (ANDed by the caller)."""
-        trees = []
-        if must is not None:
-            trees.append(all_of(self._dims(must, "must")))
-        if must_not is not None:
-            trees.append(none_of(self._dims(must_not, "must_not")))
-        if where is not None:
-            if isinstance(where, str):
-                if self.vocab is None:
-                    raise ValueError("where= as a string needs an index with a vocabulary (or pass parse_query(...))")
-                where = parse_query(where, self.vocab)
-            for d in where.dims():
-                if not 0 <= d < self.dim:
-                    raise ValueError(f"where: dim {d} out of range [0, {self.dim})")
-            trees.append(where)
-        return [self._expr(t, False) for t in trees if t is not None]
-
     def _expr(self, node: Node, negate: bool) -> str:
         """The tree in negation normal form: NOT pushed to the leaves (De Morgan)."""
         if isinstance(node, Term):
@@ -367,6 +394,20 @@ class MilvusIndex:
             vals.extend(float(vec[d]) for d in keys)
             indptr[r + 1] = len(cols)
         return SparseBatch(indptr, np.array(cols, INDEX_DTYPE), np.array(vals, VALUE_DTYPE), self.dim, self.vocab)
+
+    def metadata(self, ids: Sequence[str]) -> list[dict]:
+        """The stored metadata dicts of these documents, in the order asked; unknown ids raise KeyError."""
+        ids = [str(i) for i in ids]
+        if not self.has_meta:
+            return [{} for _ in ids]
+        found: dict[str, dict] = {}
+        for s in range(0, len(ids), INSERT_ROWS):
+            for r in self._query(_in_expr(ids[s:s + INSERT_ROWS]), [ID_FIELD, META_FIELD]):
+                found[r[ID_FIELD]] = r[META_FIELD]
+        missing = [i for i in ids if i not in found]
+        if missing:
+            raise KeyError(f"unknown ids: {missing[:5]}")
+        return [found[i] for i in ids]
 
     def save(self, path: str | os.PathLike) -> None:
         """Flush the collection and write ``path`` (JSON: uri, collection, dim, index parameters, the

@@ -1,8 +1,9 @@
 """ExactIndex: the slow, obviously-correct reference (scipy CSR product) every engine is tested against.
 
 Same protocol and filter semantics as InvertedIndex, implemented the direct way: scores are
-``D @ q`` in float64, filters are evaluated per document on Python sets of its dims. Only for tests and
-small collections.
+``D @ q`` in float64, filters are evaluated per document on Python sets of its dims and on its metadata
+dict (resolved by the same filters.py / metadata.py as every engine). Only for tests and small
+collections.
 """
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from typing import Sequence
 import numpy as np
 
 from tokenspace import atomic
+from tokenspace.index import filters
 from tokenspace.index.base import Hit
-from tokenspace.index.query import parse_query
+from tokenspace.index.metadata import MetaFilter, check_rows
 from tokenspace.sparse import SparseBatch
 
 
@@ -24,17 +26,20 @@ class ExactIndex:
         self._batches: list[SparseBatch] = []
         self._ids: list[str] = []
         self._deleted: set[int] = set()
+        self._meta: list[dict] = []
 
     @classmethod
-    def build(cls, batch: SparseBatch, ids: Sequence[str], **options) -> "ExactIndex":
+    def build(cls, batch: SparseBatch, ids: Sequence[str], *, metadata: Sequence[dict] | None = None,
+              **options) -> "ExactIndex":
         if options:
             raise ValueError(f"ExactIndex takes no build options, got {sorted(options)}")
         index = cls(batch.dim, batch.vocab)
-        index.add(batch, ids)
+        index.add(batch, ids, metadata=metadata)
         return index
 
-    def add(self, batch: SparseBatch, ids: Sequence[str]) -> None:
+    def add(self, batch: SparseBatch, ids: Sequence[str], metadata: Sequence[dict] | None = None) -> None:
         ids = list(ids)
+        rows = check_rows(metadata, len(batch)) or [{}] * len(batch)
         if batch.dim != self.dim:
             raise ValueError(f"documents have dim {batch.dim}, the index has dim {self.dim}")
         if len(ids) != len(batch):
@@ -44,6 +49,7 @@ class ExactIndex:
             raise ValueError("duplicate id (ids must be unique)")
         self._batches.append(batch)
         self._ids.extend(ids)
+        self._meta.extend(rows)
 
     def delete(self, ids: Sequence[str]) -> int:
         want, count = set(ids), 0
@@ -61,13 +67,18 @@ class ExactIndex:
         return SparseBatch.concat(self._batches).to_scipy().astype(np.float64).tocsr()
 
     def search(self, queries: SparseBatch, k: int = 10, *, mode: str = "exact", must=None, must_not=None,
-               where=None, subset=None, **options) -> list[list[Hit]]:
+               where=None, subset=None, meta=None, threads: int = 1, **options) -> list[list[Hit]]:
+        """threads is accepted (the protocol lists it) and checked, then ignored: one scipy product."""
         if mode != "exact" or options:
             raise ValueError("ExactIndex only supports mode='exact' without tuning options")
         if queries.dim != self.dim:
             raise ValueError(f"queries have dim {queries.dim}, the index has dim {self.dim}")
+        if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
+            raise ValueError(f"k must be a positive int, got {k!r}")
+        if not isinstance(threads, (int, np.integer)) or isinstance(threads, bool) or threads < 1:
+            raise ValueError(f"threads must be a positive int, got {threads!r}")
         D = self._matrix()
-        allowed = self._allowed(D, must, must_not, where, subset)
+        allowed = self._allowed(D, must, must_not, where, subset, meta)
         scores = (D @ queries.to_scipy().astype(np.float64).T).toarray()  # [n_docs, n_queries]
         out = []
         for r in range(len(queries)):
@@ -77,20 +88,28 @@ class ExactIndex:
             out.append([Hit(float(s[j]), self._ids[j]) for j in docs[:k]])
         return out
 
-    def _allowed(self, D, must, must_not, where, subset) -> list[bool]:
-        if isinstance(where, str):
-            where = parse_query(where, self.vocab)
-        tok = lambda x: self.vocab.id(x) if isinstance(x, str) else int(x)  # noqa: E731
-        must = {tok(x) for x in must or ()}
-        must_not = {tok(x) for x in must_not or ()}
-        sub = None if subset is None else set(subset)
+    def _allowed(self, D, must, must_not, where, subset, meta) -> list[bool]:
+        trees = filters.token_tree(self.dim, self.vocab, must, must_not, where)
+        meta = MetaFilter.resolve(meta)
+        sub = None
+        if subset is not None:
+            if isinstance(subset, str):
+                raise TypeError("ids must be a sequence of strings, not one string")
+            sub = set(subset)
+            missing = sub - set(self.ids())
+            if missing:
+                raise ValueError(f"subset: {len(missing)} unknown id(s), e.g. {sorted(missing)[0]!r}")
         out = []
         for j in range(D.shape[0]):
             dims = set(D.indices[D.indptr[j]:D.indptr[j + 1]][D.data[D.indptr[j]:D.indptr[j + 1]] > 0].tolist())
-            ok = j not in self._deleted and must <= dims and not (must_not & dims)
-            ok = ok and (sub is None or self._ids[j] in sub) and (where is None or where.matches(dims))
+            ok = j not in self._deleted and all(t.matches(dims) for t in trees)
+            ok = ok and (sub is None or self._ids[j] in sub) and (meta is None or meta.matches(self._meta[j]))
             out.append(ok)
         return out
+
+    def metadata(self, ids: Sequence[str]) -> list[dict]:
+        pos = {s: j for j, s in enumerate(self._ids) if j not in self._deleted}
+        return [self._meta[pos[s]] for s in ids]
 
     def get(self, ids: Sequence[str]) -> SparseBatch:
         pos = {s: j for j, s in enumerate(self._ids) if j not in self._deleted}
@@ -101,7 +120,8 @@ class ExactIndex:
         root = Path(path)
         root.mkdir(parents=True, exist_ok=True)
         SparseBatch.concat(self._batches).save(root / "docs.npz")
-        atomic.write_text(root / "meta.json", json.dumps({"ids": self._ids, "deleted": sorted(self._deleted), "dim": self.dim}))
+        atomic.write_text(root / "meta.json", json.dumps({"ids": self._ids, "deleted": sorted(self._deleted),
+                                                          "dim": self.dim, "metadata": self._meta}))
 
     @classmethod
     def load(cls, path, mmap: bool = False) -> "ExactIndex":
@@ -111,6 +131,7 @@ class ExactIndex:
         index._batches = [SparseBatch.load(root / "docs.npz")]
         index._ids = meta["ids"]
         index._deleted = set(meta["deleted"])
+        index._meta = meta.get("metadata") or [{}] * len(index._ids)
         return index
 
     def ids(self) -> list[str]:
