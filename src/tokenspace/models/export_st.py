@@ -10,7 +10,12 @@ then ``2_Normalize`` for cosine models), so ``SparseEncoder(out).encode(texts)``
   MLM transform, the word embeddings (the tied decoder) and the MLM bias;
 * STAIR never emits bracketed entries ([CLS], [unused0], ...); SpladePooling has no output mask, so their
   decoder bias is set to ``MASKED_BIAS`` (-1e4): the logit stays negative, ReLU makes it exactly 0;
-* STAIR's rows are L2-normalised (cosine similarity, eq. 2): a Normalize module does the same.
+* a model with a text top-n (``model.text_top_n``: each row keeps its n heaviest tokens) gets a TopN
+  module after the pooling (models/st_top_n.py, copied into the folder: SparseEncoder's own
+  ``max_active_dims`` would cut after the normalisation); such a folder loads with
+  ``SparseEncoder(out, trust_remote_code=True)``;
+* STAIR's rows are L2-normalised (cosine similarity, eq. 2): a Normalize module does the same, last,
+  as ``encode_texts`` does (cut, then normalise).
 
 sentence-transformers is not needed to write the folder (only to read it).
 """
@@ -34,6 +39,8 @@ MASKED_BIAS = -1.0e4  # far below any |h . e| of a trained BERT: ReLU(logit) = 0
 MLM = "sentence_transformers.sparse_encoder.models.MLMTransformer"
 SPLADE = "sentence_transformers.sparse_encoder.models.SpladePooling"
 NORMALIZE = "sentence_transformers.models.Normalize"
+TOP_N_SOURCE = Path(__file__).with_name("st_top_n.py")  # copied into the folder for models with a top-n
+TOP_N = f"{TOP_N_SOURCE.stem}.TopN"  # a module of the folder itself (trust_remote_code=True to load it)
 
 
 def _mlm(model):
@@ -110,9 +117,16 @@ def export_sentence_transformers(model, out: str | Path, source: str | Path | No
         write_tokenizer_files(tmp, vocab, model.config.max_text_len)
         modules = [{"idx": 0, "name": "0", "path": "", "type": MLM},
                    {"idx": 1, "name": "1", "path": "1_SpladePooling", "type": SPLADE}]
+        # encode_texts' order (DualEncoder.rows): the top-n cut, then the normalisation
+        if model.text_top_n:
+            modules.append({"idx": 2, "name": "2", "path": "2_TopN", "type": TOP_N})
+            (tmp / "2_TopN").mkdir()
+            (tmp / "2_TopN" / "config.json").write_text(json.dumps({"top_n": int(model.text_top_n)}) + "\n")
+            shutil.copyfile(TOP_N_SOURCE, tmp / TOP_N_SOURCE.name)
         if model.similarity == "cosine":
-            modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": NORMALIZE})
-            (tmp / "2_Normalize").mkdir()
+            n = len(modules)
+            modules.append({"idx": n, "name": str(n), "path": f"{n}_Normalize", "type": NORMALIZE})
+            (tmp / f"{n}_Normalize").mkdir()
         (tmp / "modules.json").write_text(json.dumps(modules, indent=2) + "\n")
         (tmp / "sentence_bert_config.json").write_text(
             json.dumps({"max_seq_length": model.config.max_text_len, "do_lower_case": False}, indent=2) + "\n")
@@ -123,14 +137,17 @@ def export_sentence_transformers(model, out: str | Path, source: str | Path | No
         (tmp / "config_sentence_transformers.json").write_text(json.dumps(
             {"model_type": "SparseEncoder", "prompts": {"query": "", "document": ""},
              "default_prompt_name": None, "similarity_fn_name": "dot"}, indent=2) + "\n")
+        trust = ", trust_remote_code=True" if model.text_top_n else ""  # st_top_n.py is the folder's own code
         (tmp / "README.md").write_text(
             f"---\nlibrary_name: sentence-transformers\ntags:\n- sparse-encoder\n- splade\n- tokenspace\n---\n\n"
             f"# {model.config.name}: text encoder\n\nThe text side of the tokenspace STAIR model "
             f"`{model.config.name}` as a sentence-transformers SparseEncoder (MLM + SPLADE max pooling"
+            f"{f' + the {model.text_top_n} heaviest tokens (st_top_n.py)' if model.text_top_n else ''}"
             f"{' + L2 normalisation' if model.similarity == 'cosine' else ''}), written by "
             f"`tokenspace export-st`. Its vectors equal `model.encode_texts(texts)`.\n\n"
             "```python\nfrom sentence_transformers import SparseEncoder\n\n"
-            "encoder = SparseEncoder(\"path/to/this/folder\")\nvectors = encoder.encode([\"a red dog\"])\n```\n\n"
+            f"encoder = SparseEncoder(\"path/to/this/folder\"{trust})\n"
+            "vectors = encoder.encode([\"a red dog\"])\n```\n\n"
             "Bracketed vocabulary entries ([CLS], [unused0], ...) carry a decoder bias of -1e4, so they are "
             "never emitted (STAIR's output mask).\n", encoding="utf-8")
         (tmp / MARKER).write_text(json.dumps({"format": MARKER_FORMAT, "model": model.config.name}, indent=2)
