@@ -8,9 +8,11 @@ import importlib.util
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tokenspace.index import ExactIndex, InvertedIndex, parse_query
-from tokenspace.index.metadata import MetaFilter, parse_cli
+from tokenspace.index.metadata import MetaFilter, RowIndex, parse_cli
 from tokenspace.sparse import SparseBatch
 from tokenspace.vocab import Vocabulary
 
@@ -196,3 +198,20 @@ def test_cli_filter_syntax():
         "id": "007x"}
     with pytest.raises(ValueError, match="filtered twice"):
         parse_cli(["a=1", "a=2"])
+
+
+_SCALARS = st.sampled_from(["a", "b", "A", "1", 1, 1.0, 2, 0, True, False, None])
+_ROW = st.dictionaries(st.sampled_from(["f", "g"]), _SCALARS | st.sampled_from(["a b", "B a.", "x-a"]) | st.lists(_SCALARS, max_size=2),
+                       max_size=2)
+_CLAUSE = st.one_of(
+    _SCALARS.filter(lambda v: v is not None),
+    st.lists(_SCALARS.filter(lambda v: v is not None), min_size=1, max_size=3).map(lambda v: {"in": v}),
+    st.sampled_from(["a", "B", "x", "1"]).map(lambda w: {"word": w}))
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=st.lists(_ROW, max_size=12), spec=st.dictionaries(st.sampled_from(["f", "g"]), _CLAUSE, min_size=1))
+def test_row_index_postings_match_the_row_by_row_reference(rows, spec):
+    """InvertedIndex filters through RowIndex postings; ExactIndex reads row by row: same rows pass."""
+    f = MetaFilter.resolve(spec)
+    assert f.mask(RowIndex(rows)).tolist() == f.mask(rows).tolist()

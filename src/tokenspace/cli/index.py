@@ -17,6 +17,9 @@ def add_arguments(i: argparse.ArgumentParser) -> None:
     ib.add_argument("--overwrite", action="store_true", help="replace the index that --out already holds")
     ib.add_argument("--top-n", type=positive_int, default=None, help="keep each image's n heaviest tokens")
     ib.add_argument("--device", default="cpu", help=DEVICE_HELP)
+    ib.add_argument("--metadata", default=None, metavar="FILE.jsonl",
+                    help='fields of your own per image, one JSON object a line: {"id": IMAGE_ID, "field": value, ...} '
+                         "(each row already carries its source and caption); search filters on them with --filter")
     ist = isub.add_parser("stats", help="print an index's statistics as JSON")
     ist.add_argument("index", help="index folder")
     iex = isub.add_parser("export", help="write the index's vectors in another engine's format")

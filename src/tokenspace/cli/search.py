@@ -14,4 +14,10 @@ def add_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("query", nargs="*", type=text, help="query texts (one search each)")
     s.add_argument("--image", default=None, help="search by an image file instead")
     s.add_argument("-k", type=positive_int, default=5, help="hits per query (default 5)")
-    s.add_argument("--where", default=None, type=text, help="boolean filter, e.g. 'dog AND (beach OR sand) NOT cat'")
+    s.add_argument("--where", default=None, type=text,
+                   help="filter on the image's TOKENS (what its vector holds, not its caption): a boolean query, "
+                        "e.g. 'dog AND (beach OR sand) NOT cat'; --filter filters on the row's metadata")
+    s.add_argument("--filter", action="append", default=None, metavar="FIELD=VALUE",
+                   help="filter on the row's METADATA (source, caption, your --metadata fields), repeatable, all "
+                        "must hold: field=value, field=a|b (any of them), field~word (its text holds the word), "
+                        "e.g. --filter source=emoji-noto --filter caption~heart")

@@ -305,7 +305,7 @@ class InvertedIndex:
                 t = tree.evaluate(leaf)
                 m = t if m is None else m & t
             if meta is not None:
-                t = meta.mask(seg.metadata())
+                t = meta.mask(seg.metadata_index())
                 m = t if m is None else m & t
             masks.append(None if m is None else m.view(np.uint8) if m.dtype == bool else m)
             base += seg.n

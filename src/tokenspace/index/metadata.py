@@ -155,8 +155,14 @@ class MetaFilter:
     def matches(self, row: dict) -> bool:
         return all(c.matches(row) for c in self.clauses)
 
-    def mask(self, rows: list[dict]) -> np.ndarray:
-        """bool[len(rows)]: the rows that pass."""
+    def mask(self, rows: "list[dict] | RowIndex") -> np.ndarray:
+        """bool[len(rows)]: the rows that pass. With a RowIndex, from its per-field postings (built on
+        first use of a field, then O(matches) per clause); with a list, row by row (the reference)."""
+        if isinstance(rows, RowIndex):
+            out = np.ones(rows.n, bool)
+            for c in self.clauses:
+                out &= rows.clause_mask(c)
+            return out
         return np.fromiter((self.matches(r) for r in rows), bool, len(rows))
 
     def milvus(self, json_field: str, words_field: str) -> str:
@@ -177,6 +183,52 @@ class MetaFilter:
         for c in self.clauses:
             out[c.field] = c.values[0] if c.op == "eq" else {"in": list(c.values)} if c.op == "in" else {"word": c.values[0]}
         return out
+
+
+class RowIndex:
+    """Postings over one segment's metadata rows, built lazily per field: value -> rows for equality and
+    set membership, word -> rows for word filters. Matches Clause.matches exactly (tests compare)."""
+
+    def __init__(self, rows: list[dict]):
+        self.rows, self.n = rows, len(rows)
+        self._values: dict[str, dict] = {}
+        self._words: dict[str, dict] = {}
+
+    def clause_mask(self, c: Clause) -> np.ndarray:
+        out = np.zeros(self.n, bool)
+        if c.op == "word":
+            post = self._postings(self._words, c.field, lambda x: words(x))
+            hit = post.get(c.values[0])
+            if hit is not None:
+                out[hit] = True
+            return out
+        post = self._postings(self._values, c.field, lambda x: (k for k in (_key(x),) if k is not None))
+        for v in c.values:
+            hit = post.get(_key(v))
+            if hit is not None:
+                out[hit] = True
+        return out
+
+    def _postings(self, cache: dict, field: str, keys) -> dict:
+        if field not in cache:
+            lists: dict = {}
+            for i, r in enumerate(self.rows):
+                if field in r:
+                    for k in keys(r[field]):
+                        lists.setdefault(k, []).append(i)
+            cache[field] = {k: np.array(v, np.int64) for k, v in lists.items()}
+        return cache[field]
+
+
+def _key(v):
+    """The equality class of a JSON scalar (_same): bools apart from numbers, 1 == 1.0; None otherwise."""
+    if isinstance(v, bool):
+        return ("b", v)
+    if isinstance(v, (int, float)):
+        return ("n", v)  # hash(1) == hash(1.0) and 1 == 1.0: one key
+    if isinstance(v, str):
+        return ("s", v)
+    return None
 
 
 def field_word(field: str, word: str) -> str:
@@ -222,3 +274,38 @@ def _cli_value(text: str):
     except ValueError:
         return text
     return v if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else text
+
+
+def read_jsonl(path, ids=None) -> dict[str, dict]:
+    """A user's metadata file: one JSON object per line, ``{"id": <a row id>, <field>: <value>, ...}``
+    (blank lines skipped) -> id -> fields. ValueError naming the file and line for a line that is not a
+    JSON object, has no string id, repeats one, or (when ``ids`` is given) names an id not in ``ids``."""
+    known, out = None if ids is None else set(ids), {}
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 ({e.reason} at byte {e.start})") from None
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read it ({e.strerror or e})") from None
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except (ValueError, RecursionError) as e:
+            raise ValueError(f"{path}:{i}: not JSON ({str(e)[:60]})") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}:{i}: expected a JSON object, got a {type(row).__name__}")
+        rid = row.pop("id", None)
+        if not isinstance(rid, str):
+            raise ValueError(f'{path}:{i}: needs "id": the id of the image it describes (a string)')
+        if known is not None and rid not in known:
+            raise ValueError(f"{path}:{i}: id {rid!r} is not an image of this collection")
+        if rid in out:
+            raise ValueError(f"{path}:{i}: id {rid!r} appears twice")
+        try:
+            json.dumps(row, allow_nan=False)
+        except ValueError:
+            raise ValueError(f"{path}:{i}: NaN or Infinity is not JSON") from None
+        out[rid] = row
+    return out

@@ -56,6 +56,7 @@ class Segment:
     # unset (no row carries any field)
     _meta: list[dict] | None = field(default=None, repr=False)
     meta_file: Path | None = field(default=None, repr=False)
+    _meta_index: metadata.RowIndex | None = field(default=None, repr=False)
 
     def __getattr__(self, name):  # arrays read as attributes: seg.main_docs
         arrays = self.__dict__.get("arrays")
@@ -120,6 +121,12 @@ class Segment:
                 return [{}] * self.n
             self._meta = metadata.loads(self.meta_file, self.n)
         return self._meta
+
+    def metadata_index(self) -> metadata.RowIndex:
+        """Per-field postings of the rows' metadata, for filters (built once, lazily per field)."""
+        if self._meta_index is None:
+            self._meta_index = metadata.RowIndex(self.metadata())
+        return self._meta_index
 
     # ----------------------------------------------------------------- checks
     def check(self, where) -> None:

@@ -9,6 +9,7 @@ from tokenspace.cli.common import CLIError
 from tokenspace.cli.index_loading import load_index
 from tokenspace.cli.model_loading import load_model, model_reference
 from tokenspace.index import InvertedIndex, export
+from tokenspace.index.metadata import read_jsonl as read_metadata_jsonl
 from tokenspace.index.storage import MANIFEST
 
 
@@ -42,13 +43,26 @@ def run(args) -> int:
 
 def _build(args) -> int:
     _check_build_out(Path(args.out), args.overwrite)  # before the encoding, which can take hours
+    user = {}
+    if args.metadata:  # also before the encoding: a bad line is found at once
+        try:
+            user = read_metadata_jsonl(args.metadata)
+        except ValueError as e:
+            raise CLIError(f"--metadata {e}") from None
     model = load_model(args.model, args.device)
     vectors, ids, records = pipeline.encode_collection(model, args.data, home=args.home)
     if not ids:
         raise CLIError(f"no readable images in {' '.join(args.data)}: nothing to index")
+    unknown = sorted(set(user) - set(ids))
+    if unknown:
+        raise CLIError(f"--metadata {args.metadata}: {len(unknown)} id(s) are not images of this collection, "
+                       f"e.g. {unknown[0]!r} (ids are what `tokenspace search` prints)")
     if args.top_n:
         vectors = vectors.prune_topk(args.top_n)
-    index = InvertedIndex.build(vectors, ids)
+    # each row carries its source and caption (search --filter source=... / caption~word) and the user's fields
+    rows = [{**{k: v for k, v in (("source", r.source), ("caption", r.text)) if v}, **user.get(r.id, {})}
+            for r in records]
+    index = InvertedIndex.build(vectors, ids, metadata=rows)
     index.save(args.out)
     pipeline.write_collection_meta(args.out, records, model_reference(args.model))
     print(f"indexed {len(ids)} images into {args.out} (`tokenspace index stats {args.out}` for its statistics)")

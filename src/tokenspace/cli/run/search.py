@@ -7,11 +7,18 @@ from tokenspace.cli.index_loading import load_index
 from tokenspace.cli.model_loading import load_model
 from tokenspace.explain.hits import contributions, format_hit
 from tokenspace.index import parse_query
+from tokenspace.index.metadata import parse_cli as parse_filters
 
 
 def run(args) -> int:
     if not args.query and not args.image:
         raise UsageError("give a query text or --image")
+    options = {}
+    if args.filter:
+        try:
+            options["meta"] = parse_filters(args.filter)
+        except ValueError as e:
+            raise UsageError(f"--filter: {e}") from None
     if args.query and args.image:
         raise UsageError("give query texts or --image, not both (--image searches by the image alone)")
     index = load_index(args.index)
@@ -24,7 +31,6 @@ def run(args) -> int:
         queries = model.encode_images([args.image])
     else:
         queries = model.encode_texts(args.query)
-    options = {}
     if args.where:
         options["where"] = parse_query(args.where, model.vocab)
     for q_text, qi in zip(args.query or [args.image], range(len(queries))):

@@ -1,0 +1,60 @@
+"""Row metadata from the command line (issue 32): `index build` stores each image's caption (and source)
+and the fields of `--metadata FILE.jsonl`; `search --filter` filters on them inside the engine; bad
+lines and bad filters are one-line errors."""
+from __future__ import annotations
+
+import json
+import re
+
+from tokenspace.index import InvertedIndex
+
+
+def _hit_ids(out: str) -> list[str]:
+    return re.findall(r"^\s*\d+\.\s+\S+\s+(\S+)", out, flags=re.M)  # rank. score id
+
+
+def test_build_stores_captions_and_user_fields_and_search_filters_on_them(world, tmp_path):
+    meta = tmp_path / "meta.jsonl"
+    meta.write_text(json.dumps({"id": "red-dog", "owner": "ann", "year": 2020}) + "\n\n"
+                    + json.dumps({"id": "blue-cat", "owner": "bob"}) + "\n")
+    out = tmp_path / "idx"
+    r = world.run("index", "build", "--model", world.model, "--data", f"{world.manifest}:train", "--out", out,
+                  "--metadata", meta)
+    assert r.code == 0, r.err
+    index = InvertedIndex.load(out)
+    assert index.metadata(["red-dog", "blue-cat", "green-car"]) == [
+        {"caption": "a red dog", "owner": "ann", "year": 2020}, {"caption": "a blue cat", "owner": "bob"},
+        {"caption": "a green car"}]
+
+    r = world.run("search", "--index", out, "a red dog", "-k", "9", "--filter", "caption~red")
+    assert r.code == 0, r.err
+    hits = _hit_ids(r.out)
+    assert hits and set(hits) == {"red-dog", "red-cat", "red-car"}  # every red image, whatever it scores
+    r = world.run("search", "--index", out, "a dog", "-k", "9", "--filter", "owner=ann|bob", "--filter", "year=2020")
+    assert r.code == 0 and _hit_ids(r.out) == ["red-dog"], r.out
+    r = world.run("search", "--index", out, "a dog", "--filter", "owner=nobody")
+    assert r.code == 0 and "no hits" in r.out
+
+
+def test_bad_metadata_file_lines(world, tmp_path):
+    cases = {
+        "not json": ('{"id": "red-dog",\n', "meta.jsonl:1: not JSON"),
+        "not an object": ('{"id": "red-dog"}\n[1, 2]\n', "meta.jsonl:2: expected a JSON object"),
+        "no id": ('{"owner": "ann"}\n', 'meta.jsonl:1: needs "id"'),
+        "twice": ('{"id": "red-dog"}\n{"id": "red-dog"}\n', "meta.jsonl:2: id 'red-dog' appears twice"),
+        "unknown id": ('{"id": "purple-dog"}\n', "id(s) are not images of this collection, e.g. 'purple-dog'"),
+    }
+    for name, (text, why) in cases.items():
+        meta = tmp_path / "meta.jsonl"
+        meta.write_text(text)
+        r = world.run("index", "build", "--model", world.model, "--data", f"{world.manifest}:test",
+                      "--out", tmp_path / name, "--metadata", meta)
+        assert r.code == 1 and why in r.error_line(), (name, r.err)
+        assert not (tmp_path / name / "MANIFEST.json").exists()
+
+
+def test_bad_filters_are_usage_errors(world):
+    for arg, why in {"owner": "expected field=value", "a b=1": "field name 'a b'", "caption~two words": "one word"}.items():
+        r = world.run("search", "--index", world.index, "a dog", "--filter", arg)
+        assert r.code == 2 and why in r.err, (arg, r.err)
+        assert "Traceback" not in r.err
