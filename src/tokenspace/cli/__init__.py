@@ -12,6 +12,7 @@
     tokenspace demo                          the main job: train, index, search, report
     tokenspace serve --model M --index I     the HTTP API and web page
     tokenspace export-st MODEL OUT           STAIR's text side as a sentence-transformers SparseEncoder
+    tokenspace export-onnx MODEL OUT         the image and text encoders as ONNX files
 
 Each command is two modules of this package: tokenspace/cli/<module>.py defines its arguments
 (``add_arguments(parser)``; it imports argparse and cli.common only) and tokenspace/cli/run/<module>.py
@@ -51,6 +52,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("demo", "train STAIR and the dense baseline, index, search, report"),
     "serve": ("serve", "HTTP API and web page"),
     "export-st": ("export_st", "the STAIR text encoder as a sentence-transformers SparseEncoder folder"),
+    "export-onnx": ("export_onnx", "the image and text encoders as ONNX files, checked against PyTorch"),
 }
 
 

@@ -272,7 +272,8 @@ def export_onnx(model, out: str | Path, *, source: str | Path | None = None, int
         replace_folder(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    result.files = sorted(p for p in out.iterdir() if p.is_file())
+    # the graphs in the order written (float, then int8), then the files beside them
+    result.files = [out / f for f in files] + sorted(p for p in out.iterdir() if p.is_file() and p.name not in files)
     return result
 
 
