@@ -175,7 +175,7 @@ def encode_parts(passages: list[str], parts: Path, encode: Callable[[list[str]],
     files = [parts / f"part-{i:05d}.npz" for i in range(n_parts)]
     todo = [i for i, f in enumerate(files) if not f.exists() and i % shard[1] == shard[0]]
     if todo:
-        print(f"encoding {len(todo)} of {n_parts} parts ({n_parts - len(todo)} already done)", flush=True)
+        print(f"encoding {len(todo)} of {n_parts} parts ({sum(f.exists() for f in files)} already done)", flush=True)
     t0, rows_done = time.perf_counter(), 0
     for k, i in enumerate(todo):
         chunk = passages[i * part_size : (i + 1) * part_size]
@@ -207,7 +207,7 @@ def corpus_stats(docs: SparseBatch, queries: SparseBatch, passages: list[str], q
             "doc_nnz_mean": float(docs.row_nnz().mean()), "doc_nnz_median": float(np.median(docs.row_nnz())),
             "query_nnz_mean": float(queries.row_nnz().mean()),
             "query_nnz_median": float(np.median(queries.row_nnz())),
-            "doc_words_mean": float(np.mean([len(p.split()) for p in passages])),
+            "doc_words_mean": float(np.mean([len(p.split()) for p in passages])) if passages else None,
             "query_words_mean": float(np.mean([len(q.split()) for q in query_texts])),
             "active_dims_docs": int(np.count_nonzero(np.bincount(docs.indices, minlength=docs.dim)))}
 

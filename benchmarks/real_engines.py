@@ -43,11 +43,10 @@ def seismic_builds(n: int, knn: bool) -> list[dict]:
     """Build configurations: the guidelines' values around n_postings scaled to the collection."""
     base = {"centroid_fraction": 0.1, "summary_energy": 0.4, "max_fraction": 6.0, "min_cluster_size": 2}
     out = []
-    for div in (400, 200, 100, 50):
+    for div in (200, 100, 50):
         out.append({**base, "n_postings": max(100, n // div)})
     mid = max(100, n // 100)
     out.append({**base, "n_postings": mid, "centroid_fraction": 0.2, "summary_energy": 0.5})
-    out.append({**base, "n_postings": mid, "centroid_fraction": 0.05})
     out.append({**base, "n_postings": mid, "max_fraction": 4.0, "min_cluster_size": 10})  # best_configs' shape
     if knn:
         out.append({**base, "n_postings": mid, "nknn": 10})
@@ -57,7 +56,7 @@ def seismic_builds(n: int, knn: bool) -> list[dict]:
 def seismic_settings(knn: bool) -> list[tuple[str, dict]]:
     out = []
     for qc in (5, 10, 20):
-        for hf in (0.6, 0.7, 0.8, 0.9, 1.0):
+        for hf in (0.7, 0.8, 0.9, 1.0):
             out.append((f"qc={qc} hf={hf}", {"query_cut": qc, "heap_factor": hf}))
     if knn:
         out += [(f"qc=10 hf={hf} knn={nk}", {"query_cut": 10, "heap_factor": hf, "n_knn": nk})

@@ -1,0 +1,99 @@
+"""A real image corpus (issue 30): the release model's vectors of the installed images, captions as queries.
+
+    nice -n 10 python benchmarks/real_images.py --out bench-data/real-images
+    python benchmarks/real_engines.py --corpus-dir bench-data/real-images
+
+Encodes each data spec on its own (pipeline.encode_collection, as benchmarks/encode_real.py does) so
+that the feature cache, keyed per collection, is reused where an earlier run (evaluation, training)
+filled it; a spec's vectors are saved (OUT/specs/NAME.npz, atomically) and a rerun skips it. Queries
+are the distinct non-empty captions, encoded by the model's text side. The corpus is written in
+search_speed.py's --corpus-dir layout with OUT/stats.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from real_corpus import corpus_stats, write_corpus  # noqa: E402
+
+from tokenspace.atomic import write_text  # noqa: E402
+from tokenspace.sparse import SparseBatch  # noqa: E402
+
+# every split of every installed collection (the manifests' splits; tokenspace data build lists them)
+SPECS = ["emoji:train", "emoji:train-extra", "emoji:val", "emoji:test", "emoji:test-artists",
+         "icons:train", "icons:val", "icons:test", "openclipart:train", "openclipart:val", "openclipart:test",
+         "fashion-mnist:val", "fashion-mnist:test", "mnist:test", "photos:test"]
+
+
+def cached(model, spec: str) -> bool:
+    """Whether the feature cache already holds this spec's grids for this model (encoding is then the
+    head alone: seconds, where the backbone runs at ~1.5 images/s on the busy 2-core machine)."""
+    import os
+
+    from tokenspace.data.grids import cache_key, weights_digest
+    from tokenspace.data.specs import home_dir, load_data
+
+    paths = [os.fspath(r.image) for r in load_data([spec], drop_empty=False)]
+    tower = model.image_tower
+    key = cache_key(model.config.image_tower, tower.image_size, paths, weights_digest(tower), None,
+                    model.packed_sizes)
+    state = home_dir() / "features" / key / "state.json"
+    return state.exists() and json.loads(state.read_text()).get("done", 0) >= len(paths)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="tokenspace-stair-drawings", help="the release model (or a model folder)")
+    ap.add_argument("--specs", nargs="+", default=SPECS)
+    ap.add_argument("--out", type=Path, default=ROOT / "bench-data/real-images")
+    ap.add_argument("--cached-only", action="store_true",
+                    help="only the specs whose backbone features are already cached (the others are listed)")
+    a = ap.parse_args(argv)
+
+    import tokenspace  # start-up: torch and the model only when encoding
+    from tokenspace import pipeline
+
+    model = tokenspace.load(a.model)
+    a.out.mkdir(parents=True, exist_ok=True)
+    if a.cached_only:
+        done = {s for s in a.specs if (a.out / "specs" / f"{s.replace(':', '_')}.npz").exists() or cached(model, s)}
+        print(f"not cached, left out: {[s for s in a.specs if s not in done]}", flush=True)
+        a.specs = [s for s in a.specs if s in done]
+    batches, texts, timing = [], [], {}
+    for spec in a.specs:
+        f = a.out / "specs" / f"{spec.replace(':', '_')}.npz"
+        cap = f.with_suffix(".json")
+        if not (f.exists() and cap.exists()):
+            t0 = time.perf_counter()
+            vectors, _, records = pipeline.encode_collection(model, [spec], progress=True)
+            vectors.save(f)
+            write_text(cap, json.dumps({"captions": [r.text for r in records],
+                                        "seconds": time.perf_counter() - t0}))
+            print(f"{spec}: {len(vectors):,} images in {time.perf_counter() - t0:.0f} s", flush=True)
+        meta = json.loads(cap.read_text())
+        batches.append(SparseBatch.load(f))
+        texts += [t for t in meta["captions"] if t and t.strip()]
+        timing[spec] = {"images": len(batches[-1]), "seconds": round(meta["seconds"], 1)}
+    docs = SparseBatch.concat(batches)
+    captions = sorted(set(texts))
+    t0 = time.perf_counter()
+    queries = model.encode_texts(captions, progress=True)
+    write_corpus(a.out, docs, queries)
+    write_text(a.out / "queries.txt", "".join(c.replace("\n", " ") + "\n" for c in captions))
+    stats = {**corpus_stats(docs, queries, [], captions), "model": a.model, "specs": timing,
+             "left_out": [s for s in SPECS if s not in a.specs],
+             "encode_queries_seconds": round(time.perf_counter() - t0, 1)}
+    stats.pop("doc_words_mean")  # documents are images
+    write_text(a.out / "stats.json", json.dumps(stats, indent=1))
+    print(json.dumps(stats, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
