@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import shutil
+import tempfile
+import time
 from pathlib import Path
 from typing import IO, Iterator
 
@@ -117,3 +120,43 @@ def replace_folder(tmp: str | os.PathLike, dest: str | os.PathLike, aside: str |
     else:
         tmp.rename(dest)
     return dest
+
+
+@contextlib.contextmanager
+def scratch_folder(prefix: str) -> Iterator[Path]:
+    """A private temporary folder ``<tmp>/<prefix><pid>-<random>``, removed on every way out (an error
+    and Ctrl-C too). Only a kill (SIGKILL, OOM) leaves one behind: each call first removes the folders
+    of ``prefix`` whose process is gone (and, from before the pid was in the name, those over an hour old)."""
+    _sweep_scratch(prefix)
+    path = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _sweep_scratch(prefix: str) -> None:
+    for p in Path(tempfile.gettempdir()).glob(f"{prefix}*"):
+        # ours only: <prefix><pid>-<random>, or tempfile's <prefix><8 random> of older tokenspace versions
+        # (not, say, <prefix>bench-<random>, another tool's)
+        name = re.fullmatch(r"(\d+)-[a-z0-9_]+|[a-z0-9_]{8}", p.name[len(prefix):])
+        try:
+            if name is None or not p.is_dir() or p.stat().st_uid != os.getuid():
+                continue
+            if name[1] is not None and _alive(int(name[1])):
+                continue
+            if name[1] is None and time.time() - p.stat().st_mtime < 3600:
+                continue  # an older tokenspace's name, without the pid: it may still be running
+        except OSError:  # gone meanwhile
+            continue
+        shutil.rmtree(p, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, another user's
+        return True
+    return True

@@ -33,7 +33,6 @@ import functools
 import hashlib
 import json
 import logging
-import tempfile
 import weakref
 import zipfile
 from collections.abc import Callable
@@ -41,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from tokenspace import atomic
 from tokenspace.data.loader import Preprocess, SkipCounter, TarRows, files_loader, map_loader
@@ -81,14 +81,16 @@ class OnnxImageTower:
     def __init__(self, model, tol: float = 1e-4, threads: int | None = None, probe: int = 4):
         t = model.image_tower
         x = torch.randn(probe, 3, t.image_size, t.image_size, generator=torch.Generator().manual_seed(0))
-        self._dir = tempfile.TemporaryDirectory(prefix="tokenspace-onnx-")
         model.eval()
-        # the one road to ONNX (models/onnx_export.py, which export-onnx takes too); the probe below guards it
-        path = export_module(t, (x,), f"{self._dir.name}/image_tower.onnx", ["pixels"], ["grid"],
-                             {"pixels": {0: "b"}, "grid": {0: "b"}})
+        # the .onnx file lives only until the session has read it (13 MB for EfficientNet-Lite0), in a
+        # folder removed on every way out; one a killed run left is swept by the next (atomic.scratch_folder)
+        with atomic.scratch_folder("tokenspace-onnx-") as tmp:
+            # the one road to ONNX (models/onnx_export.py, which export-onnx takes too); the probe below guards it
+            path = export_module(t, (x,), str(tmp / "image_tower.onnx"), ["pixels"], ["grid"],
+                                 {"pixels": {0: "b"}, "grid": {0: "b"}})
+            self.session = session(path, threads)
         with torch.no_grad():
             ref = t(x.contiguous(memory_format=torch.channels_last)).float().numpy()
-        self.session = session(path, threads)
         self.max_diff = float(np.abs(self._run(x.numpy()) - ref).max())
         if not self.max_diff <= tol:
             raise RuntimeError(f"the ONNX image tower differs from PyTorch by {self.max_diff:.2e} > {tol:g}")
@@ -310,14 +312,15 @@ def _read_part(npz: Path, ids_file: Path, vocab, rows: set[str]) -> tuple[Sparse
 
 def encode_parts(model, collection, work_dir, part_size: int = 8192, batch_size: int = 256,
                  on_part: Callable[[int, SparseBatch, list[str]], None] | None = None,
-                 workers: int | None = None, tower: str = "torch") -> int:
+                 workers: int | None = None, tower: str = "torch", progress: bool = False) -> int:
     """Encode ``collection`` (a TarCollection: ``keys`` and ``image(i)``) part by part into
     ``work_dir``; ``on_part(k, batch, ids)`` runs after each part is on disk. Returns the part count.
     One DataLoader (``workers`` processes, data/loader.py) decodes the rows of every part still to do,
     in order, while the model encodes; unreadable images are skipped (not indexed), counted and logged.
     ``tower="onnx"``: the image tower runs in ONNX Runtime (OnnxImageTower). Parts already in
     ``work_dir`` are reused only when its record says they come from these shards, this part size and
-    this model, or from shards these extend (module doc); otherwise ValueError, nothing changed."""
+    this model, or from shards these extend (module doc); otherwise ValueError, nothing changed.
+    ``progress``: a tqdm bar of the samples done (parts found on disk count at once)."""
     if part_size < 1 or batch_size < 1:
         raise ValueError(f"part_size and batch_size must be >= 1, got {part_size} and {batch_size}")
     work = Path(work_dir)
@@ -345,10 +348,13 @@ def encode_parts(model, collection, work_dir, part_size: int = 8192, batch_size:
     run = functools.cache(lambda: image_tower(model, tower))  # built once, and only if a part is encoded
     count = SkipCounter("images")
 
-    def encode_part(stream, n_batches: int) -> tuple[SparseBatch, list[str]]:
+    bar = tqdm(total=len(collection), unit="img", desc="encode", disable=not progress)
+
+    def encode_part(stream, batches: list[list[int]]) -> tuple[SparseBatch, list[str]]:
         outs, ids = [], []
-        for _ in range(n_batches):
+        for rows in batches:
             b = count(next(stream))
+            bar.update(len(rows))
             if len(b["index"]):
                 outs.append(encode_pixels(model, b["pixels"], tower=run()))
                 ids += b["keys"]
@@ -361,32 +367,46 @@ def encode_parts(model, collection, work_dir, part_size: int = 8192, batch_size:
         per_part[k] = batches_of(k)
         batches += per_part[k]
     stream = loader(batches)
-    for k in range(n_parts):
-        npz, ids_file = files(k)
-        batch = None
-        if k not in per_part:
-            try:
-                batch, ids = _read_part(npz, ids_file, model.vocab, {collection.keys[r] for r in rows_of(k)})
-            except _Damaged as e:
-                # parts are derived data: encoding this one again from the shards loses nothing
-                log.warning("%s: encoding part %d again", e, k)
-        if batch is None:
-            if k in per_part:
-                batch, ids = encode_part(stream, len(per_part[k]))
-            else:  # a damaged part was not in the shared loader's plan: it gets a loader of its own
-                own = batches_of(k)
-                batch, ids = encode_part(loader(own), len(own))
-            atomic.write_text(ids_file, "".join(f"{i}\n" for i in ids))
-            batch.save(npz)
-        if on_part is not None:
-            on_part(k, batch, ids)
+    with bar:
+        for k in range(n_parts):
+            npz, ids_file = files(k)
+            batch = None
+            if k not in per_part:
+                try:
+                    batch, ids = _read_part(npz, ids_file, model.vocab, {collection.keys[r] for r in rows_of(k)})
+                    bar.update(len(rows_of(k)))
+                except _Damaged as e:
+                    # parts are derived data: encoding this one again from the shards loses nothing
+                    log.warning("%s: encoding part %d again", e, k)
+            if batch is None:
+                if k in per_part:
+                    batch, ids = encode_part(stream, per_part[k])
+                else:  # a damaged part was not in the shared loader's plan: it gets a loader of its own
+                    own = batches_of(k)
+                    batch, ids = encode_part(loader(own), own)
+                atomic.write_text(ids_file, "".join(f"{i}\n" for i in ids))
+                batch.save(npz)
+            if on_part is not None:
+                on_part(k, batch, ids)
     return n_parts
 
 
+def check_index_dir(index_dir) -> None:
+    """``index_dir`` can take the index: a folder holding an index (resumed), an empty one or none. A
+    file, or a folder of other files, is refused (ValueError) before anything is encoded or written."""
+    p = Path(index_dir)
+    if p.exists() and not p.is_dir():
+        raise ValueError(f"index folder {p} is a file: give a folder (new, empty or a previous encode's)")
+    if p.is_dir() and not (p / MANIFEST).exists() and any(p.iterdir()):
+        raise ValueError(f"index folder {p} is not empty and holds no index: choose a new or empty folder")
+
+
 def encode_to_index(model, collection, index_dir, work_dir, part_size: int = 8192, batch_size: int = 256,
-                    workers: int | None = None, tower: str = "torch"):
-    """Encode and ingest incrementally (see the module doc); returns the InvertedIndex."""
+                    workers: int | None = None, tower: str = "torch", progress: bool = False):
+    """Encode and ingest incrementally (see the module doc); returns the InvertedIndex. ``index_dir``
+    must be new, empty or an index (``check_index_dir``)."""
     index_dir = Path(index_dir)
+    check_index_dir(index_dir)
     if (index_dir / MANIFEST).exists():
         index = InvertedIndex.load(index_dir, verify=False)
     else:
@@ -406,7 +426,8 @@ def encode_to_index(model, collection, index_dir, work_dir, part_size: int = 819
         index.save(index_dir)
         present.update(ids)
 
-    encode_parts(model, collection, work_dir, part_size, batch_size, on_part=ingest, workers=workers, tower=tower)
+    encode_parts(model, collection, work_dir, part_size, batch_size, on_part=ingest, workers=workers, tower=tower,
+                 progress=progress)
     return index
 
 

@@ -2,9 +2,18 @@
 the real `tokenspace` command on the tiny world of tests/cli/_cli_world.py and failed before its fix."""
 from __future__ import annotations
 
+import io
 import json
+import os
 import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
 
+import pytest
+
+from tokenspace import atomic
 from tokenspace.explain.hits import caption
 
 
@@ -56,3 +65,63 @@ def test_captions_are_cut_at_a_word_with_an_ellipsis():
     assert caption(long) == "a red dog sitting on the beach beside a blue car under a …"
     assert caption("a red dog") == "a red dog"
     assert caption("x" * 80) == "x" * 59 + "…"
+
+
+def _shard_with_a_corrupt_image(world, path):
+    """The world's shard plus one sample whose png is not an image."""
+    with tarfile.open(world.shards) as src, tarfile.open(path, "w") as tar:
+        for m in src.getmembers():
+            tar.addfile(m, src.extractfile(m))
+        for name, data in (("corrupt.png", b"\x89PNG\r\n\x1a\n not a png"), ("corrupt.txt", b"a red dog")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_encode_shows_progress_and_says_done(world, tmp_path):
+    """32.4 / 34.5: no progress at all, and a complete run (one that skipped a corrupt image too) ended
+    with "rerun the same command to resume"."""
+    shard = _shard_with_a_corrupt_image(world, tmp_path / "shard.tar")
+    index = tmp_path / "idx"
+    r = world.run("encode", "--model", world.model, "--shards", shard, "--index", index, "--part-size", "5",
+                  "--tower", "torch", "--workers", "0")
+    assert r.code == 0, r.err
+    assert "13/13" in r.err  # tqdm's bar, on stderr
+    last = r.out.strip().splitlines()[-1]
+    assert last == f"indexed 12 of 13 samples into {index} (1 unreadable images skipped): done", r.out
+    assert "rerun" not in r.out
+
+
+def test_encode_refuses_an_index_path_that_is_a_file_before_encoding(world, tmp_path):
+    """34.5: it encoded a part first, left a .parts folder, then failed with "[Errno 17] File exists"."""
+    index = tmp_path / "notes.txt"
+    index.write_text("my notes")
+    r = world.run("encode", "--model", world.model, "--shards", world.shards, "--index", index)
+    assert r.code == 1 and "is a file" in r.error_line() and str(index) in r.error_line(), r.err
+    assert not (tmp_path / "notes.txt.parts").exists() and index.read_text() == "my notes"
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "photo.jpg").write_bytes(b"x")
+    r = world.run("encode", "--model", world.model, "--shards", world.shards, "--index", folder)
+    assert r.code == 1 and "holds no index" in r.error_line(), r.err
+    assert sorted(p.name for p in folder.iterdir()) == ["photo.jpg"]
+
+
+def test_scratch_folders_go_on_every_exit_and_stale_ones_are_swept(tmp_path, monkeypatch):
+    """34.5: each encode killed after its ONNX export left a 13 MB /tmp/tokenspace-onnx-* folder."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # a pid that no longer runs
+    stale = tmp_path / f"tokenspace-onnx-{dead.pid}-abc"
+    stale.mkdir()
+    (stale / "image_tower.onnx").write_bytes(b"x" * 100)
+    live = tmp_path / f"tokenspace-onnx-{os.getpid()}-def"  # this process's: kept
+    other = tmp_path / "tokenspace-onnx-bench-abc"  # not a name scratch_folder makes: kept
+    for folder in (live, other):
+        folder.mkdir()
+    with pytest.raises(RuntimeError):
+        with atomic.scratch_folder("tokenspace-onnx-") as tmp:
+            assert tmp.parent == tmp_path and tmp.is_dir()
+            raise RuntimeError("a failed export")
+    assert not tmp.exists() and not stale.exists() and live.exists() and other.exists()

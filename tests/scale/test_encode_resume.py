@@ -88,7 +88,7 @@ def test_encode_100k_images_killed_and_resumed_equals_an_uninterrupted_run(tmp_p
 
     # 1. a run killed after a few parts reached the index
     idx, work = tmp_path / "index", tmp_path / "parts"
-    cmd = [sys.executable, "-m", "tokenspace.encode", "--model", str(model_dir), "--shards", spec,
+    cmd = [sys.executable, "-m", "tokenspace.cli", "encode", "--model", str(model_dir), "--shards", spec,
            "--index", str(idx), "--work", str(work), "--part-size", str(PART),
            # the library calls below encode with PyTorch's tower; the command's default (auto) would take
            # ONNX Runtime's, equal only to 1e-4 (tests/train/test_scale_loader.py), not bit for bit

@@ -6,6 +6,7 @@ made by the service (400).
 """
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
@@ -48,6 +49,41 @@ def _not_blank(v):
     return v
 
 
+# metadata filters (index/metadata.py): a field name as the index accepts it (ASCII spelled out: "\w" differs
+# between regex flavours), a scalar value, {"in": [values]} or {"word": "text"}. The name's pattern goes
+# into the schema's propertyNames by hand: pydantic writes a constrained key as patternProperties, which
+# lets any other key through in JSON Schema (schemathesis sent {">": ...} as schema-valid)
+FIELD_NAME = r"^[A-Za-z_][A-Za-z0-9_-]*$"
+FilterField = Annotated[str, Field(max_length=64)]
+
+
+def _field_names(schema: dict) -> None:
+    schema["propertyNames"] = {"maxLength": 64, "pattern": FIELD_NAME}
+
+
+def _check_field_names(v):
+    if isinstance(v, dict):
+        bad = [k for k in v if isinstance(k, str) and not re.fullmatch(FIELD_NAME, k)]
+        if bad:
+            raise ValueError(f"field name {bad[0][:64]!r} must be letters, digits, _ or - (starting with a letter or _)")
+    return v
+
+
+Scalar = Annotated[str, Field(max_length=MAX_TEXT)] | bool | int | Annotated[float, Field(allow_inf_nan=False)]
+
+
+class InClause(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    in_: list[Scalar] = Field(alias="in", min_length=1, max_length=MAX_TOKENS, description="any of these values")
+
+
+class WordClause(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    word: str = Field(min_length=1, max_length=100, description="one word the field's text must hold (case-insensitive)")
+
+
 class SearchRequest(BaseModel):
     # strict: the types the schema states and no others (lax mode took "k": "10", "k": true and
     # "steer": {"red": true}); an integer is still a valid number
@@ -66,8 +102,18 @@ class SearchRequest(BaseModel):
     steer: dict[str, Factor] = Field(default_factory=dict, max_length=MAX_TOKENS,
                                     description="token -> factor: 0 removes, <1 suppresses, >1 boosts; "
                                                 "absent tokens are added at factor x the top query weight")
+    filter: dict[FilterField, Scalar | InClause | WordClause] = Field(
+        default_factory=dict, max_length=MAX_TOKENS, json_schema_extra=_field_names,
+        description='filter on the rows\' metadata (source, caption, fields given at build time), all must hold: '
+                    '{"source": "emoji-noto"} equality, {"source": {"in": ["a", "b"]}} any of them, '
+                    '{"caption": {"word": "heart"}} the text holds the word; `where` / `must` filter on tokens')
 
     _text = field_validator("text", mode="before")(_not_blank)
+    _filter = field_validator("filter", mode="before")(_check_field_names)
+
+    def meta_filter(self) -> dict:
+        """``filter`` as the index's filter object (metadata.MetaFilter.resolve reads it)."""
+        return {k: v.model_dump(by_alias=True) if isinstance(v, BaseModel) else v for k, v in self.filter.items()}
 
 
 class HeatmapRequest(BaseModel):

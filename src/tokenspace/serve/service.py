@@ -20,6 +20,7 @@ from tokenspace.explain.heatmap import has_cell_scores, heatmap_png
 from tokenspace.explain.hits import contributions
 from tokenspace.explain.steer import resolve_tokens, steer
 from tokenspace.index import InvertedIndex
+from tokenspace.index.metadata import MetaFilter
 from tokenspace.index.query import parse_query
 from tokenspace.pipeline import read_collection_meta
 from tokenspace.sparse import SparseBatch
@@ -127,10 +128,17 @@ class SearchService:
 
     # ------------------------------------------------------------------ search
     def search_text(self, text: str, k: int = 10, must: Sequence[str] = (), must_not: Sequence[str] = (),
-                    where: str | None = None, steer: Mapping[str, float] | None = None) -> dict:
-        """Images for a text query, each hit explained token by token (contributions sum to its score)."""
+                    where: str | None = None, steer: Mapping[str, float] | None = None,
+                    filter: Mapping | None = None) -> dict:
+        """Images for a text query, each hit explained token by token (contributions sum to its score).
+        ``filter``: a metadata filter (index/metadata.py), applied by the index before top-k."""
         t0 = time.perf_counter()
         options = {}
+        if filter:
+            try:
+                options["meta"] = MetaFilter.resolve(dict(filter))
+            except (TypeError, ValueError) as e:
+                raise ServiceError(str(e)) from None
         if must:
             options["must"] = self.tokens(must, "must")
         if must_not:

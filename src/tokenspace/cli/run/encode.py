@@ -1,11 +1,13 @@
 """tokenspace encode --shards S.. --index I: webdataset shards into an index, in resumable parts."""
 from __future__ import annotations
 
+import sys
 import tarfile
+from pathlib import Path
 
 from tokenspace.cli.common import CLIError
 from tokenspace.cli.model_loading import load_model
-from tokenspace.encode import encode_to_index, open_shards
+from tokenspace.encode import check_index_dir, encode_to_index, open_shards
 
 
 def run(args) -> int:
@@ -16,11 +18,23 @@ def run(args) -> int:
     if len(collection) == 0:
         raise CLIError(f"--shards {' '.join(args.shards)}: no complete (image + text) samples "
                        f"({collection.skipped} incomplete)")
+    work = Path(args.work or f"{args.index}.parts")
+    check_index_dir(args.index)  # before the model loads and a part is encoded
+    if work.exists() and not work.is_dir():
+        raise CLIError(f"--work {work} is a file; give a folder for the encoded parts")
     model = load_model(args.model, args.device)
-    index = encode_to_index(model, collection, args.index, args.work or f"{args.index}.parts",
-                            args.part_size, args.batch_size, workers=args.workers, tower=args.tower)
+    try:
+        index = encode_to_index(model, collection, args.index, work, args.part_size, args.batch_size,
+                                workers=args.workers, tower=args.tower, progress=True)
+    except KeyboardInterrupt:  # the parts on disk and the index's whole parts stay: a rerun goes on from there
+        print(f"tokenspace encode: interrupted; rerun the same command to resume (parts in {work})", file=sys.stderr)
+        return 130
     if len(index) == 0:
         raise CLIError(f"none of the {len(collection)} samples has a readable image: {args.index} is empty")
-    print(f"indexed {len(index)} of {len(collection)} samples "
-          f"({collection.skipped} incomplete samples skipped); rerun the same command to resume")
+    present = set(index.ids())
+    unreadable = sum(key not in present for key in collection.keys)  # skipped by the loader, logged there
+    skipped = [f"{n} {what} skipped" for n, what in ((unreadable, "unreadable images"),
+                                                       (collection.skipped, "incomplete samples")) if n]
+    print(f"indexed {len(collection) - unreadable} of {len(collection)} samples into {args.index}"
+          + (f" ({', '.join(skipped)})" if skipped else "") + ": done")
     return 0
