@@ -21,15 +21,21 @@ import pytest
 from tokenspace.index import InvertedIndex
 from tokenspace.index.export import (
     FLOAT32_MIN_NORMAL,
+    SPARSE_VECTOR_PARAMETERS,
+    opensearch_queries,
+    quantization_ceiling,
     quantize,
     rank_feature_name,
     rank_features_mapping,
     read_jsonl,
+    sparse_vector_mapping,
     write_jsonl,
     write_jsonl_quantized,
+    write_opensearch_queries,
     write_queries_jsonl,
     write_queries_tsv,
     write_rank_features,
+    write_sparse_vector,
 )
 from tokenspace.sparse import SparseBatch
 from tokenspace.vocab import Vocabulary
@@ -341,3 +347,119 @@ def test_rank_features_files_follow_the_field_rules(tmp_path):
     assert rank_feature_name("a%2E") != rank_feature_name("a.")
     with pytest.raises(ValueError, match="dots"):
         rank_features_mapping("a.b")
+
+
+# ----------------------------------------------------------------- OpenSearch 3.x: sparse_vector and query bodies
+# The shapes below are those of OpenSearch's documentation:
+# sparse_vector mapping and ingest: https://docs.opensearch.org/latest/mappings/supported-field-types/sparse-vector/
+#   and https://docs.opensearch.org/latest/vector-search/ai-search/neural-sparse-ann/ (tokens as integers);
+# neural_sparse with raw vectors: https://docs.opensearch.org/latest/query-dsl/specialized/neural-sparse/;
+# rank_feature with "linear": Elasticsearch's rank_feature query docs, OpenSearch 1.1+ (OpenSearch#1025);
+# _msearch NDJSON: https://docs.opensearch.org/latest/api-reference/search-apis/multi-search/.
+def test_sparse_vector_mapping_and_bulk_follow_the_documented_example(tmp_path):
+    paths = write_sparse_vector(_batch(), ["d0", "d1", "d2"], tmp_path / "os", index="img", docs_per_file=2)
+    assert [p.name for p in paths] == ["mapping.json", "bulk-00000.ndjson", "bulk-00001.ndjson"]
+    mapping = json.loads(paths[0].read_text())
+    assert mapping == {"settings": {"index": {"sparse": True}}, "mappings": {"properties": {"vector": {
+        "type": "sparse_vector", "method": {"name": "seismic", "parameters": {
+            "quantization_ceiling_ingest": 2.0, "quantization_ceiling_search": 2.0}}}}}}
+    assert set(mapping["mappings"]["properties"]["vector"]["method"]["parameters"]) <= set(SPARSE_VECTOR_PARAMETERS)
+    # tokens as integer ids (the dimension: the row of the vocabulary), weights positive floats
+    assert paths[1].read_text(encoding="utf-8") == (
+        '{"index": {"_index": "img", "_id": "d0"}}\n'
+        '{"vector": {"0": 0.5, "2": 1.25, "5": 0.3}}\n'
+        '{"index": {"_index": "img", "_id": "d1"}}\n'
+        '{"vector": {"1": 2.0, "3": 0.004}}\n'
+    )
+    for line in paths[1].read_text().splitlines()[1::2]:
+        vec = json.loads(line)["vector"]
+        assert all(k.isdigit() and int(k) < 6 and v > 0 for k, v in vec.items())
+    tuned = write_sparse_vector(_batch(), ["d0", "d1", "d2"], tmp_path / "os2", query_ceiling=0.9,
+                                parameters={"n_postings": 300, "approximate_threshold": 0})
+    params = json.loads(tuned[0].read_text())["mappings"]["properties"]["vector"]["method"]["parameters"]
+    assert params == {"quantization_ceiling_ingest": 2.0, "quantization_ceiling_search": 0.9, "n_postings": 300,
+                      "approximate_threshold": 0}
+    with pytest.raises(ValueError, match="unknown sparse_vector parameter.*'n_posting'"):
+        sparse_vector_mapping(parameters={"n_posting": 3})
+    with pytest.raises(ValueError, match="cluster_ratio must be a finite number"):
+        sparse_vector_mapping(parameters={"cluster_ratio": "0.1"})
+    with pytest.raises(ValueError, match="dots"):
+        sparse_vector_mapping("a.b")
+
+
+@pytest.mark.parametrize("values, ceiling", [([0.73], 0.73), ([0.731, 0.2], 0.74), ([2.0], 2.0), ([0.0042], 0.0042),
+                                             ([123.0], 130.0), ([], 1.0), ([0.0], 1.0), ([0.99999], 1.0)])
+def test_quantization_ceiling_is_just_above_the_largest_weight(values, ceiling):
+    got = quantization_ceiling(np.array(values, np.float32))
+    assert got == pytest.approx(ceiling) and (not values or got >= max(values))
+
+
+def test_query_bodies_have_the_documented_shapes(tmp_path):
+    b = _batch()  # tokens dog, "quote", back\slash, é, tab\there, ##s
+    neural = opensearch_queries(b)
+    assert neural[0] == {"size": 10, "query": {"neural_sparse": {"vector": {"query_tokens": {
+        "dog": 0.5, "back\\slash": 1.25, "##s": 0.3}}}}}
+    assert neural[2] == {"size": 10, "query": {"match_none": {}}}  # an empty row matches nothing
+    ann = opensearch_queries(b, field="emb", field_type="sparse_vector", k=5)
+    assert ann[1] == {"size": 5, "query": {"neural_sparse": {"emb": {
+        "query_tokens": {"1": 2.0, "3": 0.004}, "method_parameters": {"k": 5, "top_n": 2}}}}}
+    rank = opensearch_queries(b, query_type="rank_feature")
+    assert rank[0] == {"size": 10, "query": {"bool": {"should": [
+        {"rank_feature": {"field": "vector.dog", "linear": {}, "boost": 0.5}},
+        {"rank_feature": {"field": "vector.back\\slash", "linear": {}, "boost": 1.25}},
+        {"rank_feature": {"field": "vector.##s", "linear": {}, "boost": 0.3}}]}}}
+    dotted = SparseBatch.from_dense(np.array([[1.0, 0.5]], np.float32), vocab=Vocabulary([".", "a.b"]))
+    assert opensearch_queries(dotted)[0]["query"]["neural_sparse"]["vector"]["query_tokens"] == {"%2E": 1.0,
+                                                                                                 "a%2Eb": 0.5}
+    path = write_opensearch_queries(b, tmp_path / "q" / "queries.ndjson", index="img", query_type="rank_feature")
+    lines = path.read_text(encoding="utf-8").split("\n")
+    assert lines[-1] == "" and len(lines) == 2 * len(b) + 1  # header + body per query, final newline
+    assert [json.loads(x) for x in lines[0:-1:2]] == [{"index": "img"}] * 3
+    assert [json.loads(x) for x in lines[1::2]] == rank
+    with pytest.raises(ValueError, match="rank_feature queries read rank_features fields"):
+        opensearch_queries(b, field_type="sparse_vector", query_type="rank_feature")
+    for bad in ({"k": 0}, {"k": True}, {"field_type": "knn_vector"}, {"query_type": "match"}, {"field": "a.b"}):
+        with pytest.raises(ValueError):
+            opensearch_queries(b, **bad)
+
+
+def _bulk_docs(paths, field="vector") -> dict[str, dict[str, float]]:
+    docs = {}
+    for p in paths[1:]:
+        lines = p.read_text(encoding="utf-8").splitlines()
+        for action, source in zip(lines[::2], lines[1::2]):
+            docs[json.loads(action)["index"]["_id"]] = json.loads(source)[field]
+    return docs
+
+
+def _opensearch_score(body: dict, doc: dict[str, float], field="vector") -> float:
+    """A document's score under a query body, by the query's documented meaning: neural_sparse sums
+    query weight x document weight over the query's tokens; a linear rank_feature clause scores its
+    feature's value times its boost, and bool.should adds the clauses up."""
+    q = body["query"]
+    if "match_none" in q:
+        return 0.0
+    if "neural_sparse" in q:
+        return sum(w * doc.get(t, 0.0) for t, w in q["neural_sparse"][field]["query_tokens"].items())
+    prefix = field + "."
+    return sum(c["rank_feature"]["boost"] * doc.get(c["rank_feature"]["field"][len(prefix):], 0.0)
+               for c in q["bool"]["should"])
+
+
+@pytest.mark.parametrize("field_type, query_type", [("rank_features", "neural_sparse"),
+                                                    ("rank_features", "rank_feature"),
+                                                    ("sparse_vector", "neural_sparse")])
+def test_query_bodies_over_the_bulk_files_rank_as_the_index_does(tmp_path, field_type, query_type):
+    """Names in the queries are the names in the documents, and the score is the dot product: the top-10
+    of every query, scored over what the bulk files hold, is InvertedIndex's."""
+    docs, queries = _corpus(seed=7)
+    ids = [f"d{i}" for i in range(len(docs))]
+    write = write_sparse_vector if field_type == "sparse_vector" else write_rank_features
+    stored = _bulk_docs(write(docs, ids, tmp_path / "os"))
+    bodies = opensearch_queries(queries, field_type=field_type, query_type=query_type)
+    theirs = []
+    for body in bodies:
+        scores = {d: _opensearch_score(body, vec) for d, vec in stored.items()}
+        theirs.append(sorted(((d, s) for d, s in scores.items() if s > 0), key=lambda x: (-x[1], x[0]))[:10])
+    exact = queries.to_dense().astype(np.float64) @ docs.to_dense().astype(np.float64).T
+    _assert_same_top10(_top10(InvertedIndex.build(docs, ids), queries), theirs, exact, ids)

@@ -22,6 +22,24 @@
   least ``FLOAT32_MIN_NORMAL``. Dots and percent signs in names are percent-encoded
   (``rank_feature_name``: ``"."`` -> ``"%2E"``), subnormal weights are lifted to the smallest normal
   float32.
+* OpenSearch 3.3+ ``sparse_vector`` (neural sparse ANN search, the SEISMIC algorithm): the same bulk
+  files under an index created with ``"index.sparse": true`` and a ``sparse_vector`` field whose
+  ``method`` is ``seismic`` (``write_sparse_vector``). Its tokens are integers (the documentation's
+  examples and "tokens are represented as integers"): each token is written as its dimension id
+  (``"2003"``), the row of the vocabulary file. OpenSearch quantises the weights to bytes below a
+  ceiling (``quantization_ceiling_ingest``, default 3; ``quantization_ceiling_search``, default 16):
+  the mapping sets both just above the largest document / query weight, so unit-norm vectors use the
+  whole byte range instead of a third (or a sixteenth) of it. Documented at
+  https://docs.opensearch.org/latest/mappings/supported-field-types/sparse-vector/ and
+  https://docs.opensearch.org/latest/vector-search/ai-search/neural-sparse-ann/.
+* OpenSearch queries (``opensearch_queries`` / ``write_opensearch_queries``): one ``_search`` body per
+  query row, written as a multi-search file (``_msearch``: a ``{"index": ...}`` line, then the body, per
+  query; answers come back in file order), in one of two documented forms:
+  ``neural_sparse`` with raw ``query_tokens`` (OpenSearch 2.11+, on rank_features and sparse_vector
+  fields: https://docs.opensearch.org/latest/query-dsl/specialized/neural-sparse/), or a ``bool.should``
+  of ``rank_feature`` clauses with the ``linear`` function and the query weight as ``boost`` (rank_features
+  only; Elasticsearch 7.12+, OpenSearch 1.1+: opensearch-project/OpenSearch#1025). On a rank_features
+  field both score a document by the dot product (up to the field's 9 significant bits).
 
 Tokens are named by the batch's Vocabulary. A batch without one is written with the decimal
 dimension ids as token names (``"2003"``). Every writer drops zero weights (rank_features rejects them
@@ -198,13 +216,11 @@ def _write_jsonl(batch, ids, path, scale, id_key) -> Path:
 def rank_features_mapping(field: str = "vector") -> dict:
     """Index body for OpenSearch/Elasticsearch: ``PUT /<index>`` with this JSON.
 
-    The id is the document ``_id``; the sparse vector is one ``rank_features`` field. Query it with a
-    ``bool.should`` of ``rank_feature`` clauses (``"field": "vector.<rank_feature_name(token)>"``,
-    ``"linear": {}``, ``"boost": <query weight>``), which sums to the dot product up to rank_features'
-    storage precision (9 significant bits, about 0.4% relative error).
+    The id is the document ``_id``; the sparse vector is one ``rank_features`` field. Query it with
+    ``opensearch_queries`` (neural_sparse or rank_feature bodies), which sum to the dot product up to
+    rank_features' storage precision (9 significant bits, about 0.4% relative error).
     """
-    if not field or "." in field:
-        raise ValueError(f"field must be a non-empty name without dots, got {field!r}")
+    _check_field(field)
     return {"mappings": {"properties": {field: {"type": "rank_features"}}}}
 
 
@@ -230,10 +246,18 @@ def write_rank_features(
     names = [rank_feature_name(t) for t in token_names(batch)]
     if len(set(names)) != len(names):  # only if two tokens differ by an encoded '.' vs a literal "%2E"
         raise ValueError("two tokens map to the same rank_features name")
+    return _write_bulk(batch, ids, out_dir, mapping, names, index, field, docs_per_file)
+
+
+def _write_bulk(batch, ids, out_dir, mapping: dict, names: list[str], index: str, field: str,
+                docs_per_file: int) -> list[Path]:
+    """``mapping.json`` and the bulk files of an OpenSearch export, the feature names given."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = [out / "mapping.json"]
     atomic.write_text(written[0], json.dumps(mapping, indent=2) + "\n")
+    # subnormal weights lifted: FeatureField rejects them, and sparse_vector segments below the ANN
+    # threshold are indexed as rank_features (neural-sparse-ann: "Hybrid indexing behavior")
     rows = zip(ids, _row_fragments(batch, None, names=names, min_value=FLOAT32_MIN_NORMAL))
     for start in range(0, len(ids), docs_per_file):
         written.append(out / f"bulk-{start // docs_per_file:05d}.ndjson")
@@ -242,6 +266,148 @@ def write_rank_features(
                 f.write(_dump({"index": {"_index": index, "_id": doc_id}}) + "\n")
                 f.write(f"{{{_dump(field)}: {row}}}\n")
     return written
+
+
+# the sparse_vector field's documented method parameters (mappings/supported-field-types/sparse-vector)
+SPARSE_VECTOR_PARAMETERS = ("n_postings", "cluster_ratio", "summary_prune_ratio", "approximate_threshold",
+                            "quantization_ceiling_search", "quantization_ceiling_ingest")
+FIELD_TYPES = ("rank_features", "sparse_vector")
+QUERY_TYPES = ("neural_sparse", "rank_feature")
+
+
+def _check_field(field: str) -> None:
+    if not isinstance(field, str) or not field or "." in field:
+        raise ValueError(f"field must be a non-empty name without dots, got {field!r}")
+
+
+def quantization_ceiling(values) -> float:
+    """A ``quantization_ceiling_*`` for weights ``values``: their largest, rounded up to two significant
+    digits (OpenSearch maps [0, ceiling] onto a byte; a weight above it is cut to it). 1.0 for none."""
+    v = np.asarray(values, np.float64)
+    top = float(v.max()) if v.size else 0.0
+    if not top > 0 or not math.isfinite(top):
+        return 1.0
+    step = 10.0 ** (math.floor(math.log10(top)) - 1)
+    # the weights are float32: 0.73 is 0.7300000190734863, whose ceiling is 0.73 (1e-6 below the float32
+    # ulp of a 2-digit mantissa), not 0.74; round(): 0.73, not 0.7300000000000001
+    ceiling = round(math.ceil(top / step * (1 - 1e-6)) * step, 12)
+    return ceiling if np.float32(ceiling) >= np.float32(top) else round(ceiling + step, 12)
+
+
+def sparse_vector_mapping(field: str = "vector", parameters: dict | None = None) -> dict:
+    """Index body for OpenSearch 3.3+ neural sparse ANN search: ``PUT /<index>`` with this JSON.
+
+    ``"index.sparse": true`` and one ``sparse_vector`` field with ``method`` ``seismic`` and
+    ``parameters`` (any of SPARSE_VECTOR_PARAMETERS; OpenSearch's defaults for the rest). Documented at
+    https://docs.opensearch.org/latest/mappings/supported-field-types/sparse-vector/ ("Step 1: Create an
+    index")."""
+    _check_field(field)
+    parameters = dict(parameters or {})
+    unknown = sorted(set(parameters) - set(SPARSE_VECTOR_PARAMETERS))
+    if unknown:
+        raise ValueError(f"unknown sparse_vector parameter(s) {unknown}; known: {', '.join(SPARSE_VECTOR_PARAMETERS)}")
+    for k, v in parameters.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v >= 0 and math.isfinite(v)):
+            raise ValueError(f"sparse_vector parameter {k} must be a finite number >= 0, got {v!r}")
+    return {"settings": {"index": {"sparse": True}},
+            "mappings": {"properties": {field: {"type": "sparse_vector",
+                                                "method": {"name": "seismic", "parameters": parameters}}}}}
+
+
+def write_sparse_vector(
+    batch: SparseBatch,
+    ids: Sequence[str],
+    out_dir: str | os.PathLike,
+    index: str = "tokenspace",
+    field: str = "vector",
+    docs_per_file: int = DEFAULT_DOCS_PER_BULK_FILE,
+    parameters: dict | None = None,
+    query_ceiling: float | None = None,
+) -> list[Path]:
+    """``mapping.json`` (``sparse_vector_mapping``) and bulk files for OpenSearch 3.3+ ``sparse_vector``.
+
+    Tokens are written as their dimension ids (``"2003"``: sparse_vector tokens are integers). The
+    mapping's ``quantization_ceiling_ingest`` is ``quantization_ceiling`` of the documents' weights and
+    ``quantization_ceiling_search`` that of the queries' (``query_ceiling``: e.g.
+    ``quantization_ceiling(queries.values)``; without it, the documents' as well); ``parameters``
+    overrides either and sets the others."""
+    ids = _check_ids(batch, ids)
+    if docs_per_file <= 0:
+        raise ValueError("docs_per_file must be positive")
+    ingest = quantization_ceiling(batch.values)
+    defaults = {"quantization_ceiling_ingest": ingest,
+                "quantization_ceiling_search": ingest if query_ceiling is None else float(query_ceiling)}
+    mapping = sparse_vector_mapping(field, {**defaults, **(parameters or {})})
+    return _write_bulk(batch, ids, out_dir, mapping, [str(j) for j in range(batch.dim)], index, field,
+                       docs_per_file)
+
+
+def _weights(values: np.ndarray) -> list[float]:
+    # float32 weights as their shortest text (0.3, not 0.30000001192092896), as the documents are written
+    return [float(t) for t in np.asarray(values, np.float32).astype(str)]
+
+
+def opensearch_queries(batch: SparseBatch, field: str = "vector", field_type: str = "rank_features",
+                       query_type: str = "neural_sparse", k: int = 10) -> list[dict]:
+    """One ``_search`` body per row of ``batch``: the query that scores the exported documents by their
+    dot product with the row, the top ``k`` returned (``"size"``).
+
+    * ``neural_sparse`` (https://docs.opensearch.org/latest/query-dsl/specialized/neural-sparse/, "Using
+      raw sparse vectors"): ``{"neural_sparse": {field: {"query_tokens": {token: weight}}}}``, tokens named
+      as the documents were (``rank_feature_name`` on rank_features, dimension ids on sparse_vector); on
+      sparse_vector with ``method_parameters`` ``k`` and ``top_n`` = the row's token count (every query
+      token kept; ``heap_factor`` is left to OpenSearch's default, the recall/speed knob to tune there).
+    * ``rank_feature`` (rank_features fields only): ``{"bool": {"should": [{"rank_feature": {"field":
+      "<field>.<token>", "linear": {}, "boost": weight}}, ...]}}``.
+
+    A row without a token is ``{"match_none": {}}``: it matches nothing, as in tokenspace."""
+    _check_field(field)
+    if field_type not in FIELD_TYPES:
+        raise ValueError(f"field_type must be one of {FIELD_TYPES}, got {field_type!r}")
+    if query_type not in QUERY_TYPES:
+        raise ValueError(f"query_type must be one of {QUERY_TYPES}, got {query_type!r}")
+    if field_type == "sparse_vector" and query_type == "rank_feature":
+        raise ValueError("rank_feature queries read rank_features fields; a sparse_vector field is queried "
+                         "with neural_sparse")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be a positive int, got {k!r}")
+    if batch.nnz and (not np.all(np.isfinite(batch.values)) or batch.values.min() < 0):
+        raise ValueError("cannot export non-finite or negative query weights")
+    names = ([str(j) for j in range(batch.dim)] if field_type == "sparse_vector"
+             else [rank_feature_name(t) for t in token_names(batch)])
+    bodies = []
+    for i in range(len(batch)):
+        idx, val = batch.row(i)
+        keep = val > 0
+        pairs = list(zip((names[j] for j in idx[keep].tolist()), _weights(val[keep])))
+        if not pairs:
+            query = {"match_none": {}}
+        elif query_type == "rank_feature":
+            query = {"bool": {"should": [{"rank_feature": {"field": f"{field}.{n}", "linear": {}, "boost": w}}
+                                         for n, w in pairs]}}
+        else:
+            inner = {"query_tokens": dict(pairs)}
+            if field_type == "sparse_vector":
+                inner["method_parameters"] = {"k": k, "top_n": len(pairs)}
+            query = {"neural_sparse": {field: inner}}
+        bodies.append({"size": k, "query": query})
+    return bodies
+
+
+def write_opensearch_queries(batch: SparseBatch, path: str | os.PathLike, index: str = "tokenspace",
+                             field: str = "vector", field_type: str = "rank_features",
+                             query_type: str = "neural_sparse", k: int = 10) -> Path:
+    """The rows of ``batch`` as a multi-search file (``opensearch_queries`` bodies), run with
+    ``curl -H 'Content-Type: application/x-ndjson' --data-binary @queries.ndjson URL/_msearch``: per
+    query an ``{"index": index}`` line and the body line (the multi-search API's NDJSON, answered in file
+    order: https://docs.opensearch.org/latest/api-reference/search-apis/multi-search/)."""
+    bodies = opensearch_queries(batch, field, field_type, query_type, k)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic.atomic_open(path, "w", encoding="utf-8", newline="\n") as f:
+        for body in bodies:
+            f.write(_dump({"index": index}) + "\n" + _dump(body) + "\n")
+    return path
 
 
 def read_jsonl(path: str | os.PathLike, vocab=None, dim: int | None = None) -> tuple[SparseBatch, list[str]]:
@@ -265,15 +431,23 @@ def read_jsonl(path: str | os.PathLike, vocab=None, dim: int | None = None) -> t
 
 __all__ = [
     "DEFAULT_SCALE",
+    "FIELD_TYPES",
     "FLOAT32_MIN_NORMAL",
+    "QUERY_TYPES",
+    "SPARSE_VECTOR_PARAMETERS",
+    "opensearch_queries",
+    "quantization_ceiling",
     "quantize",
     "rank_feature_name",
     "rank_features_mapping",
     "read_jsonl",
+    "sparse_vector_mapping",
     "token_names",
     "write_jsonl",
     "write_jsonl_quantized",
+    "write_opensearch_queries",
     "write_queries_jsonl",
     "write_queries_tsv",
     "write_rank_features",
+    "write_sparse_vector",
 ]
