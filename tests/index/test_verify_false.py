@@ -139,3 +139,31 @@ def test_generated_cheap_damage_is_caught_or_harmless(saved, tmp_path_factory, t
         pass
     finally:
         shutil.rmtree(root.parent)
+
+
+@pytest.mark.parametrize("damage", ["same size", "truncated", "a line too many"])
+def test_damaged_metadata_file(tmp_path, damage):
+    """metadata.jsonl is named in the manifest like every file: the default load catches any change by
+    its crc32; verify=False catches a size change at load and a line that is not a JSON object when the
+    metadata is first read (never a wrong filter answer from a half-parsed file)."""
+    docs = random_batch(20, 40, 0.3, seed=4)
+    InvertedIndex.build(docs, ids_for(20), metadata=[{"k": i} for i in range(20)]).save(tmp_path / "idx")
+    p = tmp_path / "idx" / "seg-000001" / "metadata.jsonl"
+    raw = p.read_bytes()
+    if damage == "same size":
+        p.write_bytes(raw.replace(b'{"k": 3}', b'{"k": 3 '))
+    elif damage == "truncated":
+        p.write_bytes(raw[:-5])
+    else:
+        p.write_bytes(raw.replace(b'{"k": 3}\n{"k": 4}\n{"k": 5}\n', b'{"k":3}\n{"k":4}\n{"k":5}\n{}\n'))  # 21 lines
+    assert damage == "truncated" or len(p.read_bytes()) == len(raw)
+    with pytest.raises(IndexCorruptError, match="truncated" if damage == "truncated" else "crc32 mismatch"):
+        InvertedIndex.load(tmp_path / "idx")
+    if damage == "truncated":
+        with pytest.raises(IndexCorruptError, match="truncated"):
+            InvertedIndex.load(tmp_path / "idx", verify=False)
+        return
+    index = InvertedIndex.load(tmp_path / "idx", verify=False)
+    why = "metadata.jsonl:4: not a JSON object" if damage == "same size" else "21 lines for a segment of 20 rows"
+    with pytest.raises(IndexCorruptError, match=why):
+        index.search(docs[:1], k=3, meta={"k": 3})
