@@ -16,7 +16,6 @@ from typing import Sequence
 from tokenspace import atomic
 from tokenspace.data.manifest import Record
 from tokenspace.data.specs import BackboneFeatures, home_dir, image_grids, load_data, load_split, note  # noqa: F401
-from tokenspace.sparse import SparseBatch
 from tokenspace.train.evaluation import evaluate_retrieval, held_out_evaluator, texts_and_targets  # noqa: F401
 from tokenspace.train.pairs import build_seeded, caption_pairs, trunk_block  # noqa: F401
 
@@ -58,13 +57,11 @@ def evaluate(model, specs: Sequence[str] | str, home=None, progress: bool = True
 
 # ---------------------------------------------------------------------------------------------- index
 def encode_collection(model, specs: Sequence[str] | str, home=None, progress: bool = True):
-    """(SparseBatch of image vectors, ids, records) for a collection, ready for an index (records with an
-    empty caption included: search finds images, the caption is only shown beside a hit)."""
+    """(image vectors, ids, records) for a collection, ready for an index (records with an empty caption
+    included: search finds images, the caption is only shown beside a hit). The vectors are a SparseBatch,
+    or float32 rows [n, d] for a dense model (a DenseIndex, the dense half of a hybrid search)."""
     enc = image_grids(model, load_data(specs, home, drop_empty=False), home, progress)
-    vectors = model.encode_image_grids(enc.grids)
-    if not isinstance(vectors, SparseBatch):
-        raise TypeError(f"{model.family} produces dense vectors; index them with tokenspace.index.dense")
-    return vectors, [r.id for r in enc.records], enc.records
+    return model.encode_image_grids(enc.grids), [r.id for r in enc.records], enc.records
 
 
 def write_collection_meta(index_dir, records: Sequence[Record], model_path=None) -> None:

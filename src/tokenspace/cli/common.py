@@ -54,6 +54,16 @@ def positive_float(text: str) -> float:
 positive_float.__name__ = "positive number"
 
 
+def unit_fraction(text: str) -> float:
+    x = float(text)
+    if not 0 <= x <= 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
+    return x
+
+
+unit_fraction.__name__ = "number in [0, 1]"
+
+
 def text(value: str) -> str:
     # argv bytes that are not UTF-8 arrive as lone surrogates, which the tokenizer refuses with a TypeError
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from tokenspace.cli.common import positive_int, text
+from tokenspace.cli.common import positive_int, text, unit_fraction
 
 
 def add_arguments(s: argparse.ArgumentParser) -> None:
@@ -21,3 +21,11 @@ def add_arguments(s: argparse.ArgumentParser) -> None:
                    help="filter on the row's METADATA (source, caption, your --metadata fields), repeatable, all "
                         "must hold: field=value, field=a|b (any of them), field~word (its text holds the word), "
                         "e.g. --filter source=emoji-noto --filter caption~heart")
+    s.add_argument("--dense-index", default=None, metavar="DIR",
+                   help="hybrid search: also search this dense index of the same images (`index build` with a "
+                        "dense model) and fuse the two rankings (--fusion)")
+    s.add_argument("--dense-model", default=None, help="--dense-index: default the model it was built with")
+    s.add_argument("--fusion", choices=["rrf", "weighted"], default=None,
+                   help="--dense-index: rrf (reciprocal ranks, default) or weighted (min-max normalised scores)")
+    s.add_argument("--weight", type=unit_fraction, default=None,
+                   help="--dense-index: the sparse index's share of the fused score, 0..1 (default 0.5)")

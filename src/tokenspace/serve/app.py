@@ -42,19 +42,21 @@ MULTIPART_SLACK = 64 * 1024  # bytes of multipart framing (boundaries, part head
 UPLOAD_PATH = "/search/image"
 
 
-def create_app(model, index_dir=None, *, index=None, items=None) -> FastAPI:
+def create_app(model, index_dir=None, *, index=None, items=None, dense=None) -> FastAPI:
     """The app over a model (object or path) and an index folder written by `tokenspace index build`
-    (``index``/``items`` inject an already-open index and metadata instead, e.g. in tests)."""
+    (``index``/``items`` inject an already-open index and metadata instead, e.g. in tests); ``dense``:
+    (a dense model, a DenseIndex of the same images) turns on hybrid search (the ``fusion`` field)."""
+    dense_kw = {} if dense is None else {"dense_model": dense[0], "dense_index": dense[1]}
     if isinstance(model, (str, Path)):
         from tokenspace.models.registry import load  # start-up: torch, only for a model given by path
 
         model = load(model)
     if index is None:
-        service = SearchService.from_dir(model, index_dir)
+        service = SearchService.from_dir(model, index_dir, **dense_kw)
     else:
         if items is None and index_dir is not None:
             items = read_collection_meta(index_dir).get("items", {})
-        service = SearchService(model, index, items, base_dir=index_dir)
+        service = SearchService(model, index, items, base_dir=index_dir, **dense_kw)
     return build_app(service)
 
 
@@ -106,7 +108,7 @@ def build_app(service: SearchService, max_upload_bytes: int = MAX_UPLOAD_BYTES,
         """Images for a text; ``must``/``must_not``/``where`` filter on tokens, ``filter`` on the rows'
         metadata, ``steer`` reweights the query."""
         return service.search_text(req.text, req.k, req.must, req.must_not, req.where, req.steer,
-                                   filter=req.meta_filter())
+                                   filter=req.meta_filter(), fusion=req.fusion, weight=req.weight)
 
     @app.post(UPLOAD_PATH, response_model=schemas.SearchResponse,
               responses={400: {"model": schemas.Error, "description": "malformed multipart body"},
@@ -173,10 +175,10 @@ def server_settings(header_timeout: float = HEADER_TIMEOUT) -> dict:
     return {"http": with_header_timeout(header_timeout), "log_level": "warning"}
 
 
-def run(model, index, host: str = "127.0.0.1", port: int = 8000) -> None:
+def run(model, index, host: str = "127.0.0.1", port: int = 8000, dense=None) -> None:
     """Serve the API and page with uvicorn (what `tokenspace serve` calls)."""
     _check_port_free(host, port)  # before loading anything: uvicorn would log "serving", then fail
-    app = create_app(model, index)
+    app = create_app(model, index, dense=dense)
     logging.getLogger(__name__).info("serving %d images on http://%s:%d  (API docs at /docs)",
                                      app.state.service.stats()["size"], host, port)
     uvicorn.run(app, host=host, port=port, **server_settings())

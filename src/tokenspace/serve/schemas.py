@@ -7,7 +7,7 @@ made by the service (400).
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
@@ -102,6 +102,12 @@ class SearchRequest(BaseModel):
     steer: dict[str, Factor] = Field(default_factory=dict, max_length=MAX_TOKENS,
                                     description="token -> factor: 0 removes, <1 suppresses, >1 boosts; "
                                                 "absent tokens are added at factor x the top query weight")
+    fusion: Literal["rrf", "weighted"] | None = Field(
+        None, description="hybrid search: fuse the hits with the server's dense index (`serve --dense-index`) by "
+                          "reciprocal rank (rrf) or min-max normalised scores (weighted); null: the sparse index alone. "
+                          "Not with must / must_not / where / filter (a dense index has no tokens or metadata)")
+    weight: float = Field(0.5, ge=0, le=1, allow_inf_nan=False,
+                          description="fusion: the sparse index's share of the fused score (the dense one's is 1 - weight)")
     filter: dict[FilterField, Scalar | InClause | WordClause] = Field(
         default_factory=dict, max_length=MAX_TOKENS, json_schema_extra=_field_names,
         description='filter on the rows\' metadata (source, caption, fields given at build time), all must hold: '
@@ -170,6 +176,7 @@ class StatsResponse(BaseModel):
     nnz: int = Field(description="stored (image, token) weights")
     collection: int = Field(description="ids with metadata (image file, text)")
     index: dict = Field(description="the engine's own statistics")
+    dense_index: dict | None = Field(None, description="the dense index's statistics when hybrid search (fusion) is on")
 
 
 class Health(BaseModel):

@@ -20,6 +20,7 @@ from tokenspace.explain.heatmap import has_cell_scores, heatmap_png
 from tokenspace.explain.hits import contributions
 from tokenspace.explain.steer import resolve_tokens, steer
 from tokenspace.index import InvertedIndex
+from tokenspace.index.hybrid import hybrid_search
 from tokenspace.index.metadata import MetaFilter
 from tokenspace.index.query import parse_query
 from tokenspace.pipeline import read_collection_meta
@@ -63,7 +64,9 @@ class SearchService:
     """A model (to encode queries), an index (to search) and the collection's metadata (to show hits)."""
 
     def __init__(self, model, index, items: Mapping[str, Mapping] | None = None, base_dir=None,
-                 model_name: str | None = None, cache_size: int = 1024):
+                 model_name: str | None = None, cache_size: int = 1024, dense_model=None, dense_index=None):
+        """``dense_model`` / ``dense_index``: a dense model and a DenseIndex of the same images, for
+        hybrid search (``fusion``); without them a request that asks for fusion is refused."""
         if not getattr(model, "sparse", True):
             raise TypeError(f"{model.family} models produce dense vectors: the token API needs a sparse model")
         self.model = model
@@ -78,12 +81,19 @@ class SearchService:
         self._cache: OrderedDict[str, SparseBatch] = OrderedDict()  # repeated queries skip the model
         self._cache_size = cache_size
         self._nnz: int | None = None
+        if (dense_model is None) != (dense_index is None):
+            raise ValueError("hybrid search needs both a dense model and a dense index")
+        if dense_index is not None and len(dense_index) != len(index):
+            raise ValueError(f"the dense index holds {len(dense_index)} images and the index {len(index)}: "
+                             "index the same collection with both models")
+        self.dense_model, self.dense_index = dense_model, dense_index
 
     @classmethod
-    def from_dir(cls, model, index_dir) -> SearchService:
-        """Load the index and the collection metadata (``collection.json``) from an index folder."""
+    def from_dir(cls, model, index_dir, **kwargs) -> SearchService:
+        """Load the index and the collection metadata (``collection.json``) from an index folder
+        (``kwargs``: the constructor's other options)."""
         meta = read_collection_meta(index_dir)
-        return cls(model, open_index(index_dir), meta.get("items", {}), base_dir=index_dir)
+        return cls(model, open_index(index_dir), meta.get("items", {}), base_dir=index_dir, **kwargs)
 
     # ------------------------------------------------------------------ encoding
     def encode_text(self, text: str) -> SparseBatch:
@@ -129,7 +139,7 @@ class SearchService:
     # ------------------------------------------------------------------ search
     def search_text(self, text: str, k: int = 10, must: Sequence[str] = (), must_not: Sequence[str] = (),
                     where: str | None = None, steer: Mapping[str, float] | None = None,
-                    filter: Mapping | None = None) -> dict:
+                    filter: Mapping | None = None, fusion: str | None = None, weight: float = 0.5) -> dict:
         """Images for a text query, each hit explained token by token (contributions sum to its score).
         ``filter``: a metadata filter (index/metadata.py), applied by the index before top-k."""
         t0 = time.perf_counter()
@@ -147,15 +157,31 @@ class SearchService:
         if tree is not None:
             options["where"] = tree
         query = self.steer(self.encode_text(text), steer)
+        if fusion is not None:  # hybrid search (index/hybrid.py): the scores are the fused ones
+            return self._search(query, k, options, t0, self._hybrid_hits(text, query, k, options, fusion, weight))
         return self._search(query, k, options, t0)
+
+    def _hybrid_hits(self, text: str, query: SparseBatch, k: int, options: dict, fusion: str, weight: float):
+        if self.dense_index is None:
+            raise ServiceError("fusion: this server has no dense index (start it with `tokenspace serve --dense-index DIR`)")
+        if options:
+            raise ServiceError(f"fusion: {', '.join(options)} filter on the sparse index's tokens or metadata, which the "
+                               "dense index lacks; search without them, or without fusion")
+        with self._model_lock:
+            dense_query = self.dense_model.encode_texts([text.strip()])
+        try:
+            return hybrid_search(self.index, query, self.dense_index, dense_query, k, fusion=fusion, weight=weight)[0]
+        except ValueError as e:
+            raise ServiceError(f"fusion: {e}") from None
 
     def search_image(self, image, k: int = 10) -> dict:
         """Images similar to an uploaded image, explained by the tokens both images share."""
         t0 = time.perf_counter()
         return self._search(self.encode_image(image), k, {}, t0)
 
-    def _search(self, query: SparseBatch, k: int, options: dict, t0: float) -> dict:
-        hits = self.index.search(query, k=k, **options)[0] if query.nnz else []
+    def _search(self, query: SparseBatch, k: int, options: dict, t0: float, hits=None) -> dict:
+        if hits is None:  # (a hybrid search brings its fused hits)
+            hits = self.index.search(query, k=k, **options)[0] if query.nnz else []
         docs = self.index.get([h.id for h in hits]).with_vocab(self.vocab) if hits else None
         parts = contributions(query, docs) if hits else []
         return {
@@ -243,4 +269,5 @@ class SearchService:
             "collection": len(self.items),
             # the engine's figures, without where its folder is on the server (not the client's business)
             "index": _jsonable({k: v for k, v in self.index.stats().items() if k != "path"}),
+            "dense_index": None if self.dense_index is None else _jsonable(self.dense_index.stats()),
         }

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from tokenspace import pipeline
 from tokenspace.cli.common import CLIError
+from tokenspace.cli.hybrid import DENSE_IDS, build_dense_index
 from tokenspace.cli.index_loading import load_index
 from tokenspace.cli.model_loading import load_model, model_reference
 from tokenspace.index import InvertedIndex, export
@@ -50,6 +51,8 @@ def _build(args) -> int:
         except ValueError as e:
             raise CLIError(f"--metadata {e}") from None
     model = load_model(args.model, args.device)
+    if not getattr(model, "sparse", True):  # float rows: the dense half of a hybrid search
+        return build_dense_index(args, model)
     vectors, ids, records = pipeline.encode_collection(model, args.data, home=args.home)
     if not ids:
         raise CLIError(f"no readable images in {' '.join(args.data)}: nothing to index")
@@ -76,7 +79,7 @@ def _check_build_out(out: Path, overwrite: bool) -> None:
         raise CLIError(f"--out {out} is a file; give a folder for the index")
     if not out.is_dir() or not any(out.iterdir()):
         return
-    if not (out / MANIFEST).exists():
+    if not ((out / MANIFEST).exists() or (out / DENSE_IDS).exists()):
         raise CLIError(f"--out {out} is a folder that is not empty and holds no index: choose a new or empty folder")
     if not overwrite:
         raise CLIError(f"--out {out} already holds an index: pass --overwrite to replace it, or choose another folder")

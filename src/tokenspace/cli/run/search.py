@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from tokenspace import pipeline
 from tokenspace.cli.common import CLIError, UsageError
+from tokenspace.cli.hybrid import DenseHalf
 from tokenspace.cli.index_loading import load_index
 from tokenspace.cli.model_loading import load_model
 from tokenspace.explain.hits import contributions, format_hit
@@ -22,6 +23,9 @@ def run(args) -> int:
     if args.query and args.image:
         raise UsageError("give query texts or --image, not both (--image searches by the image alone)")
     index = load_index(args.index)
+    dense = DenseHalf.from_args(args)  # None unless --dense-index (hybrid search)
+    if dense is not None:
+        dense.check_collection(index, f"--index {args.index}")
     meta = pipeline.read_collection_meta(args.index)
     model_path = args.model or meta.get("model")
     if not model_path:
@@ -31,12 +35,16 @@ def run(args) -> int:
         queries = model.encode_images([args.image])
     else:
         queries = model.encode_texts(args.query)
+    dense_queries = dense.encode(args.query, args.image) if dense is not None else None
     if args.where:
         options["where"] = parse_query(args.where, model.vocab)
     for q_text, qi in zip(args.query or [args.image], range(len(queries))):
         q = queries[qi]
-        hits = index.search(q, k=args.k, **options)[0]
-        print(f"\nquery: {q_text}")
+        if dense is None:
+            hits = index.search(q, k=args.k, **options)[0]
+        else:  # scores are the fused ones; the tokens still explain the sparse side's dot product
+            hits = dense.search(index, q, dense_queries[qi : qi + 1], args.k)[0]
+        print(f"\nquery: {q_text}" + (f"  (hybrid, {dense.fusion} fusion)" if dense is not None else ""))
         print("  query tokens: " + ", ".join(f"{t} {w:.2f}" for t, w in model.decode(q, top_k=8)[0]))
         if not hits:
             print("  no hits")

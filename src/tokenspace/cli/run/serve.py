@@ -4,7 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from tokenspace import pipeline
-from tokenspace.cli.common import CLIError
+from tokenspace.cli.common import CLIError, UsageError
+from tokenspace.cli.hybrid import open_dense
 from tokenspace.cli.model_loading import device_named, load_model
 from tokenspace.models.registry import DEFAULT_RELEASE, release_path
 
@@ -20,7 +21,11 @@ def run(args) -> int:
     if not model_ref:
         raise CLIError(f"serve needs --model: the index at {args.index} does not name its model and no release "
                        "model is installed")
-    app.run(model=load_model(model_ref, args.device), index=args.index, host=args.host, port=args.port)
+    if args.dense_model and not args.dense_index:
+        raise UsageError("--dense-model: only with --dense-index (hybrid search)")
+    # hybrid search; the service checks that both indexes hold the same number of images
+    dense = open_dense(args.dense_index, args.dense_model, args.device) if args.dense_index else None
+    app.run(model=load_model(model_ref, args.device), index=args.index, host=args.host, port=args.port, dense=dense)
     return 0
 
 
