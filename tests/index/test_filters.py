@@ -215,3 +215,14 @@ def test_row_index_postings_match_the_row_by_row_reference(rows, spec):
     """InvertedIndex filters through RowIndex postings; ExactIndex reads row by row: same rows pass."""
     f = MetaFilter.resolve(spec)
     assert f.mask(RowIndex(rows)).tolist() == f.mask(rows).tolist()
+
+
+def test_metadata_after_a_remapped_save(tmp_path):
+    """save(remap=True) frees the built arrays and the rows' dicts: both are read back from the files."""
+    docs = _docs()
+    index = InvertedIndex.build(docs, IDS, metadata=META)
+    index.save(tmp_path / "idx", remap=True)
+    assert index._segments[0]._meta is None
+    assert index.metadata(["d7"]) == [META[7]]
+    assert _hits(index, {"meta": {"source": "emoji"}}) == _hits(ExactIndex.build(docs, IDS, metadata=META),
+                                                                 {"meta": {"source": "emoji"}})

@@ -105,8 +105,9 @@ def test_checksum_valid_edit_is_index_corrupt_naming_the_field(saved, tmp_path, 
 
 
 @pytest.mark.parametrize("content, why", [
-    ("null", "a JSON NoneType, not an object"),
-    ("[1, 2]", "a JSON list, not an object"),
+    ("null", r"\(null, not a JSON object\)"),
+    ("[1, 2]", r"\(an array, not a JSON object\)"),
+    ("7", r"\(a number, not a JSON object\)"),
     ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
     ('{"a": ' * 100_000 + "1" + "}" * 100_000, "nested too deeply"),
     ('{"hello": "world"}', "not a tokenspace-inverted index manifest"),

@@ -415,6 +415,9 @@ class InvertedIndex:
                 if remap:  # the files were just written from these arrays: no checks needed
                     seg.arrays = {a: storage.load_array(root / names[si] / f"{a}.npy", mmap=True) for a in ARRAYS}
                     seg._kernel_arrays = None
+                    if texts:  # the rows' dicts too: read back from the file on first use
+                        seg._meta, seg._meta_index = None, None
+                        seg.meta_file = root / names[si] / manifest.META_FILE
             if self._deleted[si] is not None and del_files[si] is None:
                 rel = f"{names[si]}.del-{gen:06d}.npy"
                 written = storage.write_array(root / rel, self._deleted[si])

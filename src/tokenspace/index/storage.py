@@ -129,7 +129,8 @@ def read_manifest(root: Path) -> dict:
     except (OSError, ValueError) as e:  # a folder in its place, not UTF-8, not JSON
         raise IndexCorruptError(f"{path}: unreadable manifest ({e})") from None
     if not isinstance(doc, dict):
-        raise IndexCorruptError(f"{path}: unreadable manifest (a JSON {type(doc).__name__}, not an object)")
+        kind = {type(None): "null", list: "an array", str: "a string", bool: "a boolean"}.get(type(doc), "a number")
+        raise IndexCorruptError(f"{path}: unreadable manifest ({kind}, not a JSON object)")
     if doc.get("format") != FORMAT:
         raise IndexCorruptError(f"{path}: not a {FORMAT} index manifest (format={str(doc.get('format'))[:40]!r})")
     crc = doc.pop("manifest_crc32", None)
