@@ -239,7 +239,8 @@ class Trainer:
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision)
         with torch.autocast(self.device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
             image_emb, text_emb, scale = self._forward(x, ids, mask, stage.restrict_text)
-        if self.sparse_loss:  # exact: drops the columns zero in the whole global batch (train/active.py)
+        # exact: drops the columns zero in the whole global batch (train/active.py); dense models have none
+        if self.sparse_loss and self.model.sparse:
             image_emb, text_emb = active.keep_active(image_emb, text_emb)  # [b, U] each
         # the loss in fp32: the FLOPs sums and the softmax are where low precision would hurt.
         # Gathered: the contrastive logits and the FLOPs means cover the global batch on every rank

@@ -1,0 +1,127 @@
+"""The loss over the active columns (train/active.py) on real batches: how many columns, and the CPU speed-up.
+
+    nice -n 10 python benchmarks/active_loss.py                 # release STAIR, emoji + openclipart train
+    python benchmarks/active_loss.py --sizes 256 1024 --time 256 --repeats 1
+
+Vectors: the release model's STAIR part (``tokenspace-stair-drawings`` part 0: the model a STAIR recipe
+trains) as the trainer's loss sees them: ``image_embed`` of the cached backbone grids and ``text_embed``
+of the captions, before top-n pruning and normalisation. Batches: the trainer's own BatchSampler (one
+pair per caption group) over each split's training pairs. Reported per split and batch size: the union
+of the columns non-zero in some image or text row (U, of 30,522), over ``--draws`` batches; then the
+loss (SparseContrastiveLoss with the stair-emoji FLOPs weights), forward + backward, on the full [B, D]
+embeddings and on their active columns (keep_active included in the time), medians of ``--repeats``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import tokenspace
+from tokenspace.atomic import write_text
+from tokenspace.data.specs import image_grids, load_split
+from tokenspace.train.active import keep_active
+from tokenspace.train.losses import SparseContrastiveLoss
+from tokenspace.train.pairs import caption_pairs
+from tokenspace.train.trainer import BatchSampler
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def embeddings(model, split: str, home) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+    """Every training pair's image and text vector [N, V] (as the loss sees them) and its group."""
+    data = caption_pairs(*_grids(model, split, home))
+    imgs, txts = [], []
+    with torch.no_grad():
+        for s in range(0, len(data), 256):
+            rows = np.arange(s, min(s + 256, len(data)))
+            imgs.append(model.image_embed(torch.from_numpy(np.asarray(data.inputs[rows], np.float32))))
+            ids, mask = model.tokenize([data.texts[i] for i in rows])
+            txts.append(model.text_embed(ids, mask))
+    return torch.cat(imgs), torch.cat(txts), data.groups
+
+
+def _grids(model, split, home):
+    enc = image_grids(model, load_split(split, home), home, progress=False)
+    return enc.grids, enc.records
+
+
+def union_sizes(img, txt, groups, sizes, draws) -> dict:
+    out = {}
+    for b in sizes:
+        sampler = BatchSampler(groups, b, np.random.default_rng(0))
+        if sampler.batch_size < b:
+            continue  # fewer caption groups than the batch
+        u = [int(((img[i] != 0) | (txt[i] != 0)).any(0).sum()) for i in (sampler.next() for _ in range(draws))]
+        per_row = [float((img[i] != 0).sum(1).float().mean()) for i in (sampler.next() for _ in range(2))]
+        out[b] = {"union_median": float(np.median(u)), "union_min": min(u), "union_max": max(u),
+                  "share": float(np.median(u)) / img.shape[1], "nnz_image_mean": float(np.mean(per_row))}
+    return out
+
+
+def loss_time(model, img, txt, sparse: bool, repeats: int) -> tuple[float, float]:
+    """Median seconds of forward + backward, and the loss value."""
+    loss_fn = SparseContrastiveLoss(lambda_image=1e-3, lambda_text=1e-3, reference_batch=len(img))
+    times, value = [], 0.0
+    for _ in range(repeats):
+        a, b = img.clone().requires_grad_(), txt.clone().requires_grad_()
+        t0 = time.perf_counter()
+        x, y = keep_active(a, b) if sparse else (a, b)
+        parts = loss_fn(x, y, model, step=10**9)
+        parts["loss"].backward()
+        times.append(time.perf_counter() - t0)
+        value = float(parts["loss"].detach())
+    return float(np.median(times)), value
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="tokenspace-stair-drawings")
+    ap.add_argument("--splits", nargs="+", default=["emoji:train", "openclipart:train"])
+    ap.add_argument("--sizes", nargs="+", type=int, default=[64, 256, 1024, 4096], help="batches for the union")
+    ap.add_argument("--time", nargs="+", type=int, default=[256, 512, 1024, 2048], help="batches timed")
+    ap.add_argument("--draws", type=int, default=8, help="batches drawn per size for the union")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--home", default=None)
+    ap.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "active_loss.json"))
+    a = ap.parse_args(argv)
+    model = tokenspace.load(a.model)
+    model = model.part(0) if hasattr(model, "part") else model  # a fused release: its STAIR part
+    model.eval()
+    res = {"command": "python benchmarks/active_loss.py " + " ".join(sys.argv[1:] if argv is None else argv),
+           "model": a.model, "family": model.family, "vocab": len(model.vocab),
+           "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+                      f"torch {torch.__version__}, {torch.get_num_threads()} threads",
+           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "splits": {}}
+    for split in a.splits:
+        img, txt, groups = embeddings(model, split, a.home)
+        row = {"pairs": len(img), "groups": int(len(np.unique(groups))),
+               "union": union_sizes(img, txt, groups, a.sizes, a.draws), "timing": {}}
+        print(split, json.dumps(row["union"]), flush=True)
+        for b in a.time:
+            sampler = BatchSampler(groups, b, np.random.default_rng(1))
+            if sampler.batch_size < b:
+                continue
+            i = sampler.next()
+            full, v_full = loss_time(model, img[i], txt[i], False, a.repeats if b < 2048 else 1)
+            fast, v_fast = loss_time(model, img[i], txt[i], True, a.repeats if b < 2048 else 1)
+            u = int(((img[i] != 0) | (txt[i] != 0)).any(0).sum())
+            row["timing"][b] = {"union": u, "full_s": full, "active_s": fast, "speedup": full / fast,
+                                "loss_full": v_full, "loss_active": v_fast}
+            print(f"  batch {b}: U {u}, full {full:.3f} s, active {fast:.3f} s ({full / fast:.1f}x), "
+                  f"loss {v_full:.6f} / {v_fast:.6f}", flush=True)
+        res["splits"][split] = row
+        res["load_average"] = os.getloadavg()  # the machine is shared: the timings follow its load
+        write_text(Path(a.json), json.dumps(res, indent=1) + "\n")  # after each split: a cut run keeps it
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
