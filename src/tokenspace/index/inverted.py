@@ -493,14 +493,15 @@ class InvertedIndex:
         deleted in one segment may be added again in a later one)."""
         if len(self._segments) < 2:
             return
-        hashes, seg_of, local = [], [], []
-        for si, seg in enumerate(self._segments):
-            live = np.nonzero(np.ones(seg.n, bool) if self._deleted[si] is None else self._deleted[si] == 0)[0]
-            hashes.append(seg.id_hashes()[live])
-            seg_of.append(np.full(len(live), si))
-            local.append(live)
-        seg_of, local = np.concatenate(seg_of), np.concatenate(local)
-        dup = duplicate(np.concatenate(hashes), lambda r: self._segments[seg_of[r]].id_of(int(local[r])))
+        hashes = np.concatenate([seg.id_hashes() if d is None else seg.id_hashes()[d == 0]
+                                 for seg, d in zip(self._segments, self._deleted)])
+        ordered = np.sort(hashes)  # the common case, no equal hashes, costs one sort
+        if not bool(np.any(ordered[1:] == ordered[:-1])):
+            return
+        lives = [np.nonzero(np.ones(seg.n, bool) if d is None else d == 0)[0] for seg, d in zip(self._segments, self._deleted)]
+        seg_of = np.concatenate([np.full(len(live), si) for si, live in enumerate(lives)])
+        local = np.concatenate(lives)
+        dup = duplicate(hashes, lambda r: self._segments[seg_of[r]].id_of(int(local[r])))
         if dup is not None:
             raise IndexCorruptError(f"{root}: id {dup!r} is live in two segments (a tombstone lost?)")
 

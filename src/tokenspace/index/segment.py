@@ -179,9 +179,13 @@ class Segment:
         return _fnv1a(self.ids_ptr, self.ids_blob)
 
     def duplicate_id(self, hashes: np.ndarray | None = None) -> str | None:
-        """An id that appears twice in this segment, or None (one O(bytes) hash pass; ids decoded only
-        when two hashes collide)."""
-        return duplicate(self.id_hashes() if hashes is None else hashes, self.id_of)
+        """An id that appears twice in this segment, or None (one O(bytes) hash pass and a sort; ids
+        decoded only when two hashes are equal)."""
+        hashes = self.id_hashes() if hashes is None else hashes
+        ordered = np.sort(hashes)
+        if not bool(np.any(ordered[1:] == ordered[:-1])):
+            return None
+        return duplicate(hashes, self.id_of)
 
     # ----------------------------------------------------------------- ids
     @property
