@@ -125,3 +125,49 @@ def test_scratch_folders_go_on_every_exit_and_stale_ones_are_swept(tmp_path, mon
             assert tmp.parent == tmp_path and tmp.is_dir()
             raise RuntimeError("a failed export")
     assert not tmp.exists() and not stale.exists() and live.exists() and other.exists()
+
+
+def test_index_export_replaces_an_existing_file_only_with_overwrite(world, tmp_path):
+    """34.3: `index export --out FILE` overwrote a user's file silently (exit 0)."""
+    out = tmp_path / "notes.jsonl"
+    out.write_text("my notes\n")
+    r = world.run("index", "export", world.index, "--out", out)
+    assert r.code == 1 and "--overwrite" in r.error_line() and out.read_text() == "my notes\n", r.err
+    queries = _queries(tmp_path)
+    (tmp_path / "queries.jsonl").write_text("mine\n")  # the default query file beside --out
+    r = world.run("index", "export", world.index, "--out", tmp_path / "new.jsonl", "--queries", queries)
+    assert r.code == 1 and "the query file" in r.error_line() and not (tmp_path / "new.jsonl").exists(), r.err
+    r = world.run("index", "export", world.index, "--out", out, "--overwrite")
+    assert r.code == 0 and len(out.read_text().splitlines()) == 12, r.err
+    # OpenSearch: a folder of other files is never filled; a previous export is replaced with --overwrite
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "a.txt").write_text("x")
+    r = world.run("index", "export", world.index, "--format", "opensearch", "--out", mine, "--overwrite")
+    assert r.code == 1 and "holds no OpenSearch export" in r.error_line(), r.err
+    bulk = tmp_path / "bulk"
+    assert world.run("index", "export", world.index, "--format", "opensearch", "--out", bulk).code == 0
+    (bulk / "bulk-00099.ndjson").write_text("{}\n")  # as if a bigger export had been there
+    r = world.run("index", "export", world.index, "--format", "opensearch", "--out", bulk)
+    assert r.code == 1 and "--overwrite" in r.error_line(), r.err
+    r = world.run("index", "export", world.index, "--format", "opensearch", "--out", bulk, "--overwrite")
+    assert r.code == 0 and not (bulk / "bulk-00099.ndjson").exists(), r.err
+
+
+def test_eval_json_replaces_an_existing_file_only_with_overwrite(world, tmp_path):
+    """34.3: the same for `eval --json`, refused before the evaluation."""
+    out = tmp_path / "m.json"
+    out.write_text("mine")
+    r = world.run("eval", "--model", world.model, "--data", f"{world.manifest}:test", "--json", out)
+    assert r.code == 1 and "--overwrite" in r.error_line() and out.read_text() == "mine", r.err
+    r = world.run("eval", "--model", world.model, "--data", f"{world.manifest}:test", "--json", out, "--overwrite")
+    assert r.code == 0 and json.loads(out.read_text()), r.err
+
+
+def test_options_that_would_do_nothing_are_refused(world, tmp_path):
+    """34.4: `--queries-out` without `--queries` and `search --where ""` were silently ignored."""
+    r = world.run("index", "export", world.index, "--out", tmp_path / "d.jsonl", "--queries-out", tmp_path / "q")
+    assert r.code == 2 and "--queries-out" in r.err and not (tmp_path / "d.jsonl").exists(), r.err
+    for where in ("", "   "):
+        r = world.run("search", "--index", world.index, "a red dog", "--where", where)
+        assert r.code == 2 and "--where is empty" in r.err, r.err

@@ -9,7 +9,7 @@ import pytest
 def test_device_flag_on_eval(world):
     r = world.run("eval", "--model", world.model, "--data", f"{world.manifest}:test", "--device", "cpu")
     assert r.code == 0, r.err
-    assert "image_retrieval_recall@1" in r.out
+    assert "text→image recall@1" in r.out
 
 
 @pytest.mark.parametrize("cmd,device", [
@@ -61,7 +61,7 @@ def test_index_export_writes_the_query_file_beside(world, tmp_path):
     tsv = (tmp_path / "a" / "queries.tsv").read_text().splitlines()
     assert [t.split("\t")[0] for t in tsv] == ["q1", "q2"] and all(t.split("\t")[1] for t in tsv)
     r = world.run("index", "export", world.index, "--format", "jsonl", "--out", tmp_path / "s" / "docs.jsonl",
-                  "--queries", queries, "--queries-out", tmp_path / "elsewhere" / "q.jsonl")
+                  "--queries", queries, "--queries-out", tmp_path / "elsewhere" / "q.jsonl", "--overwrite")
     assert r.code == 0 and (tmp_path / "elsewhere" / "q.jsonl").exists()
     r = world.run("index", "export", world.index, "--format", "opensearch", "--out", tmp_path / "o",
                   "--queries", queries)

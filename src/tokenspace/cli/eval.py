@@ -14,3 +14,4 @@ def add_arguments(e: argparse.ArgumentParser) -> None:
     e.add_argument("--json", default=None, help="also write the metrics here (clip_benchmark's keys: "
                    "image_retrieval_* is text→image, text_retrieval_* image→text)")
     e.add_argument("--device", default="cpu", help=DEVICE_HELP)
+    e.add_argument("--overwrite", action="store_true", help="replace the --json file when it exists")

@@ -35,4 +35,7 @@ def add_arguments(i: argparse.ArgumentParser) -> None:
                           "beside --out (jsonl, Seismic) or queries.tsv beside --out's folder (jsonl-int, "
                           "Anserini, which parses every file of the collection folder)")
     iex.add_argument("--queries-out", default=None, metavar="PATH", help="--queries: write the query file here")
+    iex.add_argument("--overwrite", action="store_true",
+                     help="replace --out and the query file when they exist (an OpenSearch --out: a previous "
+                          "export only)")
     iex.add_argument("--model", default=None, help="--queries: model folder (default: the index's own)")

@@ -13,7 +13,7 @@ from tokenspace.eval.retrieval import metric_label
 
 def run(args) -> int:
     if args.json:  # before the evaluation: a path that cannot be written must not cost the whole run
-        _check_writable(Path(args.json))
+        _check_writable(Path(args.json), args.overwrite)
     model = load_model(args.model, args.device)
     results = pipeline.evaluate(model, args.data, home=args.home)
     for spec, metrics in results.items():
@@ -25,9 +25,11 @@ def run(args) -> int:
     return 0
 
 
-def _check_writable(path: Path) -> None:
+def _check_writable(path: Path, overwrite: bool) -> None:
     if path.is_dir():
         raise CLIError(f"--json {path} is a folder; give a file path")
+    if path.exists() and not overwrite:  # a file of the user's is replaced only when asked
+        raise CLIError(f"--json {path} exists: pass --overwrite to replace it, or choose another path")
     try:  # a file made and removed: permission bits do not tell for root, or for /proc
         with tempfile.TemporaryFile(dir=path.parent):
             pass

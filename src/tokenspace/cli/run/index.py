@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 from tokenspace import pipeline
-from tokenspace.cli.common import CLIError
+from tokenspace.cli.common import CLIError, UsageError
 from tokenspace.cli.hybrid import DENSE_IDS, build_dense_index
 from tokenspace.cli.index_loading import load_index
 from tokenspace.cli.model_loading import load_model, model_reference
@@ -23,6 +23,9 @@ def run(args) -> int:
         return 0
     for out in (args.out, args.queries_out):
         _outside_index(out)
+    if args.queries_out and not args.queries:
+        raise UsageError("--queries-out names the query file of --queries: give --queries FILE too")
+    _check_export_out(args)  # before any query is encoded or file written
     if args.format != "opensearch" and Path(args.out).is_dir():
         raise CLIError(f"--out {args.out} is a folder; the {args.format} format writes one file: give its path")
     ids = list(index.ids())
@@ -38,6 +41,9 @@ def run(args) -> int:
             out = export.write_rank_features(vectors, ids, args.out)
     except OSError as e:  # the atomic write's message names its temporary file, not --out
         raise CLIError(f"--out {args.out}: cannot write it ({e.strerror or e})") from None
+    if isinstance(out, list):  # a smaller export over a bigger one: its last bulk files would stay behind
+        for stale in set(Path(args.out).glob("bulk-*.ndjson")) - set(out):
+            stale.unlink()
     print(f"wrote {len(ids)} documents to {args.out}" + (f" ({len(out)} files)" if isinstance(out, list) else ""))
     return 0
 
@@ -85,6 +91,31 @@ def _check_build_out(out: Path, overwrite: bool) -> None:
         raise CLIError(f"--out {out} already holds an index: pass --overwrite to replace it, or choose another folder")
 
 
+def _check_export_out(args) -> None:
+    """An export replaces nothing that is there unless --overwrite says so (it overwrote a user's file):
+    a jsonl --out must be new, an OpenSearch --out folder new, empty or (with --overwrite) an export."""
+    out = Path(args.out)
+    if args.format != "opensearch":
+        if not out.is_dir():  # a folder is refused below: these formats write one file
+            _new_or_overwrite(out, args.overwrite, "--out")
+        return
+    if out.exists() and not out.is_dir():
+        raise CLIError(f"--out {out} is a file; the opensearch format writes a folder")
+    if out.is_dir() and any(out.iterdir()):
+        if not (out / "mapping.json").is_file():
+            raise CLIError(f"--out {out} is a folder that is not empty and holds no OpenSearch export: choose a "
+                           "new or empty folder")
+        if not args.overwrite:
+            raise CLIError(f"--out {out} already holds an OpenSearch export: pass --overwrite to replace it, or "
+                           "choose another folder")
+
+
+def _new_or_overwrite(path: Path, overwrite: bool, what: str) -> Path:
+    if path.exists() and not overwrite:
+        raise CLIError(f"{what} {path} exists: pass --overwrite to replace it, or choose another path")
+    return path
+
+
 def _outside_index(path: str | None) -> None:
     """An export never writes into an index folder (writing MANIFEST.json there destroyed the index)."""
     if path is None:
@@ -108,9 +139,11 @@ def _export_queries(args) -> None:
     queries = load_model(model_ref).encode_texts(texts)
     qids = [f"q{n}" for n in range(1, len(texts) + 1)]
     if args.format == "jsonl":
-        path = Path(args.queries_out or Path(args.out).with_name("queries.jsonl"))
+        path = _new_or_overwrite(Path(args.queries_out or Path(args.out).with_name("queries.jsonl")),
+                                 args.overwrite, "the query file")
         export.write_queries_jsonl(queries, qids, path)
     else:  # Anserini parses every file of the collection folder: the topics go beside that folder
-        path = Path(args.queries_out or Path(args.out).resolve().parent.parent / "queries.tsv")
+        path = _new_or_overwrite(Path(args.queries_out or Path(args.out).resolve().parent.parent / "queries.tsv"),
+                                 args.overwrite, "the query file")
         export.write_queries_tsv(queries, qids, path, scale=args.scale)
     print(f"wrote {len(texts)} queries (q1..q{len(texts)}, in file order) to {path}")

@@ -22,6 +22,8 @@ def run(args) -> int:
             raise UsageError(f"--filter: {e}") from None
     if args.query and args.image:
         raise UsageError("give query texts or --image, not both (--image searches by the image alone)")
+    if args.where is not None and not args.where.strip():  # it was dropped: a search with no filter at all
+        raise UsageError("--where is empty: give a boolean query on tokens, or leave --where out")
     index = load_index(args.index)
     dense = DenseHalf.from_args(args)  # None unless --dense-index (hybrid search)
     if dense is not None:
