@@ -226,3 +226,27 @@ def test_metadata_after_a_remapped_save(tmp_path):
     assert index.metadata(["d7"]) == [META[7]]
     assert _hits(index, {"meta": {"source": "emoji"}}) == _hits(ExactIndex.build(docs, IDS, metadata=META),
                                                                  {"meta": {"source": "emoji"}})
+
+
+def test_a_crash_before_the_manifest_keeps_the_old_metadata(tmp_path, monkeypatch):
+    """Metadata is written inside the new segment's folder (temp name + rename) and counts only once the
+    manifest names it: a save killed before the manifest leaves the old rows and their fields."""
+    from tokenspace.index import storage
+
+    docs = _docs()
+    root = tmp_path / "idx"
+    index = InvertedIndex.build(docs[:50], IDS[:50], metadata=META[:50])
+    index.save(root)
+    index.add(docs[50:], IDS[50:], metadata=META[50:])
+
+    def crash(*a, **k):
+        raise OSError("power cut")
+
+    monkeypatch.setattr(storage, "write_manifest", crash)
+    with pytest.raises(OSError, match="power cut"):
+        index.save(root)
+    monkeypatch.undo()
+    survivor = InvertedIndex.load(root)
+    assert len(survivor) == 50 and survivor.metadata(["d49"]) == [META[49]]
+    with pytest.raises(KeyError):
+        survivor.metadata(["d50"])
