@@ -171,3 +171,19 @@ def test_options_that_would_do_nothing_are_refused(world, tmp_path):
     for where in ("", "   "):
         r = world.run("search", "--index", world.index, "a red dog", "--where", where)
         assert r.code == 2 and "--where is empty" in r.err, r.err
+
+
+def test_errors_name_what_is_wrong(world, tmp_path):
+    """34.6: a non-UTF-8 --queries file was not named; a folder with another tool's MANIFEST.json was
+    "unreadable manifest ('manifest_crc32')"; `serve --host 999.1.1.1` said "pick another --port"."""
+    queries = tmp_path / "latin1.txt"
+    queries.write_bytes("caf\xe9 au lait\n".encode("latin-1"))
+    r = world.run("index", "export", world.index, "--out", tmp_path / "d.jsonl", "--queries", queries)
+    assert r.code == 1 and str(queries) in r.error_line() and "UTF-8" in r.error_line(), r.err
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "MANIFEST.json").write_text('{"name": "another tool", "files": []}')
+    r = world.run("search", "--index", other, "--model", world.model, "a red dog")
+    assert r.code == 1 and "not a tokenspace" in r.error_line(), r.err
+    r = world.run("serve", "--model", world.model, "--index", world.index, "--host", "999.1.1.1")
+    assert r.code == 1 and "--host 999.1.1.1" in r.error_line() and "--port" not in r.error_line(), r.err

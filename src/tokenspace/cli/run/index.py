@@ -130,7 +130,10 @@ def _export_queries(args) -> None:
     """--queries FILE: one text a line, encoded with the index's model, written beside --out."""
     if args.format == "opensearch":
         raise CLIError("--queries: OpenSearch takes queries as rank_feature clauses, not a file")
-    texts = [t.strip() for t in Path(args.queries).read_text(encoding="utf-8").splitlines() if t.strip()]
+    try:
+        texts = [t.strip() for t in Path(args.queries).read_text(encoding="utf-8").splitlines() if t.strip()]
+    except UnicodeDecodeError as e:  # its own message names the codec, not the file
+        raise CLIError(f"--queries {args.queries}: not UTF-8 text (byte {e.start}: {e.reason})") from None
     if not texts:
         raise CLIError(f"--queries {args.queries}: no query text in the file")
     model_ref = args.model or pipeline.read_collection_meta(args.index).get("model")

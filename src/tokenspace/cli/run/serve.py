@@ -1,6 +1,7 @@
 """tokenspace serve --model M --index I: the HTTP API and web page."""
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 from tokenspace import pipeline
@@ -13,6 +14,7 @@ from tokenspace.models.registry import DEFAULT_RELEASE, release_path
 def run(args) -> int:
     app = web_app()  # first: without the serve extra installed, say so before loading anything
     device_named(args.device)  # a bad --device is reported next, as on the other commands
+    _check_host(args.host)  # before the model loads; a busy --port is the app's own check
     if not Path(args.index).is_dir():
         raise CLIError(f"--index {args.index}: no index folder there (make one with `make demo` or "
                        "`tokenspace index build`)")
@@ -27,6 +29,18 @@ def run(args) -> int:
     dense = open_dense(args.dense_index, args.dense_model, args.device) if args.dense_index else None
     app.run(model=load_model(model_ref, args.device), index=args.index, host=args.host, port=args.port, dense=dense)
     return 0
+
+
+def _check_host(host: str) -> None:
+    """--host names an address this machine can listen on (999.1.1.1 was reported as a busy --port)."""
+    try:
+        family, _, _, _, address = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0]
+        with socket.create_server(address[:2], family=family):  # port 0: any free one, so only the host is tried
+            pass
+    except socket.gaierror:
+        raise CLIError(f"--host {host}: not an IP address or a known host name") from None
+    except OSError as e:
+        raise CLIError(f"--host {host}: this machine cannot listen on that address ({e.strerror or e})") from None
 
 
 def web_app():
