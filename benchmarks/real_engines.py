@@ -141,6 +141,45 @@ def summary(report) -> str:
     return "\n".join(lines)
 
 
+def _setting(report, peer: str, label: str):
+    for res in report["results"]:
+        for s in res.get("settings", []) if res["peer"] == peer else []:
+            if s["setting"] == label:
+                return s, res
+    return None
+
+
+def targets(report) -> str:
+    """Issue 30's targets read off this run: tokenspace approximate >= 1.5x Seismic's 1-thread QPS at
+    equal recall@10 (0.95, 0.99), tokenspace exact >= 20x PISA maxscore, index size and build time <=
+    Seismic's (the Seismic build that reaches 0.99 fastest)."""
+    pts = engine_points(report)
+    out = []
+    for r in (0.95, 0.99):
+        ts, se = best_at(pts.get("tokenspace", []), r), best_at(pts.get("seismic", []), r)
+        if ts and se:
+            ratio = ts[0] / se[0]
+            out.append(f"- recall@10 >= {r}: tokenspace {ts[0]:,.0f} QPS ({ts[1]['setting']}) vs Seismic {se[0]:,.0f} "
+                       f"({se[1]['setting']}): **{ratio:.2f}x** (target >= 1.5x: {'met' if ratio >= 1.5 else 'not met'})")
+        else:
+            out.append(f"- recall@10 >= {r}: {'tokenspace' if not ts else 'Seismic'} does not reach it in this sweep")
+    ex, pm = _setting(report, "tokenspace", "exact"), _setting(report, "pisa", "maxscore")
+    if ex and pm:
+        ratio = ex[0]["single_qps"] / pm[0]["single_qps"]
+        out.append(f"- exact: tokenspace {ex[0]['single_qps']:,.0f} QPS vs PISA maxscore {pm[0]['single_qps']:,.0f}: "
+                   f"**{ratio:.1f}x** (target >= 20x: {'met' if ratio >= 20 else 'not met'})")
+    se = best_at(pts.get("seismic", []), 0.99)
+    ts_res = next((res for res in report["results"] if res["peer"] == "tokenspace" and "settings" in res), None)
+    if se and ts_res:
+        s_res = se[2]
+        mb = lambda b: b / 2**20  # noqa: E731
+        out.append(f"- index: tokenspace {mb(ts_res['index_bytes']):,.1f} MB, built in {ts_res['build_s']:.0f} s; "
+                   f"Seismic (its fastest build at 0.99) {mb(s_res['index_bytes']):,.1f} MB in {s_res['build_s']:.0f} s "
+                   f"(targets <=: size {'met' if ts_res['index_bytes'] <= s_res['index_bytes'] else 'not met'}, "
+                   f"build time {'met' if ts_res['build_s'] <= s_res['build_s'] else 'not met'})")
+    return "\n".join(out)
+
+
 def plot(report, path: Path) -> None:
     import matplotlib  # start-up: only the report needs it
 
@@ -203,7 +242,13 @@ def main(argv=None):
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per engine build + sweep")
     ap.add_argument("--name", default=None, help="the corpus' name in the results (default: folder + size)")
     ap.add_argument("--no-docs", action="store_true")
+    ap.add_argument("--report-only", type=Path, default=None,
+                    help="measure nothing: redraw the plot and the docs section from a results JSON of this script")
     a = ap.parse_args(argv)
+    if a.report_only:
+        report = json.loads(a.report_only.read_text())
+        write_report(report, a.no_docs)
+        return
     if not (a.corpus_dir / "d_indptr.npy").exists():
         ap.error(f"{a.corpus_dir} holds no corpus (d_indptr.npy): build one with benchmarks/real_corpus.py")
     total = len(np.load(a.corpus_dir / "d_indptr.npy", mmap_mode="r")) - 1
@@ -234,18 +279,28 @@ def main(argv=None):
         print(f"    {time.time() - t0:.0f} s: " + json.dumps(res)[:300], flush=True)
         report["results"].append(res)
         out.write_text(json.dumps(report, indent=1) + "\n")  # after every engine: a stopped run keeps its rows
+    write_report(report, a.no_docs)
+    print(f"wrote {out}")
+
+
+def write_report(report, no_docs: bool = False) -> None:
+    """The plot (docs/real_engines-NAME.png) and, unless no_docs, the docs/benchmarks.md section."""
+    name, n, nq = report["corpus"], report["n_docs"], report["n_queries"]
     png = ROOT / "docs" / f"real_engines-{name}.png"
     plot(report, png)
-    body = (f"## {name}: {n:,} real SPLADE-tiny documents, {n_queries:,} queries, recall@10 against QPS\n\n"
+    loads = [x for res in report["results"] for x in res.get("load_avg_1min", [])]
+    body = (f"## {name}: {n:,} documents, {nq:,} queries, recall@10 against QPS\n\n"
             f"Command: `{report['command']}`  \nDate: {report['date']}  \nMachine: {report['machine']}  \n"
-            f"One-at-a-time queries timed per setting: {a.single}; batched: all {n_queries:,} queries in batches "
-            f"of {a.batch_size} on {a.threads} threads.\n\n![recall@10 vs QPS](real_engines-{name}.png)\n\n"
-            f"Fastest setting of each engine at a recall@10 target (read off the sweep below):\n\n{summary(report)}\n\n"
+            f"One-at-a-time queries timed per setting: {report['single_queries']}; batched: all {nq:,} queries in "
+            f"batches of {report['batch_size']} on {report['threads_batch']} threads. Load average during the run: "
+            f"{min(loads):.1f} to {max(loads):.1f} (2 cores).\n\n![recall@10 vs QPS](real_engines-{name}.png)\n\n"
+            f"Issue 30's targets, read off this run:\n\n{targets(report)}\n\n"
+            f"Fastest setting of each engine at a recall@10 target:\n\n{summary(report)}\n\n"
             f"<details><summary>Every setting measured</summary>\n\n{markdown_table(report)}\n\n</details>")
-    if not a.no_docs:
+    if not no_docs:
         update_docs(ROOT / "docs/benchmarks.md", report, body)
+    print(targets(report))
     print(summary(report))
-    print(f"wrote {out}, {png}" + ("" if a.no_docs else " and docs/benchmarks.md"))
 
 
 if __name__ == "__main__":
