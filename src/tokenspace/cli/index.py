@@ -26,7 +26,7 @@ def add_arguments(i: argparse.ArgumentParser) -> None:
     iex.add_argument("index", help="index folder")
     iex.add_argument("--format", choices=["jsonl", "jsonl-int", "opensearch"], default="jsonl",
                      help="jsonl: float impacts (Seismic); jsonl-int: integer impacts (Anserini/pyserini); "
-                          "opensearch: rank_features mapping + bulk files (default jsonl)")
+                          "opensearch: index mapping + bulk files (default jsonl)")
     iex.add_argument("--out", required=True, help="output file (jsonl formats) or folder (opensearch)")
     iex.add_argument("--scale", type=positive_float, default=100.0,
                      help="jsonl-int: integer impact = max(1, round(weight x scale)) (default 100)")
@@ -38,4 +38,14 @@ def add_arguments(i: argparse.ArgumentParser) -> None:
     iex.add_argument("--overwrite", action="store_true",
                      help="replace --out and the query file when they exist (an OpenSearch --out: a previous "
                           "export only)")
+    iex.add_argument("--opensearch-field", choices=["rank_features", "sparse_vector"], default=None,
+                     help="opensearch: the vector field's type: rank_features (exact; OpenSearch, Elasticsearch) "
+                          "or sparse_vector (OpenSearch 3.3+ neural sparse ANN search; tokens as dimension ids) "
+                          "(default rank_features)")
+    iex.add_argument("--opensearch-query", choices=["neural_sparse", "rank_feature"], default=None,
+                     help="opensearch --queries: neural_sparse bodies (raw query_tokens) or bool.should of "
+                          "linear rank_feature clauses (rank_features only), written as an _msearch file "
+                          "queries.msearch.ndjson in --out (default neural_sparse)")
+    iex.add_argument("--k", type=positive_int, default=None,
+                     help="opensearch --queries: results per query (default 10)")
     iex.add_argument("--model", default=None, help="--queries: model folder (default: the index's own)")

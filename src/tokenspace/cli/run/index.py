@@ -28,15 +28,18 @@ def run(args) -> int:
     _check_export_out(args)  # before any query is encoded or file written
     if args.format != "opensearch" and Path(args.out).is_dir():
         raise CLIError(f"--out {args.out} is a folder; the {args.format} format writes one file: give its path")
+    _check_opensearch_options(args)
     ids = list(index.ids())
     vectors = index.get(ids)
-    if args.queries:
-        _export_queries(args)
+    queries = _export_queries(args) if args.queries else None
     try:
         if args.format == "jsonl":
             out = export.write_jsonl(vectors, ids, args.out)
         elif args.format == "jsonl-int":
             out = export.write_jsonl_quantized(vectors, ids, args.out, scale=args.scale)
+        elif args.opensearch_field == "sparse_vector":  # its search-side ceiling: the queries' weights
+            ceiling = None if queries is None else export.quantization_ceiling(queries.values)
+            out = export.write_sparse_vector(vectors, ids, args.out, query_ceiling=ceiling)
         else:
             out = export.write_rank_features(vectors, ids, args.out)
     except OSError as e:  # the atomic write's message names its temporary file, not --out
@@ -126,11 +129,26 @@ def _outside_index(path: str | None) -> None:
             raise CLIError(f"{path} is in the index folder {folder}: write the export somewhere else")
 
 
-def _export_queries(args) -> None:
-    """--queries FILE: one text a line, encoded with the index's model, written beside --out."""
-    if args.format == "opensearch":
-        raise CLIError("--queries: OpenSearch takes queries as rank_feature clauses, not a file")
+def _check_opensearch_options(args) -> None:
+    """The OpenSearch options apply to --format opensearch only (a documented option is never ignored)."""
+    given = [f"--{o.replace('_', '-')}" for o in ("opensearch_field", "opensearch_query", "k")
+             if getattr(args, o) is not None]
+    if args.format != "opensearch" and given:
+        raise CLIError(f"{', '.join(given)}: only with --format opensearch")
+    if args.format == "opensearch" and not args.queries and (args.opensearch_query or args.k):
+        raise CLIError("--opensearch-query and --k shape the query file: give --queries FILE")
+    args.opensearch_field = args.opensearch_field or "rank_features"
+    args.opensearch_query = args.opensearch_query or "neural_sparse"
+    if args.opensearch_field == "sparse_vector" and args.opensearch_query == "rank_feature":
+        raise CLIError("--opensearch-query rank_feature reads rank_features fields; query a sparse_vector "
+                       "field with neural_sparse")
+
+
+def _export_queries(args):
+    """--queries FILE: one text a line, encoded with the index's model, written beside --out (OpenSearch:
+    into it, as an _msearch file). Returns the encoded queries."""
     try:
+        try:
         texts = [t.strip() for t in Path(args.queries).read_text(encoding="utf-8").splitlines() if t.strip()]
     except UnicodeDecodeError as e:  # its own message names the codec, not the file
         raise CLIError(f"--queries {args.queries}: not UTF-8 text (byte {e.start}: {e.reason})") from None
@@ -145,8 +163,13 @@ def _export_queries(args) -> None:
         path = _new_or_overwrite(Path(args.queries_out or Path(args.out).with_name("queries.jsonl")),
                                  args.overwrite, "the query file")
         export.write_queries_jsonl(queries, qids, path)
+    elif args.format == "opensearch":  # _msearch answers in file order: q1, q2, ...
+        path = Path(args.queries_out or Path(args.out) / "queries.msearch.ndjson")
+        export.write_opensearch_queries(queries, path, field_type=args.opensearch_field,
+                                        query_type=args.opensearch_query, k=args.k or 10)
     else:  # Anserini parses every file of the collection folder: the topics go beside that folder
         path = _new_or_overwrite(Path(args.queries_out or Path(args.out).resolve().parent.parent / "queries.tsv"),
                                  args.overwrite, "the query file")
         export.write_queries_tsv(queries, qids, path, scale=args.scale)
     print(f"wrote {len(texts)} queries (q1..q{len(texts)}, in file order) to {path}")
+    return queries
