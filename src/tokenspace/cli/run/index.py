@@ -148,7 +148,6 @@ def _export_queries(args):
     """--queries FILE: one text a line, encoded with the index's model, written beside --out (OpenSearch:
     into it, as an _msearch file). Returns the encoded queries."""
     try:
-        try:
         texts = [t.strip() for t in Path(args.queries).read_text(encoding="utf-8").splitlines() if t.strip()]
     except UnicodeDecodeError as e:  # its own message names the codec, not the file
         raise CLIError(f"--queries {args.queries}: not UTF-8 text (byte {e.start}: {e.reason})") from None
