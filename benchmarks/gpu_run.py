@@ -30,8 +30,9 @@ guarded (a failure or the time budget skips what is left of it, recorded in the 
 - ``compile`` (last: its compilation time is the least predictable): the ``active`` arm of each model
   with torch.compile of the towers' forward (--tiny: dynamo with the eager backend; the CPU's inductor
   takes minutes), into the throughput results.
-Each section gets a share of ``--budget`` (420 s; the last takes what is left) and the JSON is written
-after each, so a run cut short keeps what it measured.
+Each section gets a share of ``--budget`` (390 s, leaving room for start-up and an arm that overruns;
+the last takes what is left) and the JSON is written after each, so a run cut short keeps what it
+measured.
 """
 from __future__ import annotations
 
@@ -490,7 +491,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tiny", action="store_true", help="toy width on the CPU: the same code paths, about a minute")
     ap.add_argument("--sections", nargs="+", default=SECTIONS, choices=SECTIONS)
-    ap.add_argument("--budget", type=float, default=None, help="seconds for the whole run (default 420; tiny 300)")
+    ap.add_argument("--budget", type=float, default=None, help="seconds for the whole run (default 390; tiny 300)")
     ap.add_argument("--out", type=Path, default=None,
                     help="JSON results (default benchmarks/results/gpu_run.json; tiny: not written unless given)")
     a = ap.parse_args(argv)
@@ -498,7 +499,7 @@ def main(argv=None) -> int:
         print("gpu_run: no CUDA GPU here; run with --tiny for the CPU check", file=sys.stderr)
         return 2
     device = torch.device("cpu") if a.tiny else torch.device("cuda", 0)
-    budget = a.budget or (300 if a.tiny else 420)  # tiny: a cap for a loaded machine (~1 min on an idle one)
+    budget = a.budget or (300 if a.tiny else 390)  # tiny: a cap for a loaded machine (~1 min on an idle one)
     end = time.time() + budget
     threads = torch.get_num_threads()
     if a.tiny:
