@@ -14,7 +14,9 @@ cached activations at block k's input when it trains the tower's top from block 
 """
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
 import math
 import os
 import pickle
@@ -42,6 +44,8 @@ from tokenspace.train.distill import TeacherScores, teacher_scores  # noqa: F401
 from tokenspace.train.losses import SparseContrastiveLoss
 from tokenspace.train.optim import build_optimizer
 from tokenspace.train.recipe import Recipe, Stage
+
+logger = logging.getLogger(__name__)  # `log` is fit's log.jsonl
 
 
 @dataclass
@@ -293,12 +297,20 @@ class Trainer:
         rng = np.random.default_rng(r.seed)
         sampler = BatchSampler(self.data.groups, r.batch_size, rng)
         start_stage, start_step, opt_state, scaler_state = 0, 0, None, None
-        if resume and any((self.out / d / "trainer.json").exists() for d in ("checkpoint", "checkpoint.old")):
+        has_checkpoint = any((self.out / d / "trainer.json").exists() for d in ("checkpoint", "checkpoint.old"))
+        if resume and has_checkpoint:
             start_stage, start_step, opt_state, rng_state, scaler_state = self._load_checkpoint()
             sampler.rng.bit_generator.state = rng_state
             sampler._queue = list(self._resume_queue)
+        elif resume:
+            logger.warning("resume: %s holds no checkpoint; training from the start", self.out)
         main = self.dist.is_main
         global_step = sum(s.steps for s in r.stages[:start_stage]) + start_step
+        if resume and has_checkpoint and main:
+            where = (f"stage {start_stage + 1} of {len(r.stages)} ({r.stages[start_stage].name}), step "
+                     f"{start_step} of {r.stages[start_stage].steps}" if start_stage < len(r.stages)
+                     else "the end of the last stage")
+            logger.info("resuming %s at %s: step %d of %d", self.out, where, global_step, r.total_steps)
         if main:
             (self.out / "recipe.json").write_text(json.dumps(r.to_dict(), indent=2))
             if resume:  # the rows a killed run wrote after its checkpoint are about to be redone
@@ -386,7 +398,8 @@ class Trainer:
                        tmp / "optimizer.pt")
             # the sampler's queue too: the rest of the current epoch's draw, which the RNG cannot redo
             state = {"stage": stage_idx, "step": step_in_stage, "rng": sampler.rng.bit_generator.state,
-                     "queue": [int(i) for i in sampler._queue], "world": self.dist.world}
+                     "queue": [int(i) for i in sampler._queue], "world": self.dist.world,
+                     "stages": self._stage_plan()}  # a resume checks the recipe still has these stages
             (tmp / "trainer.json").write_text(json.dumps(state))
         self.dist.barrier()
         if self.dist.enabled:
@@ -395,6 +408,10 @@ class Trainer:
         if main:
             atomic.replace_folder(tmp, final, aside=self.out / "checkpoint.old")  # _load_checkpoint reads .old too
         self.dist.barrier()
+
+    def _stage_plan(self) -> list[dict]:
+        """The recipe's stages as JSON values: what a checkpoint's stage and step index into."""
+        return json.loads(json.dumps([dataclasses.asdict(s) for s in self.recipe.stages]))
 
     def _load_checkpoint(self):
         ck = self.out / "checkpoint"
@@ -412,9 +429,32 @@ class Trainer:
             other = " (checkpoint.old may hold the one before)" if (self.out / "checkpoint.old").exists() else ""
             raise ValueError(f"{ck}: a damaged checkpoint ({type(e).__name__}: {' '.join(str(e).split())[:200]}); "
                              f"move it aside to restart the run{other}") from None
+        if "stages" in state:  # checkpoints from before the plan was recorded cannot be checked
+            _check_same_plan(ck, state["stages"], self._stage_plan(), begun=state["stage"] + bool(state["step"]))
         torch.set_rng_state(saved["torch_rng"].cpu())
         self._resume_queue = state.get("queue", [])
         return state["stage"], state["step"], saved["optimizer"], state["rng"], saved.get("scaler")
+
+
+def _check_same_plan(checkpoint: Path, saved: list[dict], now: list[dict], begun: int) -> None:
+    """A resume continues the stages the checkpoint was made in: the ``begun`` first stages (done, or the
+    one the checkpoint is inside) must be the same, or its stage and step would point at other work (a
+    stage added before, one longer, at another lr, ...): ValueError naming the change. Stages not begun
+    may differ (a stage appended to a finished run): logged."""
+    if saved[:begun] != now[:begun]:
+        if len(now) < begun or any(a.get("name") != b.get("name") for a, b in zip(saved[:begun], now)):
+            def names(plan):
+                return ", ".join(f"{s.get('name')} ({s.get('steps')} steps)" for s in plan)
+            change = f"stages {names(saved)} then, {names(now)} now"
+        else:
+            i, a, b = next((i, a, b) for i, (a, b) in enumerate(zip(saved, now)) if a != b)
+            key = next(k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k))
+            change = f"stage {i + 1} ({a.get('name')}): {key} {a.get(key)!r} then, {b.get(key)!r} now"
+        raise ValueError(f"{checkpoint}: the run was started with another stage plan ({change}); resume it "
+                         "with the recipe and --set it was started with, or train into a new --out")
+    if saved[begun:] != now[begun:]:
+        logger.info("the stages after the checkpoint differ from the run's first plan: training them as the "
+                    "recipe says now")
 
 
 def check_run_folder(out: str | os.PathLike, resume: bool) -> None:
