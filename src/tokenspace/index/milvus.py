@@ -44,6 +44,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import warnings
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -57,6 +58,10 @@ from tokenspace.index.metadata import MetaFilter, check_rows, field_word, words
 from tokenspace.index.query import And, Node, Not, Or, Term
 from tokenspace.sparse import INDEX_DTYPE, PTR_DTYPE, VALUE_DTYPE, SparseBatch
 from tokenspace.vocab import Vocabulary
+
+# milvus-lite 2.5 imports pkg_resources, whose deprecation warning says nothing a tokenspace user can act on
+# (printed on every Milvus command): this one message, from that one module, is not shown
+warnings.filterwarnings("ignore", message="pkg_resources is deprecated", category=UserWarning, module="milvus_lite")
 
 FORMAT = "tokenspace-milvus"
 VERSION = 1

@@ -163,10 +163,9 @@ class EfficientNetLite0Tower(ImageTower):
             if not found:
                 raise FileNotFoundError(f"no .pth weights under {path}")
             path = found[0]
-        if path is None:
-            self.net = EfficientNet.from_name("efficientnet-lite0")
-        else:
-            self.net = EfficientNet.from_pretrained("efficientnet-lite0", weights_path=str(path))
+        self.net = EfficientNet.from_name("efficientnet-lite0")
+        if path is not None:  # from_pretrained's load, without its unconditional "Loaded pretrained weights" print
+            self.net.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
         # the classifier is unused; dropping it keeps state dicts and parameter counts honest
         self.net._fc = nn.Identity()
         self.out_channels = 1280
