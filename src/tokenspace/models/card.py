@@ -111,7 +111,9 @@ def render_card(model, info: dict | None = None) -> str:
               "searched with tokenspace's inverted index.", ""]
     lines += ["## Use", "", "```python", "import tokenspace", "", 'model = tokenspace.load("path/to/this/folder")',
               'vectors = model.encode_texts(["a red dog"])', "print(model.decode(vectors, top_k=10))", "```", "",
-              "The tokenizer files open with `transformers.AutoTokenizer.from_pretrained(folder)`.", ""]
+              "The tokenizer files open with `transformers.BertTokenizer.from_pretrained(folder)` (or "
+              "`AutoTokenizer`, which also reads config.json and warns that its model type `tokenspace` is "
+              "not a transformers model: harmless, only the tokenizer is loaded).", ""]
     arch = [("family", cfg.family), ("class", type(model).__name__),
             ("image tower", cfg.image_tower.get("type", "?")), ("text tower", cfg.text_tower.get("type", "?")),
             ("output dimensions", str(len(model.vocab))), ("similarity", model.similarity),
