@@ -53,6 +53,11 @@ def test_bad_metadata_file_lines(world, tmp_path):
         assert not (tmp_path / name / "MANIFEST.json").exists()
 
 
+def test_filter_on_an_index_without_metadata_is_refused(world):
+    r = world.run("search", "--index", world.index, "a dog", "--filter", "source=emoji")  # built in code, no metadata
+    assert r.code == 1 and "carries no row metadata" in r.error_line(), r.err
+
+
 def test_bad_filters_are_usage_errors(world):
     for arg, why in {"owner": "expected field=value", "a b=1": "field name 'a b'", "caption~two words": "one word"}.items():
         r = world.run("search", "--index", world.index, "a dog", "--filter", arg)

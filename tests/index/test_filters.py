@@ -250,3 +250,11 @@ def test_a_crash_before_the_manifest_keeps_the_old_metadata(tmp_path, monkeypatc
     assert len(survivor) == 50 and survivor.metadata(["d49"]) == [META[49]]
     with pytest.raises(KeyError):
         survivor.metadata(["d50"])
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_has_metadata(engines, engine):
+    assert engines[engine].has_metadata()
+    if engine != "milvus":  # a Milvus collection has the fields from its creation
+        plain = {"inverted": InvertedIndex, "exact": ExactIndex}[engine].build(_docs(), IDS)
+        assert not plain.has_metadata()

@@ -3,26 +3,25 @@ index before top-k, strictly typed in the schema; a filter the index refuses is 
 from __future__ import annotations
 
 import pytest
-from conftest import caption_vectors
 
 pytest.importorskip("fastapi")
 
 
 @pytest.fixture
-def client_with_metadata(make_model, tiny_pairs, tmp_path):
+def client_with_metadata(served, tmp_path):
+    """The served tiny collection re-indexed with metadata on each row (caption, source, a number)."""
     from fastapi.testclient import TestClient
 
-    from tokenspace.data.manifest import Record
     from tokenspace.index import InvertedIndex
     from tokenspace.pipeline import write_collection_meta
     from tokenspace.serve.app import build_app
     from tokenspace.serve.service import SearchService
 
-    model = make_model("stair")
-    paths, texts = tiny_pairs
-    records = [Record(id=p.stem, image=str(p), text=t, split="test") for p, t in zip(paths, texts)]
-    meta = [{"caption": t, "source": "odd" if i % 2 else "even", "n": i} for i, t in enumerate(texts)]
-    InvertedIndex.build(caption_vectors(texts, model.vocab), [r.id for r in records], metadata=meta).save(tmp_path / "i")
+    _, model, records, index_dir = served
+    plain = InvertedIndex.load(index_dir)
+    ids = [r.id for r in records]
+    meta = [{"caption": r.text, "source": "odd" if i % 2 else "even", "n": i} for i, r in enumerate(records)]
+    InvertedIndex.build(plain.get(ids), ids, metadata=meta).save(tmp_path / "i")
     write_collection_meta(tmp_path / "i", records)
     with TestClient(build_app(SearchService.from_dir(model, tmp_path / "i"))) as c:
         yield c, records, meta
@@ -68,3 +67,9 @@ def test_filter_is_in_the_schema(client_with_metadata):
     spec = c.get("/openapi.json").json()
     props = spec["components"]["schemas"]["SearchRequest"]["properties"]
     assert "filter" in props and "tokens" in props["where"]["description"]
+
+
+def test_filter_on_an_index_without_metadata_is_refused(client):
+    """An index built before rows carried metadata would answer every filter with no hits: a 400 says why."""
+    r = client.post("/search", json={"text": "a", "filter": {"source": "odd"}})
+    assert r.status_code == 400 and "carries no row metadata" in r.json()["detail"], r.text

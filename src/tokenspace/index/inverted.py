@@ -337,6 +337,11 @@ class InvertedIndex:
             out.append(self._segments[si].metadata()[local])
         return out
 
+    def has_metadata(self) -> bool:
+        """Whether any row carries metadata fields (an index built without them answers every metadata
+        filter with no hits: callers that take a user's filter refuse it instead)."""
+        return any(seg.has_metadata() for seg in self._segments)
+
     def ids(self) -> list[str]:
         """Ids of the live documents, in internal (insertion) order."""
         return [s for s, _ in sorted(self._ids().items(), key=lambda kv: kv[1])]

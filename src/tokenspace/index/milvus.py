@@ -400,6 +400,10 @@ class MilvusIndex:
             indptr[r + 1] = len(cols)
         return SparseBatch(indptr, np.array(cols, INDEX_DTYPE), np.array(vals, VALUE_DTYPE), self.dim, self.vocab)
 
+    def has_metadata(self) -> bool:
+        """Whether the collection has the metadata fields (collections made before them do not)."""
+        return self.has_meta
+
     def metadata(self, ids: Sequence[str]) -> list[dict]:
         """The stored metadata dicts of these documents, in the order asked; unknown ids raise KeyError."""
         ids = [str(i) for i in ids]

@@ -107,6 +107,9 @@ class ExactIndex:
             out.append(ok)
         return out
 
+    def has_metadata(self) -> bool:
+        return any(self._meta)
+
     def metadata(self, ids: Sequence[str]) -> list[dict]:
         pos = {s: j for j, s in enumerate(self._ids) if j not in self._deleted}
         return [self._meta[pos[s]] for s in ids]

@@ -149,6 +149,9 @@ class SearchService:
                 options["meta"] = MetaFilter.resolve(dict(filter))
             except (TypeError, ValueError) as e:
                 raise ServiceError(str(e)) from None
+            if not self.index.has_metadata():  # every filter would answer "no hits"
+                raise ServiceError("filter: this index carries no row metadata (built before tokenspace stored "
+                                   "source and caption): rebuild it with `tokenspace index build`")
         if must:
             options["must"] = self.tokens(must, "must")
         if must_not:

@@ -25,6 +25,9 @@ def run(args) -> int:
     if args.where is not None and not args.where.strip():  # it was dropped: a search with no filter at all
         raise UsageError("--where is empty: give a boolean query on tokens, or leave --where out")
     index = load_index(args.index)
+    if "meta" in options and not index.has_metadata():
+        raise CLIError(f"--filter: the index at {args.index} carries no row metadata (built before tokenspace stored "
+                       "source and caption): rebuild it with `tokenspace index build`")
     dense = DenseHalf.from_args(args)  # None unless --dense-index (hybrid search)
     if dense is not None:
         dense.check_collection(index, f"--index {args.index}")
