@@ -10,6 +10,7 @@ from PIL import Image
 
 from tokenspace.models.config import ModelConfig
 from tokenspace.models.export_st import MARKER, export_sentence_transformers
+from tokenspace.models.pooling import keep_top
 from tokenspace.models.registry import build_model
 from tokenspace.models.sparsified import FROM_DENSE
 
@@ -20,6 +21,7 @@ from tokenspace.models.onnx_export import (  # noqa: E402 - after the skips: the
     IMAGE_FILE,
     TEXT_FILE,
     OnnxExportError,
+    export_module,
     export_onnx,
     session,
 )
@@ -194,3 +196,31 @@ def test_a_users_folder_and_the_models_own_are_refused(make_model, tmp_path):
     (out / "stale.txt").write_text("old")
     export_onnx(model, out)  # a previous export is replaced whole
     assert not (out / "stale.txt").exists()
+
+
+class _Cut(torch.nn.Module):
+    def __init__(self, k):
+        super().__init__()
+        self.k = k
+
+    def forward(self, x):
+        return keep_top(x, self.k)
+
+
+def test_tied_weights_at_the_top_n_cut_keep_the_same_tokens_in_onnx(tmp_path):
+    """The release model's tagger gives many tokens one weight, so its top-100 cut often falls among equal
+    weights (a quarter of its emoji:test image rows): keep_top keeps the lower indices, as ONNX's TopK does,
+    so the exported graph keeps the same tokens (torch.topk chose others: 87 rows 0.04-0.07 apart)."""
+    x = torch.tensor([[0.5, 0.2, 0.2, 0.2, 0.2, 0.1, 0.2, 0.2],
+                      [0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.3]])
+    assert keep_top(x, 3).nonzero()[:, 1].tolist() == [0, 1, 2, 0, 1, 7]
+    path = export_module(_Cut(3), (x[:1],), tmp_path / "cut.onnx", ["x"], ["y"], {"x": {0: "b"}, "y": {0: "b"}})
+    got = session(path).run(None, {"x": x.numpy()})[0]
+    np.testing.assert_array_equal(got, keep_top(x, 3).numpy())
+    wide = torch.zeros(4, 500)
+    wide[:, 50:300] = 0.25  # 250 tied weights, 100 kept
+    wide[:, 7] = 1.0
+    got = session(export_module(_Cut(100), (wide[:1],), tmp_path / "w.onnx", ["x"], ["y"],
+                                {"x": {0: "b"}, "y": {0: "b"}})).run(None, {"x": wide.numpy()})[0]
+    np.testing.assert_array_equal(got, keep_top(wide, 100).numpy())
+    assert (got[:, 50:149] == 0.25).all() and (got[:, 149:] == 0).all()

@@ -17,11 +17,19 @@ def max_log1p_relu(scores: torch.Tensor, mask: torch.Tensor | None = None) -> to
 
 def keep_top(x: torch.Tensor, k: int) -> torch.Tensor:
     """[B, D] -> [B, D] with all but each row's k largest entries zeroed (Sparse CLIP's TopK activation,
-    and the top-n pruning of encoded rows: VisualSparta Table 3). k >= D keeps the row as it is."""
+    and the top-n pruning of encoded rows: VisualSparta Table 3). k >= D keeps the row as it is.
+
+    Equal entries at the cut are kept lower index first. torch.topk leaves that choice open, and ONNX's
+    TopK makes exactly this one (its spec), so an exported model (models/onnx_export.py) keeps the same
+    tokens: the release model's tagger gives many tokens one weight, and a quarter of its emoji:test
+    image rows had tied weights at the 100th place."""
     if k >= x.shape[-1]:
         return x
-    top = x.topk(k, dim=-1)
-    return torch.zeros_like(x).scatter(-1, top.indices, top.values)
+    if torch.onnx.is_in_onnx_export():
+        idx = x.topk(k, dim=-1).indices  # ONNX TopK: ties by the lower index
+    else:
+        idx = x.sort(dim=-1, descending=True, stable=True).indices[..., :k]  # stable: ties by the lower index
+    return torch.zeros_like(x).scatter(-1, idx, x.gather(-1, idx))
 
 
 def masked_mean(hidden: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:

@@ -24,9 +24,9 @@ class TopN(Module):
 
     def forward(self, features: dict[str, torch.Tensor], **kwargs) -> dict[str, torch.Tensor]:
         x = features["sentence_embedding"]
-        if self.top_n < x.shape[-1]:
-            top = x.topk(self.top_n, dim=-1)
-            features["sentence_embedding"] = torch.zeros_like(x).scatter(-1, top.indices, top.values)
+        if self.top_n < x.shape[-1]:  # equal entries at the cut: lower index first, as keep_top
+            idx = x.sort(dim=-1, descending=True, stable=True).indices[..., :self.top_n]
+            features["sentence_embedding"] = torch.zeros_like(x).scatter(-1, idx, x.gather(-1, idx))
         return features
 
     def save(self, output_path: str, *args, safe_serialization: bool = True, **kwargs) -> None:
