@@ -1,6 +1,6 @@
 """The loss over the active columns (train/active.py) on real batches: how many columns, and the CPU speed-up.
 
-    nice -n 10 python benchmarks/active_loss.py                 # release STAIR, emoji + openclipart train
+    nice -n 10 python benchmarks/active_loss.py        # release STAIR; emoji:train, 600 openclipart:train pairs
     python benchmarks/active_loss.py --sizes 256 1024 --time 256 --repeats 1
 
 Vectors: the release model's STAIR part (``tokenspace-stair-drawings`` part 0: the model a STAIR recipe
@@ -8,8 +8,9 @@ trains) as the trainer's loss sees them: ``image_embed`` of the cached backbone 
 of the captions, before top-n pruning and normalisation. Batches: the trainer's own BatchSampler (one
 pair per caption group) over each split's training pairs. Reported per split and batch size: the union
 of the columns non-zero in some image or text row (U, of 30,522), over ``--draws`` batches; then the
-loss (SparseContrastiveLoss with the stair-emoji FLOPs weights), forward + backward, on the full [B, D]
-embeddings and on their active columns (keep_active included in the time), medians of ``--repeats``.
+loss (SparseContrastiveLoss, both FLOPs weights 1e-3 as STAIR's lambda), forward + backward, on the full [B, D]
+embeddings and on their active columns (keep_active included in the time), interleaved, medians of
+``--repeats``.
 """
 from __future__ import annotations
 
@@ -66,32 +67,41 @@ def union_sizes(img, txt, groups, sizes, draws) -> dict:
     return out
 
 
-def loss_time(model, img, txt, sparse: bool, repeats: int) -> tuple[float, float]:
-    """Median seconds of forward + backward, and the loss value."""
+def loss_times(model, img, txt, repeats: int) -> dict:
+    """Median seconds of forward + backward on all columns and on the active ones, the two interleaved
+    (full, active, full, ...) so that a shared machine's load changes hit both alike; the loss values."""
     loss_fn = SparseContrastiveLoss(lambda_image=1e-3, lambda_text=1e-3, reference_batch=len(img))
-    times, value = [], 0.0
+    times, value = {False: [], True: []}, {}
     for _ in range(repeats):
-        a, b = img.clone().requires_grad_(), txt.clone().requires_grad_()
-        t0 = time.perf_counter()
-        x, y = keep_active(a, b) if sparse else (a, b)
-        parts = loss_fn(x, y, model, step=10**9)
-        parts["loss"].backward()
-        times.append(time.perf_counter() - t0)
-        value = float(parts["loss"].detach())
-    return float(np.median(times)), value
+        for sparse in (False, True):
+            a, b = img.clone().requires_grad_(), txt.clone().requires_grad_()
+            t0 = time.perf_counter()
+            x, y = keep_active(a, b) if sparse else (a, b)
+            parts = loss_fn(x, y, model, step=10**9)
+            parts["loss"].backward()
+            times[sparse].append(time.perf_counter() - t0)
+            value[sparse] = float(parts["loss"].detach())
+    full, fast = float(np.median(times[False])), float(np.median(times[True]))
+    return {"full_s": full, "active_s": fast, "speedup": full / fast, "loss_full": value[False],
+            "loss_active": value[True], "full_runs": times[False], "active_runs": times[True]}
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="tokenspace-stair-drawings")
-    ap.add_argument("--splits", nargs="+", default=["emoji:train", "openclipart:train"])
-    ap.add_argument("--sizes", nargs="+", type=int, default=[64, 256, 1024, 4096], help="batches for the union")
-    ap.add_argument("--time", nargs="+", type=int, default=[256, 512, 1024, 2048], help="batches timed")
+    # openclipart:train in full would first cache the grids of ~10k drawings, some rendered at 13,000 px
+    ap.add_argument("--splits", nargs="+", default=["emoji:train", "openclipart:train:600"])
+    ap.add_argument("--sizes", nargs="+", type=int, default=[64, 256, 1024], help="batches for the union")
+    ap.add_argument("--time", nargs="+", type=int, default=[256, 512, 1024], help="batches timed")
     ap.add_argument("--draws", type=int, default=8, help="batches drawn per size for the union")
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=5)
+    # 1: on a shared, oversubscribed machine two intra-op threads wait on each other at every op (the
+    # same loss took 3x longer with 2 threads than with 1 under a load of ~9 on 2 cores)
+    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     ap.add_argument("--home", default=None)
     ap.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "active_loss.json"))
     a = ap.parse_args(argv)
+    torch.set_num_threads(a.threads)
     model = tokenspace.load(a.model)
     model = model.part(0) if hasattr(model, "part") else model  # a fused release: its STAIR part
     model.eval()
@@ -110,13 +120,10 @@ def main(argv=None) -> int:
             if sampler.batch_size < b:
                 continue
             i = sampler.next()
-            full, v_full = loss_time(model, img[i], txt[i], False, a.repeats if b < 2048 else 1)
-            fast, v_fast = loss_time(model, img[i], txt[i], True, a.repeats if b < 2048 else 1)
             u = int(((img[i] != 0) | (txt[i] != 0)).any(0).sum())
-            row["timing"][b] = {"union": u, "full_s": full, "active_s": fast, "speedup": full / fast,
-                                "loss_full": v_full, "loss_active": v_fast}
-            print(f"  batch {b}: U {u}, full {full:.3f} s, active {fast:.3f} s ({full / fast:.1f}x), "
-                  f"loss {v_full:.6f} / {v_fast:.6f}", flush=True)
+            r = row["timing"][b] = {"union": u, **loss_times(model, img[i], txt[i], a.repeats)}
+            print(f"  batch {b}: U {u}, full {r['full_s']:.3f} s, active {r['active_s']:.3f} s "
+                  f"({r['speedup']:.1f}x), loss {r['loss_full']:.6f} / {r['loss_active']:.6f}", flush=True)
         res["splits"][split] = row
         res["load_average"] = os.getloadavg()  # the machine is shared: the timings follow its load
         write_text(Path(a.json), json.dumps(res, indent=1) + "\n")  # after each split: a cut run keeps it
