@@ -187,3 +187,14 @@ def test_errors_name_what_is_wrong(world, tmp_path):
     assert r.code == 1 and "not a tokenspace" in r.error_line(), r.err
     r = world.run("serve", "--model", world.model, "--index", world.index, "--host", "999.1.1.1")
     assert r.code == 1 and "--host 999.1.1.1" in r.error_line() and "--port" not in r.error_line(), r.err
+
+
+def test_export_st_refuses_another_family_before_loading_the_model(world, tmp_path):
+    """export-st loaded the whole model (24 s for the release) before saying a fused model has no MLM."""
+    folder = tmp_path / "dense"
+    shutil.copytree(world.model, folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "family": "dense"}))
+    (folder / "model.safetensors").write_bytes(b"not weights: loading them would fail otherwise")
+    r = world.run("export-st", folder, tmp_path / "st")
+    assert r.code == 1 and "'dense' model's text side is not an MLM" in r.error_line(), r.err

@@ -96,13 +96,18 @@ def check_out(out: Path, source: str | Path | None = None, fmt: str = MARKER_FOR
                          f"(no {MARKER}); choose a new or empty output folder")
 
 
+def check_family(family: str) -> None:
+    """Only STAIR's text side is SPLADE's architecture (ValueError otherwise)."""
+    if family != "stair":
+        raise ValueError(f"export-st writes STAIR's SPLADE-style text side; a {family!r} model's text "
+                         "side is not an MLM with max pooling")
+
+
 def export_sentence_transformers(model, out: str | Path, source: str | Path | None = None) -> Path:
     """Write ``model``'s text side (STAIR) as a SparseEncoder folder at ``out``. An existing ``out`` is
     replaced atomically only when it is empty or a previous export (``check_out``); ``source`` is the
     folder the model was loaded from, which ``out`` must neither be, hold nor lie in."""
-    if model.family != "stair":
-        raise ValueError(f"export-st writes STAIR's SPLADE-style text side; a {model.family!r} model's text "
-                         "side is not an MLM with max pooling")
+    check_family(model.family)
     out = Path(out)
     check_out(out, source)
     out.parent.mkdir(parents=True, exist_ok=True)
