@@ -20,7 +20,8 @@ from tokenspace import pipeline
 from tokenspace.data.build import build_manifests, default_dir
 from tokenspace.data.specs import note as _log
 from tokenspace.eval import ResultsDoc, markdown_table
-from tokenspace.explain.hits import contributions, format_hit
+from tokenspace.explain.hits import format_hit
+from tokenspace.explain.search import explained_search
 from tokenspace.index import InvertedIndex, parse_query
 from tokenspace.models.registry import DEFAULT_RELEASE as RELEASE
 from tokenspace.models.registry import load, release_path
@@ -95,11 +96,9 @@ def print_searches(model, index, meta: dict, k: int = 3) -> None:
     for qi, (text, key) in enumerate(QUERIES):
         q = queries[qi]
         ranked = index.search(q, k=len(index))[0]
-        hits = ranked[:k]
         print(f"\nquery: {text!r} -> tokens " + ", ".join(f"{t} {w:.2f}" for t, w in model.decode(q, 6)[0]))
-        docs = index.get([h.id for h in hits]) if hits else None
-        for rank, (h, parts) in enumerate(zip(hits, contributions(q, docs) if hits else []), 1):
-            print(format_hit(rank, h.id, h.score, parts, meta.get(h.id, {}).get("text")))
+        for rank, h in enumerate(explained_search(index, q, k, hits=ranked[:k]), 1):
+            print(format_hit(rank, h.id, h.score, h.parts, meta.get(h.id, {}).get("text")))
         n_rel = sum(relevant(m.get("text"), key) for m in meta.values())
         first = next((r for r, h in enumerate(ranked, 1) if relevant(meta.get(h.id, {}).get("text"), key)), None)
         firsts.append(first)

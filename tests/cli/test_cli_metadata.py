@@ -63,3 +63,37 @@ def test_bad_filters_are_usage_errors(world):
         r = world.run("search", "--index", world.index, "a dog", "--filter", arg)
         assert r.code == 2 and why in r.err, (arg, r.err)
         assert "Traceback" not in r.err
+
+
+def test_search_takes_must_must_not_and_steer_as_the_http_api_does(world):
+    """`search --must/--must-not/--steer` (issue 33: the CLI lacked them): the hits and scores are the
+    library's explained_search over the same options, and bad tokens are one line naming the option."""
+    from tokenspace.explain.search import explained_search, search_options
+    from tokenspace.explain.steer import steer
+    from tokenspace.models.registry import load
+
+    index, model = InvertedIndex.load(world.index), load(world.model)
+    plain = explained_search(index, model.encode_texts(["a red dog"]), 12)
+    top = plain[0].parts[0].token  # the (random) tiny model's rows all hold it
+    for args, must, must_not, steering in (
+        (["--must", top], [top], [], {}),
+        (["--must-not", top, "--must-not", "red"], [], [top, "red"], {}),
+        (["--steer", f"{top}=3", "--steer", "red=0"], [], [], {top: 3.0, "red": 0.0}),
+    ):
+        r = world.run("search", "--index", world.index, "a red dog", "-k", "12", *args)
+        assert r.code == 0, r.err
+        q = steer(model.encode_texts(["a red dog"]), steering, model.vocab)
+        want = explained_search(index, q, 12, **search_options(index, model.vocab, must=must, must_not=must_not))
+        assert _hit_ids(r.out) == [h.id for h in want], (args, r.out)
+        assert re.findall(r"^\s*\d+\.\s+(\S+)", r.out, flags=re.M) == [f"{h.score:.4f}" for h in want]
+        if must_not:
+            assert want == [] and "no hits" in r.out  # every row holds ``top``
+        if steering:
+            assert [h.score for h in want] != [h.score for h in plain]
+    for args, why in ((["--must", "zebra"], "--must: unknown tokens ['zebra']"),
+                      (["--must-not", "zebra"], "--must-not: unknown tokens ['zebra']"),
+                      (["--steer", "zebra=2"], "--steer: unknown tokens ['zebra']")):
+        r = world.run("search", "--index", world.index, "a dog", *args)
+        assert r.code == 1 and why in r.error_line(), (args, r.err)
+    r = world.run("search", "--index", world.index, "a dog", "--steer", "red")
+    assert r.code == 2 and "TOKEN=FACTOR" in r.err

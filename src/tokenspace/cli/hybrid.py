@@ -32,7 +32,9 @@ class DenseHalf:
             if given:
                 raise UsageError(f"{', '.join(given)}: only with --dense-index (hybrid search)")
             return None
-        given = [f for f, v in (("--where", args.where), ("--filter", getattr(args, "filter", None))) if v]
+        given = [f for f, v in (("--where", args.where), ("--filter", getattr(args, "filter", None)),
+                                ("--must", getattr(args, "must", None)), ("--must-not", getattr(args, "must_not", None)))
+                 if v]
         if given:
             raise UsageError(f"{', '.join(given)} filters on the sparse index's tokens or metadata, which a dense "
                              "index lacks: not with --dense-index")

@@ -17,12 +17,10 @@ import numpy as np
 
 from tokenspace.data.images import ImageLoadError, load_image
 from tokenspace.explain.heatmap import has_cell_scores, heatmap_png
-from tokenspace.explain.hits import contributions
-from tokenspace.explain.steer import resolve_tokens, steer
+from tokenspace.explain.search import explained_search, search_options
+from tokenspace.explain.steer import steer
 from tokenspace.index import InvertedIndex
 from tokenspace.index.hybrid import hybrid_search
-from tokenspace.index.metadata import MetaFilter
-from tokenspace.index.query import parse_query
 from tokenspace.pipeline import read_collection_meta
 from tokenspace.sparse import SparseBatch
 
@@ -116,25 +114,11 @@ class SearchService:
         with self._model_lock:
             return self.model.encode_images([image]).with_vocab(self.vocab)
 
-    def tokens(self, tokens: Sequence[str], what: str) -> list[int]:
-        try:
-            return resolve_tokens(list(tokens), self.vocab)
-        except ValueError as e:
-            raise ServiceError(f"{what}: {e}") from None
-
     def steer(self, query: SparseBatch, weights: Mapping[str, float] | None) -> SparseBatch:
         try:
             return steer(query, weights or {}, self.vocab)
         except ValueError as e:
             raise ServiceError(f"steer: {e}") from None
-
-    def parse_where(self, where: str | None):
-        if where is None or not where.strip():
-            return None
-        try:
-            return parse_query(where, self.vocab)
-        except ValueError as e:
-            raise ServiceError(f"where: {e}") from None
 
     # ------------------------------------------------------------------ search
     def search_text(self, text: str, k: int = 10, must: Sequence[str] = (), must_not: Sequence[str] = (),
@@ -143,22 +127,10 @@ class SearchService:
         """Images for a text query, each hit explained token by token (contributions sum to its score).
         ``filter``: a metadata filter (index/metadata.py), applied by the index before top-k."""
         t0 = time.perf_counter()
-        options = {}
-        if filter:
-            try:
-                options["meta"] = MetaFilter.resolve(dict(filter))
-            except (TypeError, ValueError) as e:
-                raise ServiceError(str(e)) from None
-            if not self.index.has_metadata():  # every filter would answer "no hits"
-                raise ServiceError("filter: this index carries no row metadata (built before tokenspace stored "
-                                   "source and caption): rebuild it with `tokenspace index build`")
-        if must:
-            options["must"] = self.tokens(must, "must")
-        if must_not:
-            options["must_not"] = self.tokens(must_not, "must_not")
-        tree = self.parse_where(where)
-        if tree is not None:
-            options["where"] = tree
+        try:
+            options = search_options(self.index, self.vocab, must=must, must_not=must_not, where=where, meta=filter)
+        except ValueError as e:
+            raise ServiceError(str(e)) from None
         query = self.steer(self.encode_text(text), steer)
         if fusion is not None:  # hybrid search (index/hybrid.py): the scores are the fused ones
             return self._search(query, k, options, t0, self._hybrid_hits(text, query, k, options, fusion, weight))
@@ -183,13 +155,11 @@ class SearchService:
         return self._search(self.encode_image(image), k, {}, t0)
 
     def _search(self, query: SparseBatch, k: int, options: dict, t0: float, hits=None) -> dict:
-        if hits is None:  # (a hybrid search brings its fused hits)
-            hits = self.index.search(query, k=k, **options)[0] if query.nnz else []
-        docs = self.index.get([h.id for h in hits]).with_vocab(self.vocab) if hits else None
-        parts = contributions(query, docs) if hits else []
+        # (a hybrid search brings its fused hits)
+        found = explained_search(self.index, query, k, hits=hits, vocab=self.vocab, **options)
         return {
             "query": [{"token": t, "weight": w} for t, w in self.vocab.decode(query, top_k=None)[0]],
-            "hits": [self._hit(h.id, h.score, p) for h, p in zip(hits, parts)],
+            "hits": [self._hit(h.id, h.score, h.parts) for h in found],
             "took_ms": (time.perf_counter() - t0) * 1000.0,
         }
 

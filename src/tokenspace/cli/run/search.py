@@ -6,8 +6,9 @@ from tokenspace.cli.common import CLIError, UsageError
 from tokenspace.cli.hybrid import DenseHalf
 from tokenspace.cli.index_loading import load_index
 from tokenspace.cli.model_loading import load_model
-from tokenspace.explain.hits import contributions, format_hit
-from tokenspace.index import parse_query
+from tokenspace.explain.hits import format_hit
+from tokenspace.explain.search import explained_search, search_options
+from tokenspace.explain.steer import steer
 from tokenspace.index.metadata import parse_cli as parse_filters
 
 
@@ -25,9 +26,6 @@ def run(args) -> int:
     if args.where is not None and not args.where.strip():  # it was dropped: a search with no filter at all
         raise UsageError("--where is empty: give a boolean query on tokens, or leave --where out")
     index = load_index(args.index)
-    if "meta" in options and not index.has_metadata():
-        raise CLIError(f"--filter: the index at {args.index} carries no row metadata (built before tokenspace stored "
-                       "source and caption): rebuild it with `tokenspace index build`")
     dense = DenseHalf.from_args(args)  # None unless --dense-index (hybrid search)
     if dense is not None:
         dense.check_collection(index, f"--index {args.index}")
@@ -41,21 +39,27 @@ def run(args) -> int:
     else:
         queries = model.encode_texts(args.query)
     dense_queries = dense.encode(args.query, args.image) if dense is not None else None
-    if args.where:
-        options["where"] = parse_query(args.where, model.vocab)
+    try:
+        options = search_options(index, model.vocab, must=args.must or (), must_not=args.must_not or (),
+                                 where=args.where, meta=options.get("meta"))
+        steering = dict(args.steer or [])
+        if steering and args.image:
+            raise ValueError("steer: reweighs a text query's tokens; give query texts, not --image")
+        try:
+            queries = steer(queries, steering, model.vocab)
+        except ValueError as e:
+            raise ValueError(f"steer: {e}") from None
+    except ValueError as e:
+        raise CLIError("--" + str(e).replace("must_not:", "must-not:", 1)) from None  # the option as typed
     for q_text, qi in zip(args.query or [args.image], range(len(queries))):
         q = queries[qi]
-        if dense is None:
-            hits = index.search(q, k=args.k, **options)[0]
-        else:  # scores are the fused ones; the tokens still explain the sparse side's dot product
-            hits = dense.search(index, q, dense_queries[qi : qi + 1], args.k)[0]
+        hits = None if dense is None else dense.search(index, q, dense_queries[qi : qi + 1], args.k)[0]
+        # a hybrid search's scores are the fused ones; the tokens still explain the sparse side's dot product
+        found = explained_search(index, q, args.k, hits=hits, vocab=model.vocab, **options)  # (no options with --dense-index: refused above)
         print(f"\nquery: {q_text}" + (f"  (hybrid, {dense.fusion} fusion)" if dense is not None else ""))
         print("  query tokens: " + ", ".join(f"{t} {w:.2f}" for t, w in model.decode(q, top_k=8)[0]))
-        if not hits:
+        if not found:
             print("  no hits")
-            continue
-        docs = index.get([h.id for h in hits])
-        for rank, (h, parts) in enumerate(zip(hits, contributions(q, docs)), 1):
-            text = meta["items"].get(h.id, {}).get("text")
-            print(format_hit(rank, h.id, h.score, parts, text))
+        for rank, h in enumerate(found, 1):
+            print(format_hit(rank, h.id, h.score, h.parts, meta["items"].get(h.id, {}).get("text")))
     return 0

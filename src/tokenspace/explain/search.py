@@ -1,0 +1,72 @@
+"""Search with explanations: the one sequence `tokenspace search`, the HTTP service and the demo run.
+
+    options = search_options(index, vocab, must=["dog"], where="beach OR sand", meta={"source": "emoji"})
+    hits = explained_search(index, steer(query, {"red": 2.0}, vocab), k=10, **options)
+
+``search_options`` turns what a user typed (token names, a boolean query on tokens, a metadata filter)
+into the index's search options, with one-line ValueErrors that name the option; ``explained_search``
+runs the search, reads the hits' rows and splits each score into per-token contributions (they sum to
+it). A hybrid search (index/hybrid.py) brings its fused ranking as ``hits``: only the explanation runs.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from tokenspace.explain.hits import Contribution, contributions
+from tokenspace.explain.steer import resolve_tokens
+from tokenspace.index.metadata import MetaFilter
+from tokenspace.index.query import parse_query
+from tokenspace.sparse import SparseBatch
+
+
+@dataclass(frozen=True)
+class ExplainedHit:
+    id: str
+    score: float
+    parts: list[Contribution]  # shared tokens, largest contribution first; they sum to ``score``
+
+
+def search_options(index, vocab, *, must: Sequence[str] = (), must_not: Sequence[str] = (),
+                   where: str | None = None, meta: Mapping | None = None) -> dict:
+    """The index's search options (``must``, ``must_not``, ``where``, ``meta``) from a user's input;
+    empty ones are left out. ValueError ``"<option>: <why>"`` on an unknown token, a malformed query or
+    filter, or a metadata filter on an index whose rows carry none (it would answer "no hits")."""
+    options: dict = {}
+    for name, tokens in (("must", must), ("must_not", must_not)):
+        if tokens:
+            try:
+                options[name] = resolve_tokens(list(tokens), vocab)
+            except ValueError as e:
+                raise ValueError(f"{name}: {e}") from None
+    if where is not None and where.strip():
+        try:
+            options["where"] = parse_query(where, vocab)
+        except ValueError as e:
+            raise ValueError(f"where: {e}") from None
+    if meta:
+        try:
+            options["meta"] = MetaFilter.resolve(dict(meta) if isinstance(meta, Mapping) else meta)
+        except TypeError as e:
+            raise ValueError(str(e)) from None
+        if not index.has_metadata():
+            raise ValueError("filter: this index carries no row metadata (built before tokenspace stored source "
+                             "and caption): rebuild it with `tokenspace index build`")
+    return options
+
+
+def explained_search(index, query: SparseBatch, k: int = 10, *, hits=None, vocab=None,
+                     **options) -> list[ExplainedHit]:
+    """The top ``k`` hits of one query row, each with its score split into per-token contributions.
+    ``hits``: an already ranked list (a hybrid search's), explained as given. ``vocab`` names the rows'
+    dimensions when the index stores none. An empty query matches nothing: no hits."""
+    if len(query) != 1:
+        raise ValueError("explained_search takes a single query row")
+    if hits is None:
+        hits = index.search(query, k=k, **options)[0] if query.nnz else []
+    if not hits:
+        return []
+    docs = index.get([h.id for h in hits])
+    if vocab is not None:
+        docs = docs.with_vocab(vocab)
+    return [ExplainedHit(h.id, float(h.score), parts) for h, parts in zip(hits, contributions(query, docs))]
