@@ -53,25 +53,6 @@ from tokenspace.sparse import SparseBatch
 log = logging.getLogger("tokenspace.encode")
 
 
-def encode_images(model, images, batch_size: int = 256) -> SparseBatch:
-    """``model.encode_images`` with a fast path: images already at the tower's square size skip the
-    letterbox resize (an identity for them) and are stacked directly; the result is the same."""
-    t = model.image_tower
-    S = t.image_size
-    if not images or any(im.size != (S, S) or im.mode != "RGB" for im in images):
-        return model.encode_images(images, batch_size=batch_size)
-    mean = np.asarray(t.pixel_mean, np.float32)
-    std = np.asarray(t.pixel_std, np.float32)
-    model.eval()
-    outs = []
-    for s in range(0, len(images), batch_size):
-        x = (np.stack([np.asarray(im, np.float32) for im in images[s:s + batch_size]]) - mean) / std
-        with torch.no_grad():
-            grid = model.image_grid(torch.from_numpy(x).permute(0, 3, 1, 2).to(model.device))  # [b, C, h, w]
-        outs.append(model.encode_image_grids(grid))
-    return SparseBatch.concat(outs)
-
-
 class OnnxImageTower:
     """The image tower exported to ONNX and run by ONNX Runtime on the CPU (``pip install onnxruntime
     onnx``): the fast CPU path for encoding (~5x PyTorch's tower, docs/scale.md), used when asked
@@ -175,7 +156,7 @@ def encode_files(model, paths, batch_size: int = 256, workers: int | None = None
         if len(b["index"]):
             outs.append(encode_pixels(model, b["pixels"], tower=run))
             kept += b["index"].tolist()
-    return (SparseBatch.concat(outs) if outs else encode_images(model, [], batch_size)), kept
+    return (SparseBatch.concat(outs) if outs else model.encode_images([])), kept
 
 
 RECORD = "encode.json"  # in the work folder: what its parts were made from (module doc)
@@ -358,7 +339,7 @@ def encode_parts(model, collection, work_dir, part_size: int = 8192, batch_size:
             if len(b["index"]):
                 outs.append(encode_pixels(model, b["pixels"], tower=run()))
                 ids += b["keys"]
-        return (SparseBatch.concat(outs) if outs else encode_images(model, [], batch_size)), ids
+        return (SparseBatch.concat(outs) if outs else model.encode_images([])), ids
 
     todo = [k for k in range(n_parts) if not all(f.exists() for f in files(k))]
     # batches never cross a part boundary, so each part is a whole number of loader batches

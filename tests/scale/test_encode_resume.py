@@ -66,17 +66,6 @@ def test_tar_collection_reads_webdataset_naming(tmp_path):
     assert px.shape == (2, 3, 8, 8) and px.dtype == np.float32
 
 
-def test_fast_encode_path_equals_encode_images(tmp_path, tiny_vocab):
-    from tokenspace.encode import encode_images
-    from tokenspace.models.registry import load
-
-    model = load(_model(tmp_path, tiny_vocab))
-    images = [Image.open(io.BytesIO(b)).convert("RGB") for b in _blobs(20)]
-    fast, slow = encode_images(model, images, batch_size=8), model.encode_images(images)
-    np.testing.assert_array_equal(fast.indices, slow.indices)
-    np.testing.assert_allclose(fast.values, slow.values, rtol=1e-6)
-
-
 @pytest.mark.slow
 def test_encode_100k_images_killed_and_resumed_equals_an_uninterrupted_run(tmp_path, tiny_vocab):
     t0 = time.time()
