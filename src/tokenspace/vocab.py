@@ -103,6 +103,20 @@ class Vocabulary:
         """Ids of one text's word pieces (no [CLS]/[SEP], no truncation)."""
         return self.tokenizer().encode(text, add_special_tokens=False).ids
 
+    def word_ids(self, word: str) -> list[int] | None:
+        """A typed word's ids through this vocabulary's tokenizer (the one the model encodes text with);
+        None when a piece is unknown, nothing is left (e.g. only control characters), the word is not
+        text a tokenizer takes (a lone surrogate, which JSON can carry), or the vocabulary is not
+        WordPiece (Sparse CLIP's f00012 features: names only). How a boolean query and must / steer
+        read words."""
+        if "[UNK]" not in self:
+            return None
+        try:
+            ids = self.token_ids(word)
+        except TypeError:  # the tokenizer refuses a lone surrogate with a TypeError
+            return None
+        return ids if ids and self.id("[UNK]") not in ids else None
+
     def __getstate__(self):
         state = dict(self.__dict__)
         state["_tokenizer"] = None  # rebuilt on demand (a Tokenizer is not always picklable)

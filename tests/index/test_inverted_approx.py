@@ -60,19 +60,15 @@ def test_approx_top_n_index(setup):
     assert recall(tiny, want) < 1.0
 
 
-def test_top_n_is_the_deprecated_name_of_approx_top_n(setup):
+def test_approx_top_n_prunes_only_what_approx_search_reads(setup):
     docs, qs, ids, _ = setup
     new = InvertedIndex.build(docs, ids, approx_top_n=3)
-    with pytest.warns(DeprecationWarning, match="approx_top_n"):
-        old = InvertedIndex.build(docs, ids, top_n=3)
-    with pytest.warns(DeprecationWarning, match="approx_top_n"):
-        assert old.top_n == 3
-    assert old.approx_top_n == 3 and old.stats()["approx_top_n"] == 3
+    assert new.approx_top_n == 3 and new.stats()["approx_top_n"] == 3
     opts = dict(k=10, mode="approx", alpha=1.0, query_mass=1.0)
-    assert old.search(qs, **opts) == new.search(qs, **opts)
     assert new.search(qs, **opts) != InvertedIndex.build(docs, ids).search(qs, **opts)  # it does prune
-    with pytest.raises(TypeError, match="approx_top_n= only"):
-        InvertedIndex(docs.dim, top_n=3, approx_top_n=3)
+    assert new.search(qs, k=10) == InvertedIndex.build(docs, ids).search(qs, k=10)  # exact reads every term
+    with pytest.raises(TypeError, match="top_n"):  # the old name went with issue 33's shims
+        InvertedIndex.build(docs, ids, top_n=3)
 
 
 def test_alpha_skips_blocks():

@@ -27,7 +27,6 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from tokenspace.eval.zeroshot import true_class_ranks
-from tokenspace.index.query import word_ids
 from tokenspace.sparse import SparseBatch
 
 
@@ -57,7 +56,7 @@ def _one_token(word: str, vocab) -> tuple[int | None, list[int]]:
     unknown word; vocabularies without a WordPiece tokenizer, f00012, take names only)."""
     if word in vocab:
         return vocab.id(word), []
-    pieces = word_ids(word, vocab) or []
+    pieces = vocab.word_ids(word) or []
     return (pieces[0], []) if len(pieces) == 1 else (None, pieces)
 
 

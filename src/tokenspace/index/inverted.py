@@ -13,7 +13,6 @@ one dim with the query) are returned, hence a hit list may be shorter than k.
 from __future__ import annotations
 
 import os
-import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Sequence
@@ -42,13 +41,11 @@ class InvertedIndex:
     """Embedded sparse inverted index over a fixed dim; implements the SparseIndex protocol."""
 
     def __init__(self, dim: int, vocab: Vocabulary | None = None, *, dense_fraction: float = 0.125,
-                 approx_top_n: int | None = None, deny: Sequence | None = None, allow: Sequence | None = None,
-                 top_n: int | None = None):
+                 approx_top_n: int | None = None, deny: Sequence | None = None, allow: Sequence | None = None):
         if vocab is not None and len(vocab) != dim:
             raise ValueError(f"vocabulary has {len(vocab)} entries but dim is {dim}")
         if not (isinstance(dense_fraction, (int, float)) and dense_fraction > 0):
             raise ValueError(f"dense_fraction must be > 0 (> 1 disables dense columns), got {dense_fraction!r}")
-        approx_top_n = _renamed("top_n", top_n, "approx_top_n", approx_top_n)
         if approx_top_n is not None and (not isinstance(approx_top_n, (int, np.integer)) or approx_top_n < 1):
             raise ValueError(f"approx_top_n must be a positive int or None, got {approx_top_n!r}")
         self.dim = int(dim)
@@ -71,8 +68,7 @@ class InvertedIndex:
     @classmethod
     def build(cls, batch: SparseBatch, ids: Sequence[str], *, dense_fraction: float = 0.125,
               approx_top_n: int | None = None, vocab: Vocabulary | None = None, deny: Sequence | None = None,
-              allow: Sequence | None = None, top_n: int | None = None,
-              metadata: Sequence[dict] | None = None) -> "InvertedIndex":
+              allow: Sequence | None = None, metadata: Sequence[dict] | None = None) -> "InvertedIndex":
         """Index ``batch`` (non-negative weights, sorted unique dims per row) under string ``ids``.
 
         dense_fraction: terms in at least this fraction of a segment's docs are stored as dense uint8
@@ -80,8 +76,8 @@ class InvertedIndex:
         approx_top_n: VisualSparta-style index-time pruning for the approximate mode only: approx
             search reads each document's approx_top_n heaviest terms; every term is still stored
             (in separate lists) and exact search reads them all, so exact results are unchanged.
-            None: approx reads every term too. (Was ``top_n``, still accepted with a
-            DeprecationWarning; to drop terms for good, prune the batch: SparseBatch.prune_topk.)
+            None: approx reads every term too. (To drop terms for good, prune the batch:
+            SparseBatch.prune_topk.)
         vocab: names of the dims (defaults to batch.vocab); stored with the index, used by ``where=``.
         deny / allow: index-side token blacklist / whitelist (STAIR App. D; dims or token names): denied
             dims are dropped from every document before indexing, and with ``allow`` only those dims
@@ -91,7 +87,7 @@ class InvertedIndex:
         """
         index = cls(batch.dim, vocab if vocab is not None else batch.vocab,
                     dense_fraction=dense_fraction, deny=deny, allow=allow,
-                    approx_top_n=_renamed("top_n", top_n, "approx_top_n", approx_top_n))
+                    approx_top_n=approx_top_n)
         index.add(batch, ids, metadata=metadata)
         return index
 
@@ -510,26 +506,9 @@ class InvertedIndex:
         if dup is not None:
             raise IndexCorruptError(f"{root}: id {dup!r} is live in two segments (a tombstone lost?)")
 
-    @property
-    def top_n(self) -> int:
-        """Deprecated name of approx_top_n (0 = none)."""
-        warnings.warn("InvertedIndex.top_n is now approx_top_n", DeprecationWarning, stacklevel=2)
-        return self.approx_top_n
 
     def __repr__(self) -> str:
         return f"InvertedIndex(docs={len(self)}, dim={self.dim}, segments={len(self._segments)})"
-
-
-def _renamed(old: str, old_value, new: str, new_value):
-    """The value of a keyword argument that was renamed from ``old`` to ``new`` (old still works, with a
-    DeprecationWarning)."""
-    if old_value is None:
-        return new_value
-    if new_value is not None:
-        raise TypeError(f"give {new}= only ({old}= is its deprecated name)")
-    warnings.warn(f"{old}= is now {new}= (it only prunes what approximate search reads)", DeprecationWarning,
-                  stacklevel=3)
-    return old_value
 
 
 def _check_ids(ids, n: int | None) -> list[str]:

@@ -154,26 +154,12 @@ def _lex(text: str) -> list[tuple[str, str, int]]:
     return out
 
 
-def word_ids(word: str, vocab) -> list[int] | None:
-    """The word's ids through the vocabulary's own tokenizer (the one the model encodes text with);
-    None when a piece is unknown, nothing is left (e.g. only control characters) or the word is not
-    text a tokenizer takes (a lone surrogate, which JSON can carry). Also how explain.steer reads
-    must / steer words."""
-    if "[UNK]" not in vocab:  # not a WordPiece vocabulary (Sparse CLIP's f00012 features): names only
-        return None
-    try:
-        ids = vocab.token_ids(word)
-    except TypeError:  # the tokenizer refuses a lone surrogate with a TypeError
-        return None
-    return ids if ids and vocab.id("[UNK]") not in ids else None
-
-
 def _resolve(word: str, pos: int, vocab, text: str) -> Node:
     # entries no text tokenizes to ("##ing", "[unused3]") and feature names are typed as they are
     verbatim = word.startswith("##") or (word.startswith("[") and word.endswith("]")) or "[UNK]" not in vocab
     if verbatim and word in vocab:
         return Term(vocab.id(word), word)
-    ids = word_ids(word, vocab)
+    ids = vocab.word_ids(word)
     if not ids:
         raise ValueError(f"unknown token {word!r} at position {pos} in query {text!r}")
     leaves = tuple(Term(i, vocab.tokens[i]) for i in ids)
