@@ -80,12 +80,13 @@ def _label(build: dict) -> str:
     return " ".join(f"{short.get(k, k)}={v}" for k, v in build.items())
 
 
-def runs(engines: list[str], n: int, knn: bool) -> list[tuple[str, dict]]:
-    """(peer, constructor options) per process to run."""
+def runs(engines: list[str], n: int, knn: bool, builds: list[dict] | None = None) -> list[tuple[str, dict]]:
+    """(peer, constructor options) per process to run; ``builds`` replaces the Seismic build grid."""
     out = []
     for e in engines:
         if e == "seismic":
-            out += [("seismic", {"build": b, "settings": seismic_settings(knn)}) for b in seismic_builds(n, knn)]
+            out += [("seismic", {"build": b, "settings": seismic_settings(knn)})
+                    for b in (builds or seismic_builds(n, knn))]
         elif e == "tokenspace":
             out.append(("tokenspace", {"settings": tokenspace_settings()}))
         else:
@@ -236,6 +237,8 @@ def main(argv=None):
     ap.add_argument("--n-docs", type=int, default=None, help="the first N documents (default: all)")
     ap.add_argument("--engines", default="tokenspace,seismic,pisa,scipy")
     ap.add_argument("--knn", action="store_true", help="also a Seismic build with its k-NN graph (slow)")
+    ap.add_argument("--seismic-build", type=json.loads, action="append", default=None,
+                    help='one Seismic build (JSON of build_from_dataset keywords) instead of the grid; repeatable')
     ap.add_argument("--single", type=int, default=1000, help="one-at-a-time queries timed per setting")
     ap.add_argument("--batch-size", type=int, default=250)
     ap.add_argument("--threads", type=int, default=2)
@@ -266,7 +269,7 @@ def main(argv=None):
     report["corpus_stats"] = json.loads(stats.read_text()) if stats.exists() else None
     out = ROOT / "benchmarks/results" / f"real_engines-{name}.json"
     engines = [e.strip() for e in a.engines.split(",") if e.strip()]
-    for i, (peer, options) in enumerate(runs(engines, n, a.knn)):
+    for i, (peer, options) in enumerate(runs(engines, n, a.knn, a.seismic_build)):
         a.options, a.tag = options, f"-real{os.getpid()}-{i}"
         print(f"--- {peer} {_label(options.get('build', {}))}", flush=True)
         t0 = time.time()
