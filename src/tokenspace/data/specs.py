@@ -34,6 +34,13 @@ def home_dir(home=None) -> Path:
     return Path(home).expanduser() if home is not None else assets.default_home()
 
 
+def shard_pattern(spec) -> str | None:
+    """The shard pattern of a webdataset spec ``wds:PATTERN`` (pixels streamed from tar shards, for
+    recipes that train the image tower); None for a spec of records (``DATASET:SPLIT``, a manifest)."""
+    spec = str(spec)
+    return spec[len("wds:"):] if spec.startswith("wds:") else None
+
+
 def load_split(spec: str, home=None, drop_empty: bool = True) -> list[Record]:
     """Records for one spec; with ``drop_empty`` (training, evaluation) those with an empty text are
     dropped and counted in the log (an index keeps them: the image is what it indexes)."""

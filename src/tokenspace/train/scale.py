@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 
 from tokenspace.data.loader import Preprocess, TarRows, map_loader
-from tokenspace.data.specs import image_grids, load_data, note
+from tokenspace.data.specs import image_grids, load_data, note, shard_pattern
 from tokenspace.data.webdataset import LazyPixels, TarCollection
 from tokenspace.train import pairs, precision, ranks
 from tokenspace.train.evaluation import held_out_evaluator
@@ -57,7 +57,7 @@ def load_pairs(recipe, model, home=None, progress: bool = True):
     specs = [specs] if isinstance(specs, str) else list(specs)
     if not specs:
         raise ValueError(f"recipe {recipe.name!r} has no data.train")
-    wds = [s[len("wds:"):] for s in specs if s.startswith("wds:")]
+    wds = [p for p in map(shard_pattern, specs) if p is not None]
     if wds:
         if len(wds) != len(specs):
             raise ValueError("mix of wds: and other data specs; convert one kind to the other")

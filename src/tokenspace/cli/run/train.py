@@ -7,6 +7,7 @@ import yaml
 
 from tokenspace import pipeline
 from tokenspace.cli.common import CLIError
+from tokenspace.data.specs import shard_pattern
 from tokenspace.train import scale
 from tokenspace.train.recipe import Recipe, parse_overrides, yaml_problem
 
@@ -19,7 +20,7 @@ def run(args) -> int:
         raise CLIError(f"{args.recipe}: not valid YAML ({yaml_problem(e)})") from None
     specs = recipe.data.get("train") or []
     specs = [specs] if isinstance(specs, str) else specs
-    if recipe.train_image_tower or any(str(s).startswith("wds:") for s in specs):
+    if recipe.train_image_tower or any(shard_pattern(s) is not None for s in specs):
         # pixels end to end (webdataset shards); under torchrun use `python -m tokenspace.train.distributed`
         train = scale.train
     else:
