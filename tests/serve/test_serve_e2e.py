@@ -46,14 +46,25 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def live_server(served):
-    """The app under uvicorn in a thread, on 127.0.0.1:<free port>."""
+def live_server(served, tmp_path):
+    """The app under uvicorn in a thread, on 127.0.0.1:<free port>, over the tiny collection indexed with
+    each row's caption as metadata (the page's filter box filters on it)."""
     import uvicorn
 
+    from tokenspace.index import InvertedIndex
+    from tokenspace.pipeline import write_collection_meta
     from tokenspace.serve.app import build_app
+    from tokenspace.serve.service import SearchService
+
+    _, model, records, index_dir = served
+    ids = [r.id for r in records]
+    InvertedIndex.build(InvertedIndex.load(index_dir).get(ids), ids,
+                        metadata=[{"caption": r.text} for r in records]).save(tmp_path / "with-metadata")
+    write_collection_meta(tmp_path / "with-metadata", records)
+    service = SearchService.from_dir(model, tmp_path / "with-metadata")
 
     port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(build_app(served[0]), host="127.0.0.1", port=port, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(build_app(service), host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.time() + 30
@@ -74,9 +85,11 @@ def test_search_page_in_chromium(live_server, tmp_path):
     out = Path(os.environ.get("TOKENSPACE_SCREENSHOT", tmp_path / "screenshot-search.png"))
     out.parent.mkdir(parents=True, exist_ok=True)
     r = subprocess.run(["node", str(E2E / "search.mjs"), "--url", live_server, "--query", "a red dog",
-                        "--out", str(out), "--chromium", CHROMIUM],
+                        "--out", str(out), "--chromium", CHROMIUM, "--filter", "caption~blue"],
                        cwd=E2E, capture_output=True, text=True, timeout=180, check=False)
     assert r.returncode == 0, f"browser run failed:\n{r.stdout}\n{r.stderr}"
     seen = json.loads(r.stdout.strip().splitlines()[-1])
     assert seen["cards"] == 12 and seen["chips"] >= 12 * 2 and seen["heatmaps"] == 1
+    # the filter box: only the rows whose caption holds "blue" (4 of the 12), though "a red dog" ranks others first
+    assert len(seen["filtered"]) == 4 and all("blue" in c.split() for c in seen["filtered"]), seen["filtered"]
     assert out.stat().st_size > 10_000 and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

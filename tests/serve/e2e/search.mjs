@@ -1,6 +1,7 @@
 // Drive the search page in headless Chromium: type a query, wait for result cards with token chips,
 // click the first image for its heatmap, and save a screenshot.
 //   node search.mjs --url http://127.0.0.1:PORT --query "a red dog" --out shot.png [--chromium /usr/bin/chromium]
+//                   [--filter "caption~red"]   (then the same search through the page's metadata filter)
 // Prints one JSON line with what it saw; exits non-zero (with the reason) when a step fails.
 import { chromium } from "playwright-core";
 
@@ -39,8 +40,18 @@ try {
   const heatmaps = await page.locator("#results img.heatmap").count();
   const firstScore = await page.locator("#results .card .score").first().textContent();
   await page.screenshot({ path: opt.out, fullPage: false });
+  let filtered = null;
+  if (opt.filter) {  // the same query again through the page's metadata filter: the captions it shows
+    await page.fill("#filter", opt.filter);
+    await page.click("#go");
+    await page.waitForFunction((n) => document.querySelectorAll("#results .card").length !== n
+      || document.querySelector("#error:not([hidden])"), cards, { timeout: 30000 });
+    const error = await page.locator("#error:not([hidden])").count() ? await page.locator("#error").textContent() : null;
+    if (error) throw new Error(`the filtered search failed: ${error}`);
+    filtered = await page.locator("#results .card .caption").allTextContents();
+  }
   if (errors.length) throw new Error(`page errors: ${errors.join("; ")}`);
-  console.log(JSON.stringify({ cards, chips, heatmaps, firstScore }));
+  console.log(JSON.stringify({ cards, chips, heatmaps, firstScore, filtered }));
 } finally {
   await browser.close();
 }

@@ -19,6 +19,27 @@ function steerMap(s) {
   return out;
 }
 
+// "source=emoji-noto, caption~heart, year=2020|2021" -> the API's metadata filter, read as the CLI's --filter:
+// field=value (equality; true/false and numbers as such), field=a|b (any of them), field~word (text holds the word)
+function filterMap(s) {
+  const out = {};
+  for (const part of s.split(",").map((p) => p.trim()).filter(Boolean)) {
+    const m = part.match(/^([^=~]+?)\s*([=~])\s*(.+)$/);
+    if (!m) throw new Error(`filter: "${part}" is not field=value, field=a|b or field~word`);
+    const [, field, op, value] = m;
+    if (field in out) throw new Error(`filter: ${field} is filtered twice (use ${field}=a|b for any of several values)`);
+    if (op === "~") out[field] = {word: value};
+    else if (value.includes("|")) out[field] = {in: value.split("|").map(scalar)};
+    else out[field] = scalar(value);
+  }
+  return out;
+}
+
+function scalar(v) {
+  if (v === "true" || v === "false") return v === "true";
+  return /^-?\d+(\.\d+)?([eE][+-]?\d+)?$/.test(v) ? Number(v) : v;
+}
+
 // FastAPI errors: {detail: "message"} from the service, {detail: [{loc, msg}]} from validation
 function errorText(body, status) {
   if (body && typeof body.detail === "string") return body.detail;
@@ -109,6 +130,8 @@ async function search(ev) {
       text, k: Number($("k").value) || 12, must: tokenList($("must").value), must_not: tokenList($("must-not").value),
       where: $("where").value.trim() || null, steer: steerMap($("steer").value),
     };
+    const filter = filterMap($("filter").value);
+    if (Object.keys(filter).length) body.filter = filter;
   } catch (e) { showError(e.message); return; }
   const res = await fetch("/search", {method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify(body)});
   const data = await res.json().catch(() => null);
