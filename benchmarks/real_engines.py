@@ -80,15 +80,17 @@ def _label(build: dict) -> str:
     return " ".join(f"{short.get(k, k)}={v}" for k, v in build.items())
 
 
-def runs(engines: list[str], n: int, knn: bool, builds: list[dict] | None = None) -> list[tuple[str, dict]]:
-    """(peer, constructor options) per process to run; ``builds`` replaces the Seismic build grid."""
+def runs(engines: list[str], n: int, knn: bool, builds: list[dict] | None = None,
+         ts_builds: list[dict] | None = None) -> list[tuple[str, dict]]:
+    """(peer, constructor options) per process to run; ``builds`` replaces the Seismic build grid,
+    ``ts_builds`` runs tokenspace once per InvertedIndex.build keywords (dense_fraction, approx_top_n)."""
     out = []
     for e in engines:
         if e == "seismic":
             out += [("seismic", {"build": b, "settings": seismic_settings(knn)})
                     for b in (builds or seismic_builds(n, knn))]
         elif e == "tokenspace":
-            out.append(("tokenspace", {"settings": tokenspace_settings()}))
+            out += [("tokenspace", {"build": b, "settings": tokenspace_settings()}) for b in (ts_builds or [{}])]
         else:
             out.append((e, {}))
     return out
@@ -239,6 +241,8 @@ def main(argv=None):
     ap.add_argument("--knn", action="store_true", help="also a Seismic build with its k-NN graph (slow)")
     ap.add_argument("--seismic-build", type=json.loads, action="append", default=None,
                     help='one Seismic build (JSON of build_from_dataset keywords) instead of the grid; repeatable')
+    ap.add_argument("--tokenspace-build", type=json.loads, action="append", default=None,
+                    help='InvertedIndex.build keywords (JSON) for one tokenspace build; repeatable')
     ap.add_argument("--single", type=int, default=1000, help="one-at-a-time queries timed per setting")
     ap.add_argument("--batch-size", type=int, default=250)
     ap.add_argument("--threads", type=int, default=2)
@@ -269,12 +273,12 @@ def main(argv=None):
     report["corpus_stats"] = json.loads(stats.read_text()) if stats.exists() else None
     out = ROOT / "benchmarks/results" / f"real_engines-{name}.json"
     engines = [e.strip() for e in a.engines.split(",") if e.strip()]
-    for i, (peer, options) in enumerate(runs(engines, n, a.knn, a.seismic_build)):
+    for i, (peer, options) in enumerate(runs(engines, n, a.knn, a.seismic_build, a.tokenspace_build)):
         a.options, a.tag = options, f"-real{os.getpid()}-{i}"
         print(f"--- {peer} {_label(options.get('build', {}))}", flush=True)
         t0 = time.time()
         res = run_peer(peer, a.corpus_dir, n, gt, a)
-        if "build" in options:
+        if options.get("build"):
             res["build_options"] = options["build"]
             tag = _label(options["build"])
             for s in res.get("settings", []):
