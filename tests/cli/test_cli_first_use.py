@@ -152,6 +152,13 @@ def test_index_export_replaces_an_existing_file_only_with_overwrite(world, tmp_p
     assert r.code == 1 and "--overwrite" in r.error_line(), r.err
     r = world.run("index", "export", world.index, "--format", "opensearch", "--out", bulk, "--overwrite")
     assert r.code == 0 and not (bulk / "bulk-00099.ndjson").exists(), r.err
+    # an OpenSearch query file outside --out is a user's file like any other (it was written over)
+    mine = tmp_path / "my-queries.ndjson"
+    mine.write_text("mine\n")
+    r = world.run("index", "export", world.index, "--format", "opensearch", "--out", tmp_path / "os2",
+                  "--queries", queries, "--queries-out", mine)
+    assert r.code == 1 and "the query file" in r.error_line() and mine.read_text() == "mine\n", r.err
+    assert not (tmp_path / "os2").exists()
 
 
 def test_eval_json_replaces_an_existing_file_only_with_overwrite(world, tmp_path):

@@ -96,7 +96,10 @@ def _check_build_out(out: Path, overwrite: bool) -> None:
 
 def _check_export_out(args) -> None:
     """An export replaces nothing that is there unless --overwrite says so (it overwrote a user's file):
-    a jsonl --out must be new, an OpenSearch --out folder new, empty or (with --overwrite) an export."""
+    a jsonl --out must be new, an OpenSearch --out folder new, empty or (with --overwrite) an export; a
+    --queries-out file new, whatever the format."""
+    if args.queries_out:
+        _new_or_overwrite(Path(args.queries_out), args.overwrite, "the query file")
     out = Path(args.out)
     if args.format != "opensearch":
         if not out.is_dir():  # a folder is refused below: these formats write one file
