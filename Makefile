@@ -35,9 +35,11 @@ e2e-deps: $(E2E_STAMP)
 # by the library: tokenspace.assets only finds, verifies and links /usr/share/... into the cache, and names
 # this target when a package is missing. Best effort, as e2e-deps: without root or apt-get it prints the
 # command to run. tests/test_assets.py keeps this list equal to assets.system_packages().
-SYSTEM_PACKAGES := openclipart-png openclipart-svg wordnet-base dataset-fashion-mnist dict-gcide dict-foldoc dict-jargon
+SYSTEM_PACKAGES := openclipart-png openclipart-svg wordnet-base dataset-fashion-mnist
+# the real-text benchmark corpus's dictionaries (benchmarks/real_corpus.py; not library assets)
+BENCH_PACKAGES := dict-gcide dict-foldoc dict-jargon
 system-packages:
-	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || printf '%s ' $$p; done); \
+	@missing=$$(for p in $(SYSTEM_PACKAGES) $(BENCH_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || printf '%s ' $$p; done); \
 	if [ -z "$$missing" ]; then exit 0; fi; \
 	if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
 		export DEBIAN_FRONTEND=noninteractive; \
