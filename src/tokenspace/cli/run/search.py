@@ -15,12 +15,10 @@ from tokenspace.index.metadata import parse_cli as parse_filters
 def run(args) -> int:
     if not args.query and not args.image:
         raise UsageError("give a query text or --image")
-    options = {}
-    if args.filter:
-        try:
-            options["meta"] = parse_filters(args.filter)
-        except ValueError as e:
-            raise UsageError(f"--filter: {e}") from None
+    try:  # parsed before the index and the model load: a typo costs no wait
+        meta_filter = parse_filters(args.filter) if args.filter else None
+    except ValueError as e:
+        raise UsageError(f"--filter: {e}") from None
     if args.query and args.image:
         raise UsageError("give query texts or --image, not both (--image searches by the image alone)")
     if args.where is not None and not args.where.strip():  # it was dropped: a search with no filter at all
@@ -41,7 +39,7 @@ def run(args) -> int:
     dense_queries = dense.encode(args.query, args.image) if dense is not None else None
     try:
         options = search_options(index, model.vocab, must=args.must or (), must_not=args.must_not or (),
-                                 where=args.where, meta=options.get("meta"))
+                                 where=args.where, meta=meta_filter)
         steering = dict(args.steer or [])
         if steering and args.image:
             raise ValueError("steer: reweighs a text query's tokens; give query texts, not --image")
