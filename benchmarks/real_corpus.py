@@ -40,7 +40,14 @@ from tokenspace.sparse import SparseBatch  # noqa: E402
 
 DICTD = Path("/usr/share/dictd")
 WORDNET = Path("/usr/share/wordnet")
-MAN = "/usr/share/man/man[1-8]/*.gz"
+MAN = "/usr/share/man/man[1-9]/*.gz"
+# documentation in Debian packages (make system-packages): (glob, format); Sphinx/kernel reST sources, HTML
+DOCS = (("/usr/share/doc/python3.11/html/_sources/**/*.rst.txt", "text"),
+        ("/usr/share/doc/linux-doc/Documentation/**/*.rst.gz", "text"),
+        ("/usr/share/doc/linux-doc/Documentation/**/*.txt.gz", "text"),  # not the .yaml device-tree schemas
+        ("/usr/share/doc/postgresql-doc-15/html/*.html", "html"),
+        ("/usr/share/doc/python-django-doc/html/**/*.html", "html"),
+        ("/usr/share/doc/python-sqlalchemy-doc/html/**/*.html", "html"))
 N_QUERIES = 10_000
 
 
@@ -51,21 +58,51 @@ def _dictd(name: str, root: Path) -> list[tuple[str, str]]:
         return list(P.dictd_entries(index, f.read()))
 
 
-def sources(dictd: Path = DICTD, wordnet: Path = WORDNET, man: str = MAN) -> Iterator[tuple[str, list[str]]]:
+def _read(path: str) -> str | None:
+    try:
+        if path.endswith(".gz"):
+            with gzip.open(path) as fh:
+                return fh.read().decode("utf-8", errors="replace")
+        return Path(path).read_text(encoding="utf-8", errors="replace")
+    except (OSError, EOFError):
+        return None
+
+
+def _title(path: str) -> str:
+    name = Path(path).name
+    for suffix in (".gz", ".txt", ".rst", ".html"):
+        name = name.removesuffix(suffix)
+    return name
+
+
+def doc_passages(docs=DOCS) -> list[str]:
+    """Paragraphs of the installed documentation; generated pages (Sphinx's _modules source listings,
+    indexes, search pages) are skipped."""
+    cutters = {"text": P.text_passages, "html": P.html_passages}
+    out = []
+    for pattern, kind in docs:
+        for f in sorted(glob.glob(pattern, recursive=True)):
+            if "/_modules/" in f or Path(f).name in ("genindex.html", "search.html", "py-modindex.html"):
+                continue
+            text = _read(f)
+            if text is not None:
+                out.extend(cutters[kind](_title(f), text))
+    return out
+
+
+def sources(dictd: Path = DICTD, wordnet: Path = WORDNET, man: str = MAN, docs=DOCS) -> Iterator[tuple[str, list[str]]]:
     """(source name, passages) in the order they are taken; manual pages come last (filler to reach N)."""
     yield "gcide", [p for h, e in _dictd("gcide", dictd) for p in P.gcide_passages(h, e)]
     yield "wordnet", [p for pos in ("noun", "verb", "adj", "adv")
                       for p in P.wordnet_passages((wordnet / f"data.{pos}").read_text(encoding="utf-8"))]
     for name in ("foldoc", "jargon"):
         yield name, [p for h, e in _dictd(name, dictd) for p in P.paragraph_passages(h, e)]
+    yield "docs", doc_passages(docs)
     out = []
     for f in sorted(glob.glob(man)):
-        try:
-            with gzip.open(f) as fh:
-                roff = fh.read().decode("utf-8", errors="replace")
-        except (OSError, EOFError):
-            continue
-        out.extend(P.man_passages(Path(f).name[:-3].rsplit(".", 1)[0], roff))
+        roff = _read(f)
+        if roff is not None:
+            out.extend(P.man_passages(Path(f).name[:-3].rsplit(".", 1)[0], roff))
     yield "man", out
 
 

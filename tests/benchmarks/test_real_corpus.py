@@ -99,3 +99,23 @@ def test_shards_split_the_parts_and_the_last_one_writes_the_corpus(rc, tmp_path)
     assert not (tmp_path / "d_indptr.npy").exists()
     stats = rc.build(tmp_path, encode=enc1, shard=(1, 2), **kw)
     assert enc1.calls == [100, 100, 30] and stats["docs"] == 450
+
+
+def test_doc_passages_reads_rest_gzip_and_html_and_skips_generated_pages(rc, tmp_path):
+    import gzip
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a/intro.rst.txt").write_text("Intro\n=====\n\nThis paragraph explains the whole module briefly.\n")
+    with gzip.open(tmp_path / "a/kernel.rst.gz", "wt") as f:
+        f.write("The kernel schedules tasks on every processor it finds.\n")
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b/select.html").write_text("<p>The select command retrieves rows from tables.</p>")
+    (tmp_path / "b/_modules").mkdir()
+    (tmp_path / "b/_modules/x.html").write_text("<p>def f(x): return x plus one more</p>")
+    (tmp_path / "b/genindex.html").write_text("<p>an index page with many many words</p>")
+    (tmp_path / "a/broken.rst.gz").write_bytes(b"not gzip at all")  # unreadable: skipped, not fatal
+    docs = ((str(tmp_path / "a/**/*.rst.txt"), "text"), (str(tmp_path / "a/**/*.rst.gz"), "text"),
+            (str(tmp_path / "b/**/*.html"), "html"))
+    assert rc.doc_passages(docs) == ["intro: This paragraph explains the whole module briefly.",
+                                     "kernel: The kernel schedules tasks on every processor it finds.",
+                                     "select: The select command retrieves rows from tables."]

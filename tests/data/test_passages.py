@@ -124,6 +124,72 @@ def test_man_pages_keep_prose_and_drop_roff():
     ]
 
 
+def test_man_pages_drop_code_examples_and_unfilled_blocks():
+    roff = (MAN_PAGE + ".Vb 2\n\\&    my $x = Foo->new(bar => 1, baz => 2);\n\\&    print $x->quux;\n.Ve\n"
+            ".PP\nThe constructor takes named arguments and returns a new object.\n"
+            ".EX\nfoo --bar --baz qux quux corge\n.EE\n.nf\nint main(int argc, char **argv);\n.fi\n"
+            "Prose after the blocks is kept again.\n")
+    got = P.man_passages("ls", roff)
+    assert got[:3] == P.man_passages("ls", MAN_PAGE)
+    assert got[3:] == ["ls: The constructor takes named arguments and returns a new object.",
+                       "ls: Prose after the blocks is kept again."]
+
+
+RST = """Sorting HOW TO
+==============
+
+Python lists have a built-in :meth:`list.sort` method that modifies the list in-place.
+There is also a :func:`sorted <builtins.sorted>` built-in function that builds a **new** sorted list.
+
+A simple ascending sort is very easy; just call it::
+
+    >>> sorted([5, 2, 3, 1, 4])
+    [1, 2, 3, 4, 5]
+
+.. note::
+   This is a note body that is dropped with its directive.
+
++------+------+
+| a    | b    |
++------+------+
+
+You can also use the ``key`` parameter to specify a function.
+"""
+
+
+def test_rest_documentation_keeps_prose_and_drops_markup_code_and_directives():
+    assert P.text_passages("sorting", RST) == [
+        "sorting: Python lists have a built-in list.sort method that modifies the list in-place. There is "
+        "also a sorted built-in function that builds a new sorted list.",
+        "sorting: A simple ascending sort is very easy; just call it:",
+        "sorting: You can also use the key parameter to specify a function.",
+    ]
+
+
+HTML = ("<html><head><style>p { color: red; width: 100px; }</style></head><body><h1>SELECT</h1>"
+        "<p>The <code>SELECT</code> command retrieves rows from zero or more tables.</p>"
+        "<pre>SELECT * FROM t WHERE a = 1 AND b = 2;</pre>"
+        "<ul><li><p>An item with a paragraph inside it,</p><p>and a second paragraph in the same item.</p></li>"
+        "<li>too short</li></ul>"
+        "<dl><dt>table_name</dt><dd>The name (optionally schema-qualified) of a table.</dd></dl>"
+        "<script>var x = 1 + 2 + 3 + 4 + 5;</script></body></html>")
+
+
+def test_html_documentation_gives_outermost_blocks_without_code():
+    assert P.html_passages("sql-select", HTML) == [
+        "sql-select: The SELECT command retrieves rows from zero or more tables.",
+        "sql-select: An item with a paragraph inside it, and a second paragraph in the same item.",
+        "sql-select: The name (optionally schema-qualified) of a table.",
+    ]
+
+
+def test_long_documentation_paragraphs_are_cut():
+    text = " ".join(f"w{i}" for i in range(250))
+    got = P.text_passages("t", text, max_words=100)
+    assert [len(g.split()) - 1 for g in got] == [100, 100, 50]
+    assert P.html_passages("t", f"<p>{text}</p>", max_words=100) == got
+
+
 def test_queries_are_held_apart_short_distinct_and_deterministic():
     cands = ["Dog", "dog", "domestic dog", "a b c d e", "x-ray", "C++", "gallop", "the dog barked all night"]
     q = P.hold_out_queries(cands, 3, passages=["gallop"], seed=0)

@@ -10,6 +10,9 @@ Sources and how each is cut:
         sentence; ``wordnet_lemmas`` gives the lemma phrases that queries are drawn from.
     manual pages (``/usr/share/man/man*``)
         ``man_passages``: roff source with the requests and font escapes stripped, per paragraph.
+    documentation (reStructuredText sources and plain text: the Linux kernel's, Python's; HTML manuals)
+        ``text_passages`` per paragraph, directives, section rules and literal blocks dropped;
+        ``html_passages`` per paragraph, list item and definition, ``<pre>`` blocks dropped.
 Every passage is one line of text (whitespace collapsed) of at most ``max_words`` words: longer
 paragraphs are cut into consecutive pieces. ``hold_out_queries`` draws the short queries, which are
 never passages themselves.
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator
+from html.parser import HTMLParser
 
 from tokenspace.data.splits import subsample
 
@@ -170,17 +174,30 @@ def wordnet_lemmas(data_text: str) -> list[str]:
     return [lemma for lemmas, _ in _wordnet_records(data_text) for lemma in lemmas]
 
 
+_CODE_BLOCKS = {"Vb": "Ve", "EX": "EE", "nf": "fi"}  # request opening a block -> the one closing it
 _ROFF_ESCAPE = re.compile(r"\\f(\[[^\]]*\]|\(..|.)|\\s[+-]?\d|\\\*(\[[^\]]*\]|\(..|.)|\\\(..|\\[&|^~%:e\-]")
 
 
 def man_passages(title: str, roff: str, max_words: int = _MAX_WORDS) -> list[str]:
     """A manual page's roff source as passages, one per paragraph: "title: paragraph". Requests
     (lines starting with ``.`` or ``'``) end a paragraph; macro arguments of ``.B``/``.I``/``.SH`` lines
-    are kept as text; font and size escapes are removed. Not a roff renderer: enough for prose."""
-    paragraphs, cur = [], []
+    are kept as text; font and size escapes are removed; code and unfilled blocks (``.Vb``..``.Ve`` of
+    pod2man, ``.EX``..``.EE``, ``.nf``..``.fi``) are dropped, being examples and synopses rather than
+    prose. Not a roff renderer: enough for prose."""
+    paragraphs, cur, code_until = [], [], None
     for line in roff.splitlines():
+        if code_until is not None:
+            if line.startswith((".", "'")) and line[1:].split(" ", 1)[0] == code_until:
+                code_until = None
+            continue
         if line.startswith((".", "'")):
             req, _, arg = line[1:].partition(" ")
+            if req in _CODE_BLOCKS:
+                code_until = _CODE_BLOCKS[req]
+                if cur:
+                    paragraphs.append(cur)
+                cur = []
+                continue
             if req in ("B", "I", "BI", "IB", "BR", "RB", "IR", "RI") and arg:
                 cur.append(arg.replace('"', ""))
                 continue
@@ -198,6 +215,98 @@ def man_passages(title: str, roff: str, max_words: int = _MAX_WORDS) -> list[str
             continue
         out.extend(f"{title}: {piece}" for piece in cut(text, max_words))
     return out
+
+
+_RST_RULE = re.compile(r"^([=\-~^\"'`#*+.:_])\1{2,}$")  # a section title's over/underline, a table's border
+_RST_ROLE = re.compile(r":[\w:+-]+:`~?([^`<]*?)\s*(?:<[^>]*>)?`")  # :func:`name <target>` -> name
+_RST_MARKUP = re.compile(r"``|`_{0,2}|\*\*|\|(?=\w)|(?<=\w)\|")
+
+
+def _titled(title: str, paragraphs: Iterable[str], min_words: int, max_words: int) -> list[str]:
+    out = []
+    for par in paragraphs:
+        text = clean(par)
+        if len(text.split()) >= min_words:
+            out.extend(f"{title}: {piece}" for piece in cut(text, max_words))
+    return out
+
+
+def text_passages(title: str, text: str, max_words: int = _MAX_WORDS, min_words: int = 5) -> list[str]:
+    """reStructuredText or plain-text documentation as passages, one per paragraph: "title: paragraph".
+    Dropped: directives (``.. x::`` and their indented body), literal blocks (the indented lines after a
+    paragraph ending in ``::``), section rules, grid tables and doctest lines; roles and inline markup
+    are reduced to their text. Not a reST parser: enough for prose."""
+    paragraphs: list[str] = []
+    cur: list[str] = []
+    skip_indented = False
+
+    def flush():
+        if cur:
+            paragraphs.append(" ".join(cur))
+        cur.clear()
+
+    for line in text.splitlines():
+        s = line.strip()
+        if not s:
+            flush()
+            continue
+        if skip_indented and line[:1].isspace():
+            continue  # the body of a directive or a literal block
+        skip_indented = False
+        if s.startswith((".. ", "+-", "|", ">>>", "...")) or _RST_RULE.match(s):  # "|": a grid table's row
+            flush()
+            skip_indented = s.startswith(".. ")
+            continue
+        cur.append(s[:-1] if s.endswith("::") else s)
+        if s.endswith("::"):
+            flush()
+            skip_indented = True
+    flush()
+    return _titled(title, (_RST_MARKUP.sub("", _RST_ROLE.sub(r"\1", p)) for p in paragraphs), min_words, max_words)
+
+
+class _HtmlParagraphs(HTMLParser):
+    """Text of each <p>, <li>, <dt>, <dd> and <td> (the outermost one), <pre>/<script>/<style> dropped."""
+    _BLOCKS = frozenset({"p", "li", "dt", "dd", "td"})
+    _SKIP = frozenset({"pre", "script", "style"})
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.paragraphs: list[str] = []
+        self._cur: list[str] | None = None
+        self._open: list[str] = []
+        self._skip = 0
+
+    def handle_starttag(self, tag, attrs):
+        if tag in self._SKIP:
+            self._skip += 1
+        elif tag in self._BLOCKS:
+            if self._cur is None:
+                self._cur = []
+            self._open.append(tag)
+
+    def handle_endtag(self, tag):
+        if tag in self._SKIP:
+            self._skip = max(0, self._skip - 1)
+        elif tag in self._BLOCKS and tag in self._open:
+            while self._open and self._open.pop() != tag:
+                pass
+            if not self._open and self._cur is not None:
+                self.paragraphs.append(" ".join(self._cur))
+                self._cur = None
+
+    def handle_data(self, data):
+        if self._cur is not None and not self._skip:
+            self._cur.append(data)
+
+
+def html_passages(title: str, html: str, max_words: int = _MAX_WORDS, min_words: int = 5) -> list[str]:
+    """An HTML manual page as passages, one per paragraph, list item, definition or table cell (nested
+    blocks belong to the outermost): "title: paragraph". Code in ``<pre>`` is dropped."""
+    parser = _HtmlParagraphs()
+    parser.feed(html)
+    parser.close()
+    return _titled(title, parser.paragraphs, min_words, max_words)
 
 
 def hold_out_queries(candidates: Iterable[str], n: int, passages: Iterable[str] = (), seed: int = 0,
