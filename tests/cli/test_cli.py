@@ -138,6 +138,22 @@ def test_index_build_stats_and_bad_inputs(world, tmp_path):
     assert r.code == 1 and "no index at" in r.error_line()
 
 
+def test_index_build_reorder_finds_the_same_hits(world, tmp_path):
+    from tokenspace.index import InvertedIndex
+    from tokenspace.index.reorder import cluster_order
+
+    out = tmp_path / "reordered"
+    data = [f"{world.manifest}:train", f"{world.manifest}:test"]
+    r = world.run("index", "build", "--model", world.model, "--data", *data, "--out", out, "--reorder")
+    assert r.code == 0, r.err
+    plain, reordered = InvertedIndex.load(world.index), InvertedIndex.load(out)
+    ids = plain.ids()
+    assert reordered.ids() == [ids[i] for i in cluster_order(plain.get(ids))]  # the flag reached the library
+    for q in ("a red dog", "a blue cat"):
+        a, b = (world.run("search", "--index", i, q, "-k", "5") for i in (world.index, out))
+        assert a.code == b.code == 0 and a.out.splitlines()[1:] == b.out.splitlines()[1:], (a.out, b.out)
+
+
 @pytest.mark.parametrize("fmt", ["jsonl", "jsonl-int", "opensearch"])
 def test_index_export_every_format(world, tmp_path, fmt):
     out = tmp_path / ("bulk" if fmt == "opensearch" else "docs.jsonl")

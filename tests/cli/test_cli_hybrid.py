@@ -68,6 +68,14 @@ def test_misuse_is_one_line(world, dense, args, message):
     assert r.code in (1, 2) and message in r.error_line(), r.err
 
 
+@pytest.mark.parametrize("flag", [["--top-n", "3"], ["--reorder"]])
+def test_dense_model_refuses_options_for_tokens(world, dense, tmp_path, flag):
+    r = world.run("index", "build", "--model", world.root / "dense-model", "--data", f"{world.manifest}:test",
+                  "--out", tmp_path / "d", *flag)
+    assert r.code == 2 and f"{flag[0]}: a dense model's rows have no tokens" in r.error_line(), r.err
+    assert not (tmp_path / "d").exists()
+
+
 def test_weight_out_of_range_is_refused_by_the_parser(world, dense):
     r = world.run("search", "--index", world.index, "--dense-index", dense, "--weight", "1.5", "a red dog")
     assert r.code == 2 and "between 0 and 1" in r.err

@@ -89,9 +89,11 @@ def build_dense_index(args, model) -> int:
     """`index build --model DENSE_MODEL`: a DenseIndex of the collection, with its collection.json (the
     model that encodes its queries), for `search --dense-index`."""
     out = Path(args.out)
-    given = [f for f, v in (("--top-n", args.top_n), ("--metadata", getattr(args, "metadata", None))) if v]
+    given = [f for f, v in (("--top-n", args.top_n), ("--metadata", getattr(args, "metadata", None)),
+                            ("--reorder", getattr(args, "reorder", False))) if v]
     if given:
-        raise UsageError(f"{', '.join(given)}: a dense model's rows have no tokens to cut or filter; not with a dense model")
+        raise UsageError(f"{', '.join(given)}: a dense model's rows have no tokens to cut, filter or cluster; "
+                         "not with a dense model")
     if (out / MANIFEST).exists():
         raise CLIError(f"--out {out} holds a sparse index: write the dense index to its own folder")
     vectors, ids, records = pipeline.encode_collection(model, args.data, home=args.home)

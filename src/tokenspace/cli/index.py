@@ -16,6 +16,8 @@ def add_arguments(i: argparse.ArgumentParser) -> None:
     ib.add_argument("--out", required=True, help="index folder to write (new or empty)")
     ib.add_argument("--overwrite", action="store_true", help="replace the index that --out already holds")
     ib.add_argument("--top-n", type=positive_int, default=None, help="keep each image's n heaviest tokens")
+    ib.add_argument("--reorder", action="store_true",
+                    help="index similar images next to each other (k-means): faster exact search, same results")
     ib.add_argument("--device", default="cpu", help=DEVICE_HELP)
     ib.add_argument("--metadata", default=None, metavar="FILE.jsonl",
                     help='fields of your own per image, one JSON object a line: {"id": IMAGE_ID, "field": value, ...} '

@@ -25,6 +25,7 @@ from tokenspace.index.base import Hit
 from tokenspace.index.manifest import FileEntry, Manifest, SegmentEntry
 from tokenspace.index.metadata import MetaFilter
 from tokenspace.index.query import Node
+from tokenspace.index.reorder import cluster_order
 from tokenspace.index.segment import ARRAYS, Segment, duplicate, fwd_index_dtype, n_chunks
 from tokenspace.index.storage import IndexCorruptError
 from tokenspace.index.token_filter import TokenFilter
@@ -68,7 +69,8 @@ class InvertedIndex:
     @classmethod
     def build(cls, batch: SparseBatch, ids: Sequence[str], *, dense_fraction: float = 0.125,
               approx_top_n: int | None = None, vocab: Vocabulary | None = None, deny: Sequence | None = None,
-              allow: Sequence | None = None, metadata: Sequence[dict] | None = None) -> "InvertedIndex":
+              allow: Sequence | None = None, metadata: Sequence[dict] | None = None,
+              reorder: bool = False) -> "InvertedIndex":
         """Index ``batch`` (non-negative weights, sorted unique dims per row) under string ``ids``.
 
         dense_fraction: terms in at least this fraction of a segment's docs are stored as dense uint8
@@ -84,7 +86,18 @@ class InvertedIndex:
             are kept. Stored with the index; every later ``add`` applies it too (token_filter.py).
         metadata: one dict of fields per document (source, caption, any JSON), stored with the index
             and filtered on by ``search(meta=...)`` (metadata.py).
+        reorder: add the documents cluster by cluster (reorder.cluster_order) instead of in the given
+            order: block skipping then prunes more (measured: docs/benchmarks.md). Results are the same
+            top-k; only ties between equal scores follow the new order, as "earlier insertion" does.
         """
+        if not isinstance(batch, SparseBatch):
+            raise TypeError(f"build takes a SparseBatch, got {type(batch).__name__}")
+        if reorder and len(batch) > 1:
+            ids = _check_ids(ids, len(batch))
+            metadata = _metadata.check_rows(metadata, len(batch))
+            order = cluster_order(batch)
+            batch, ids = batch[order], [ids[i] for i in order]
+            metadata = None if metadata is None else [metadata[i] for i in order]
         index = cls(batch.dim, vocab if vocab is not None else batch.vocab,
                     dense_fraction=dense_fraction, deny=deny, allow=allow,
                     approx_top_n=approx_top_n)
