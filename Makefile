@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 EXTRAS  ?= serve,dev,milvus,dense,explain,onnx
 
-.PHONY: install e2e-deps demo test bench assets system-packages reproduce serve lint clean release-model
+.PHONY: install e2e-deps demo test bench assets system-packages bench-packages reproduce serve lint clean release-model
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -36,11 +36,12 @@ e2e-deps: $(E2E_STAMP)
 # this target when a package is missing. Best effort, as e2e-deps: without root or apt-get it prints the
 # command to run. tests/test_assets.py keeps this list equal to assets.system_packages().
 SYSTEM_PACKAGES := openclipart-png openclipart-svg wordnet-base dataset-fashion-mnist
-# the real-text benchmark corpus's text: dictionaries, manual pages, documentation (benchmarks/real_corpus.py; not library assets)
+# the real-text benchmark corpus's text: dictionaries, manual pages, documentation (benchmarks/real_corpus.py;
+# not library assets, so `make demo` does not install them: `make bench-packages` does)
 BENCH_PACKAGES := dict-gcide dict-foldoc dict-jargon perl-doc libssl-doc tcl8.6-doc libx11-doc freebsd-manpages \
 	python3.11-doc linux-doc postgresql-doc-15 python-django-doc python-sqlalchemy-doc
-system-packages:
-	@missing=$$(for p in $(SYSTEM_PACKAGES) $(BENCH_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || printf '%s ' $$p; done); \
+define apt_install
+	@missing=$$(for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || printf '%s ' $$p; done); \
 	if [ -z "$$missing" ]; then exit 0; fi; \
 	if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
 		export DEBIAN_FRONTEND=noninteractive; \
@@ -49,6 +50,11 @@ system-packages:
 	else \
 		echo "Debian packages not installed: $$missing(as root: apt-get install -y $$missing)"; \
 	fi
+endef
+system-packages:
+	$(call apt_install,$(SYSTEM_PACKAGES))
+bench-packages:
+	$(call apt_install,$(BENCH_PACKAGES))
 
 # every data set, optional ones included: the concept splits are drawn over all installed sources, so the
 # demo's held-out images are held out from the release model only when the same sources are installed

@@ -41,7 +41,7 @@ from tokenspace.sparse import SparseBatch  # noqa: E402
 DICTD = Path("/usr/share/dictd")
 WORDNET = Path("/usr/share/wordnet")
 MAN = "/usr/share/man/man[1-9]/*.gz"
-# documentation in Debian packages (make system-packages): (glob, format); Sphinx/kernel reST sources, HTML
+# documentation in Debian packages (make bench-packages): (glob, format); Sphinx/kernel reST sources, HTML
 DOCS = (("/usr/share/doc/python3.11/html/_sources/**/*.rst.txt", "text"),
         ("/usr/share/doc/linux-doc/Documentation/**/*.rst.gz", "text"),
         ("/usr/share/doc/linux-doc/Documentation/**/*.txt.gz", "text"),  # not the .yaml device-tree schemas
@@ -314,7 +314,7 @@ def main(argv=None) -> int:
                                 WORDNET / "data.noun") if not p.exists()]
     pfile = a.out / "passages.txt"
     if missing and not pfile.exists():
-        print(f"error: Debian text missing ({', '.join(missing)}): run `make system-packages`", file=sys.stderr)
+        print(f"error: Debian text missing ({', '.join(missing)}): run `make bench-packages`", file=sys.stderr)
         return 2
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     stats = build(a.out, a.n, a.part_size, a.queries, encode=Splade(threads=a.threads, dtype=a.dtype), prefix_only=a.prefix_only,
