@@ -80,3 +80,39 @@ def test_reorder_checks_its_input_like_build():
         InvertedIndex.build(docs, ids_for(300), metadata=[{}] * 299, reorder=True)
     with pytest.raises(TypeError, match="SparseBatch"):
         InvertedIndex.build(np.zeros((3, 4)), ids_for(3), reorder=True)
+
+
+def _clustered_with_head(n=40_000, n_clusters=40, dim=2000, seed=3):
+    """Docs of planted topics (disjoint term sets) that all share a few light head terms (stored as
+    dense columns), in arrival order; queries each name one topic, with a head term."""
+    rng = np.random.default_rng(seed)
+    span = (dim - 4) // n_clusters
+    topic = rng.integers(0, n_clusters, n)
+    indptr, indices, values = [0], [], []
+    for c in topic:
+        own = np.unique(rng.choice(np.arange(4 + c * span, 4 + (c + 1) * span), 8))
+        head = np.flatnonzero(rng.random(4) < 0.7)
+        terms = np.concatenate([head, own])
+        indices.append(terms)
+        values.append(np.concatenate([rng.uniform(0.05, 0.3, len(head)), rng.uniform(0.5, 3.0, len(own))]))
+        indptr.append(indptr[-1] + len(terms))
+    docs = SparseBatch(np.array(indptr), np.concatenate(indices).astype(np.int32),
+                       np.concatenate(values).astype(np.float32), dim)
+    q_rows = []
+    for c in rng.integers(0, n_clusters, 30):
+        own = rng.choice(np.arange(4 + c * span, 4 + (c + 1) * span), 3, replace=False)
+        q_rows.append({0: 1.0, **{int(t): float(rng.uniform(0.5, 2.0)) for t in own}})
+    return docs, SparseBatch.from_dicts(q_rows, dim=dim)
+
+
+def test_reordered_index_over_several_chunks_is_exact_where_most_blocks_are_skipped():
+    # > 2 accumulator chunks (16,384 docs): once the threshold is set, a topic's query skips the
+    # other topics' blocks, so chunks take the narrow path (runs and postings only) in both modes
+    docs, qs = _clustered_with_head()
+    ids = ids_for(len(docs))
+    index = InvertedIndex.build(docs, ids, reorder=True)
+    want = ExactIndex.build(docs, ids).search(qs, k=10)
+    assert_same_hits(index.search(qs, k=10), want)
+    assert_same_hits(index.search(qs, k=10, mode="approx", query_mass=1.0, alpha=1.0, rerank=10_000), want)
+    plain = InvertedIndex.build(docs, ids)  # the same answers in arrival order (the wide path)
+    assert_same_hits(plain.search(qs, k=10), want)
