@@ -4,7 +4,9 @@
     python benchmarks/search_speed.py --corpus-dir bench-data/real-text      # or benchmarks/real_engines.py
 
 Passages (tokenspace.data.passages): GCIDE per sense, WordNet glosses and examples, FOLDOC and the
-Jargon File per paragraph, then manual pages per paragraph until ``--n``; exact duplicate texts are
+Jargon File per paragraph, the installed documentation per paragraph (Python's and the Linux kernel's
+reST sources, the PostgreSQL, Django and SQLAlchemy HTML manuals), then manual pages per paragraph until
+``--n`` (`make bench-packages` installs the Debian packages they come from); exact duplicate texts are
 dropped (a manual page's boilerplate), the order is shuffled with a fixed seed (no source's alphabetical
 clustering survives), and 10,000 short queries (WordNet lemma phrases and GCIDE headwords) are held apart.
 Vectors: SPLADE-tiny (the ``splade-tiny`` asset), log(1 + ReLU(max over tokens of the MLM logits)), as
