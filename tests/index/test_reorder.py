@@ -107,7 +107,7 @@ def _clustered_with_head(n=40_000, n_clusters=40, dim=2000, seed=3):
 
 def test_reordered_index_over_several_chunks_is_exact_where_most_blocks_are_skipped():
     # > 2 accumulator chunks (16,384 docs): once the threshold is set, a topic's query skips the
-    # other topics' blocks, so chunks take the narrow path (runs and postings only) in both modes
+    # other topics' blocks (block runs, zeroed skipped blocks), in both modes
     docs, qs = _clustered_with_head()
     ids = ids_for(len(docs))
     index = InvertedIndex.build(docs, ids, reorder=True)

@@ -38,7 +38,6 @@ CHUNK = 16384  # docs per accumulator chunk: 64 KiB of float32, L2 resident
 POSTING_CHUNK = 1 << 16
 BLOCK = 64  # docs per block-max block (one cache line of codes per dense column)
 SUB = 512  # docs per selection sub-chunk
-NARROW = 4  # a chunk is "narrow" when its runs and postings cover under 1/NARROW of its docs
 PIECE = 64  # docs per selection piece inside a sub-chunk
 NO_THRESHOLD = -np.inf
 
@@ -320,47 +319,38 @@ def search_one(seg, opt, q_idx, q_val, f_idx, f_val, qdense, acc, out_docs, out_
             u = ub[:nb]
             _block_bounds(seg, u, c0 // BLOCK, dn_slot, dn_w, n_dn)
             n_run = _block_runs(u, _block_limit(sp_max, thr, inv_alpha), width, run0, run1)
-        # few docs left to score (documents indexed cluster by cluster skip most blocks): the steps
-        # below touch only the runs and the scattered postings instead of the whole chunk, three
-        # passes over it that cost more than the scoring at 1M docs
-        narrow = (_run_docs(run0, run1, n_run) + cnt) * NARROW < width
+            if n_run == 0:
+                a[:] = 0
+                continue
         # 3) dense columns, over runs of unskipped blocks
         _add_dense(a, seg.dense, c0, c1, dn_slot, dn_w, n_dn, run0, run1, n_run)
-        if not narrow:  # skipped blocks zeroed, then one run over the chunk: fewer, longer scans
-            _zero_skipped(a, run0, run1, n_run)
-            n_run = _whole_chunk(width, run0, run1)
-        # 4) select, over the runs (skipped blocks cannot reach the threshold): only 64-doc pieces
-        # whose max reaches it are scanned doc by doc (the max is vectorised; see _select_view). Two
-        # levels (512, then 64) keep the scalar scan small when the threshold is low (large rerank:
-        # the 512-level scan alone cost ~0.5 ms per query at 1M docs, rerank 100).
+        _zero_skipped(a, run0, run1, n_run)
+        # 4) select: only 64-doc pieces whose max reaches the threshold are scanned doc by doc (the
+        # max is vectorised; see _select_view). Two levels (512, then 64) keep the scalar scan small
+        # when the threshold is low (large rerank: the 512-level scan alone cost ~0.5 ms per query at
+        # 1M docs, rerank 100).
         view = _select_view(a)
         key = _select_key(a, thr, scratch)
-        for r in range(n_run):
-            for s0 in range(run0[r], run1[r], SUB):
-                s1 = min(run1[r], s0 + SUB)
-                if _max_of(view[s0:s1]) < key:
+        for s0 in range(0, width, SUB):
+            s1 = min(width, s0 + SUB)
+            if _max_of(view[s0:s1]) < key:
+                continue
+            for p0 in range(s0, s1, PIECE):
+                p1 = min(width, p0 + PIECE)
+                if _max_of(view[p0:p1]) < key:
                     continue
-                for p0 in range(s0, s1, PIECE):
-                    p1 = min(s1, p0 + PIECE)
-                    if _max_of(view[p0:p1]) < key:
+                for j in range(p0, p1):
+                    s = np.float32(a[j])
+                    if s < thr or s == 0.0:
                         continue
-                    for j in range(p0, p1):
-                        s = np.float32(a[j])
-                        if s < thr or s == 0.0:
-                            continue
-                        d = c0 + j
-                        if has_mask and mask[d] == 0:
-                            continue
-                        c_doc, c_s, nc, hsize = _add_candidate(c_doc, c_s, nc, thr, heap, hsize, d, s)
-                        if hsize == len(heap):
-                            thr = np.float32(heap[0] - slack)
-                            key = _select_key(a, thr, scratch)
-        if narrow:  # the runs, then every doc a list wrote to
-            for r in range(n_run):
-                a[run0[r]:run1[r]] = 0
-            _unscatter(seg, a, c0 - base, sp_res, n_sp, chunk_start, sp_pos)
-        else:
-            a[:] = 0
+                    d = c0 + j
+                    if has_mask and mask[d] == 0:
+                        continue
+                    c_doc, c_s, nc, hsize = _add_candidate(c_doc, c_s, nc, thr, heap, hsize, d, s)
+                    if hsize == len(heap):
+                        thr = np.float32(heap[0] - slack)
+                        key = _select_key(a, thr, scratch)
+        a[:] = 0
     # 5) exact rescoring of the surviving candidates with the full query
     return _rescore(seg, c_doc, c_s, nc, thr, f_idx, f_val, qdense, opt.k, out_docs, out_scores)
 
@@ -399,24 +389,6 @@ def _scatter(seg, a, c0, c1, sp_w, sp_pos, sp_end, sp_res, n_sp, chunk_start, ze
         cnt += p - chunk_start[i]
         sp_pos[i] = p
     return cnt, sp_max
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _unscatter(seg, a, c0, sp_res, n_sp, chunk_start, sp_pos):
-    """Reset the accumulator at every doc that _scatter wrote to in this chunk (c0: as _scatter's)."""
-    for i in range(n_sp):
-        docs = seg.res_docs if sp_res[i] else seg.main_docs
-        for p in range(chunk_start[i], sp_pos[i]):
-            a[np.uintp(np.int64(docs[p]) - c0)] = 0
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _run_docs(run0, run1, n_run):
-    """Docs covered by the runs."""
-    t = 0
-    for r in range(n_run):
-        t += run1[r] - run0[r]
-    return t
 
 
 @njit(cache=True, nogil=True, inline="always")
