@@ -71,6 +71,17 @@ def cut(text: str, max_words: int = _MAX_WORDS) -> list[str]:
     return [" ".join(words[i : i + max_words]) for i in range(0, len(words), max_words)]
 
 
+def _titled(title: str, paragraphs: Iterable[str], min_words: int, max_words: int) -> list[str]:
+    """Each paragraph cleaned, dropped under ``min_words`` words, cut at ``max_words`` and prefixed
+    "title: " (the one shape every source's passages take)."""
+    out = []
+    for par in paragraphs:
+        text = clean(par)
+        if len(text.split()) >= min_words:
+            out.extend(f"{title}: {piece}" for piece in cut(text, max_words))
+    return out
+
+
 def _blocks(text: str) -> list[list[str]]:
     """Blank-line separated blocks of lines, provenance lines removed."""
     out, cur = [], []
@@ -116,14 +127,7 @@ def gcide_passages(headword: str, entry: str, max_words: int = _MAX_WORDS) -> li
                 senses[-1] += " " + line
         if block:
             senses.append("")  # a blank line also ends a sense
-    out = []
-    for sense in senses:
-        text = clean(_PRON.sub("", _SENSE.sub("", sense, count=1)))
-        if len(text.split()) < 2:
-            continue
-        for piece in cut(text, max_words):
-            out.append(f"{headword}: {piece}")
-    return out
+    return _titled(headword, (_PRON.sub("", _SENSE.sub("", sense, count=1)) for sense in senses), 2, max_words)
 
 
 def paragraph_passages(headword: str, entry: str, max_words: int = _MAX_WORDS,
@@ -133,13 +137,7 @@ def paragraph_passages(headword: str, entry: str, max_words: int = _MAX_WORDS,
     lines = entry.splitlines()
     if skip_first_line and lines:
         lines = lines[1:]
-    out = []
-    for block in _blocks("\n".join(lines)):
-        text = clean(" ".join(block))
-        if len(text.split()) < 3:
-            continue
-        out.extend(f"{headword}: {piece}" for piece in cut(text, max_words))
-    return out
+    return _titled(headword, (" ".join(block) for block in _blocks("\n".join(lines))), 3, max_words)
 
 
 def _wordnet_records(data_text: str) -> Iterator[tuple[list[str], str]]:
@@ -208,27 +206,13 @@ def man_passages(title: str, roff: str, max_words: int = _MAX_WORDS) -> list[str
             cur.append(line)
     if cur:
         paragraphs.append(cur)
-    out = []
-    for par in paragraphs:
-        text = clean(_ROFF_ESCAPE.sub("", " ".join(par).replace("\\-", "-")).replace("\\", ""))
-        if len(text.split()) < 5:
-            continue
-        out.extend(f"{title}: {piece}" for piece in cut(text, max_words))
-    return out
+    return _titled(title, (_ROFF_ESCAPE.sub("", " ".join(par).replace("\\-", "-")).replace("\\", "")
+                           for par in paragraphs), 5, max_words)
 
 
 _RST_RULE = re.compile(r"^([=\-~^\"'`#*+.:_])\1{2,}$")  # a section title's over/underline, a table's border
 _RST_ROLE = re.compile(r":[\w:+-]+:`~?([^`<]*?)\s*(?:<[^>]*>)?`")  # :func:`name <target>` -> name
 _RST_MARKUP = re.compile(r"``|`_{0,2}|\*\*|\|(?=\w)|(?<=\w)\|")
-
-
-def _titled(title: str, paragraphs: Iterable[str], min_words: int, max_words: int) -> list[str]:
-    out = []
-    for par in paragraphs:
-        text = clean(par)
-        if len(text.split()) >= min_words:
-            out.extend(f"{title}: {piece}" for piece in cut(text, max_words))
-    return out
 
 
 def text_passages(title: str, text: str, max_words: int = _MAX_WORDS, min_words: int = 5) -> list[str]:
