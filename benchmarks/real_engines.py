@@ -258,6 +258,8 @@ def main(argv=None):
     ap.add_argument("--tokenspace-build", type=json.loads, action="append", default=None,
                     help='InvertedIndex.build keywords (JSON) for one tokenspace build; repeatable')
     ap.add_argument("--single", type=int, default=1000, help="one-at-a-time queries timed per setting")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="passes of the one-at-a-time timing over all settings; the median pass is reported")
     ap.add_argument("--batch-size", type=int, default=250)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per engine build + sweep")
@@ -282,7 +284,8 @@ def main(argv=None):
     command = "python benchmarks/real_engines.py " + shlex.join(argv if argv is not None else sys.argv[1:])
     report = {"corpus": name, "n_docs": n, "n_queries": n_queries, "k": K, "command": command.strip(),
               "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine(),
-              "threads_batch": a.threads, "single_queries": a.single, "batch_size": a.batch_size, "results": []}
+              "threads_batch": a.threads, "single_queries": a.single, "repeats": a.repeats, "batch_size": a.batch_size,
+              "results": []}
     stats = a.corpus_dir / "stats.json"
     report["corpus_stats"] = json.loads(stats.read_text()) if stats.exists() else None
     out = ROOT / "benchmarks/results" / f"real_engines-{name}.json"
@@ -304,6 +307,11 @@ def main(argv=None):
     print(f"wrote {out}")
 
 
+def _passes(report) -> str:
+    r = report.get("repeats", 1)
+    return f", in {r} passes over all settings (QPS: the median pass)" if r > 1 else ""
+
+
 def write_report(report, no_docs: bool = False) -> None:
     """The plot (docs/real_engines-NAME.png) and, unless no_docs, the docs/benchmarks.md section."""
     name, n, nq = report["corpus"], report["n_docs"], report["n_queries"]
@@ -312,7 +320,7 @@ def write_report(report, no_docs: bool = False) -> None:
     loads = [x for res in report["results"] for x in res.get("load_avg_1min", [])]
     body = (f"## {name}: {n:,} documents, {nq:,} queries, recall@10 against QPS\n\n"
             f"Command: `{report['command']}`  \nDate: {report['date']}  \nMachine: {report['machine']}  \n"
-            f"One-at-a-time queries timed per setting: {report['single_queries']}; batched: all {nq:,} queries in "
+            f"One-at-a-time queries timed per setting: {report['single_queries']}{_passes(report)}; batched: all {nq:,} queries in "
             f"batches of {report['batch_size']} on {report['threads_batch']} threads. Load average during the run: "
             f"{min(loads):.1f} to {max(loads):.1f} (2 cores).\n\n![recall@10 vs QPS](real_engines-{name}.png)\n\n"
             f"Issue 30's targets, read off this run:\n\n{targets(report)}\n\n"

@@ -109,6 +109,8 @@ def run_peer(name, data_dir, n_docs, gt, args) -> dict:
     cmd = [sys.executable, "-m", "benchmarks.peers.worker", name, str(data_dir), str(n_docs), str(out),
            "--gt", str(gt), "--k", str(K), "--single", str(args.single), "--batch-size", str(args.batch_size),
            "--threads", str(args.threads), "--workdir", str(args.workdir)]
+    if getattr(args, "repeats", 1) > 1:  # real_engines.py: median of several one-at-a-time passes
+        cmd += ["--repeats", str(args.repeats)]
     if getattr(args, "options", None):  # real_engines.py: build parameters / settings for this run
         cmd += ["--options", json.dumps(args.options)]
     t0 = time.time()
