@@ -320,7 +320,8 @@ def write_report(report, no_docs: bool = False) -> None:
     plot(report, png)
     loads = [x for res in report["results"] for x in res.get("load_avg_1min", [])]
     body = (f"## {name}: {n:,} documents, {nq:,} queries, recall@10 against QPS\n\n"
-            f"Command: `{report['command']}`  \nDate: {report['date']}  \nMachine: {report['machine']}  \n"
+            f"Command: `{report['command']}`  \n" + (f"Note: {report['note']}  \n" if report.get("note") else "")
+            + f"Date: {report['date']}  \nMachine: {report['machine']}  \n"
             f"One-at-a-time queries timed per setting: {report['single_queries']}{_passes(report)}; batched: all {nq:,} queries in "
             f"batches of {report['batch_size']} on {report['threads_batch']} threads. Load average during the run: "
             f"{min(loads):.1f} to {max(loads):.1f} (2 cores).\n\n![recall@10 vs QPS](real_engines-{name}.png)\n\n"
