@@ -67,10 +67,13 @@ class StandIn:
 def test_encode_photo_set_writes_parts_and_resumes(ri, installed, tmp_path, monkeypatch):
     monkeypatch.setattr(ri, "PART", 3)
     model = StandIn()
-    vectors, captions, _ = ri.encode_photo_set(model, "fashion-mnist-all", tmp_path)
-    assert model.calls == [3, 3, 1] and len(vectors) == 7 == len(captions)
+    vectors, captions, _, n = ri.encode_photo_set(model, "fashion-mnist-all", tmp_path)
+    assert model.calls == [3, 3, 1] and len(vectors) == 7 == len(captions) == n
     assert [int(vectors.indices[vectors.indptr[i]]) for i in range(7)] == [0, 1, 2, 3, 100, 101, 102]
-    (tmp_path / "specs" / "fashion-mnist-all-001.npz").unlink()  # a part lost: only it is encoded again
-    again, _, _ = ri.encode_photo_set(model, "fashion-mnist-all", tmp_path)
+    (tmp_path / "specs" / "fashion-mnist-all-001.npz").unlink()  # a part lost
+    done, captions, _, n = ri.encode_photo_set(model, "fashion-mnist-all", tmp_path, encode=False)
+    assert model.calls == [3, 3, 1] and len(done) == 4 == len(captions) and n == 7  # parts 0 and 2 only
+    assert captions == ["ankle boot", "t-shirt", "trouser", "dress"]
+    again, _, _, _ = ri.encode_photo_set(model, "fashion-mnist-all", tmp_path)  # only the lost part is encoded
     assert model.calls == [3, 3, 1, 3]
     assert np.array_equal(again.indices, vectors.indices) and np.array_equal(again.indptr, vectors.indptr)
