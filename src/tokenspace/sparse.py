@@ -50,7 +50,7 @@ class SparseBatch:
                 f"CSR arrays disagree: indptr[-1]={indptr[-1]}, len(indices)={len(indices)}, "
                 f"len(values)={len(values)}"
             )
-        if np.any(np.diff(indptr) < 0):
+        if (indptr[1:] < indptr[:-1]).any():  # not np.diff: ~3x the cost, felt by one-query batches
             raise ValueError("indptr must be non-decreasing")
         if len(indices) and (indices.min() < 0 or indices.max() >= self.dim):
             raise ValueError(f"indices out of range [0, {self.dim})")

@@ -120,6 +120,23 @@ def test_add_delete_get_segments():
     assert_same_hits(index.search(qs, k=20), ref.search(qs, k=20))
 
 
+def test_loaded_segments_decode_hit_ids_from_disk(tmp_path):
+    # after load the ids stay in the memory-mapped blob (ids_of decodes only the hits), across
+    # segments and for ids that are not ASCII
+    docs = random_batch(240, 40, 0.15, seed=17, zipf=True)
+    ids = [f"doc-{i}-{'é' * (i % 3)}" for i in range(240)]
+    index = InvertedIndex.build(docs[:90], ids[:90])
+    index.add(docs[90:91], ids[90:91])  # a one-doc segment between two larger ones
+    index.add(docs[91:], ids[91:])
+    index.save(tmp_path / "idx")
+    loaded = InvertedIndex.load(tmp_path / "idx")
+    assert all(seg._ids is None for seg in loaded._segments)
+    qs = random_batch(20, 40, 0.2, seed=18, zipf=True)
+    want = ExactIndex.build(docs, ids).search(qs, k=15)
+    assert_same_hits(loaded.search(qs, k=15), want)
+    assert_same_hits(loaded.search(qs, k=15, mode="approx", rerank=240, query_mass=1.0, alpha=1.0), want)
+
+
 def test_threads_same_answers():
     docs = random_batch(500, 50, 0.15, seed=9, zipf=True)
     qs = random_batch(33, 50, 0.1, seed=10)

@@ -261,27 +261,20 @@ class InvertedIndex:
 
     @staticmethod
     def _merge(per_seg, r, k) -> list[Hit]:
-        docs, scores, segs = [], [], []
-        for base, seg, od, os_, oc in per_seg:
-            m = int(oc[r])
-            docs.append(od[r, :m] + base)
-            scores.append(os_[r, :m])
-            segs.append((base, seg, m))
         if len(per_seg) == 1:
-            base, seg, m = segs[0]
+            _, seg, od, os_, oc = per_seg[0]
+            m = int(oc[r])
             # tolist: python floats/ints at once, cheaper than per-element numpy scalars
-            return [Hit(s, seg.id_of(d)) for d, s in zip(docs[0].tolist(), scores[0].tolist())]
-        d = np.concatenate(docs) if docs else np.zeros(0, np.int64)
-        s = np.concatenate(scores) if scores else np.zeros(0, np.float32)
+            return [Hit(s, i) for s, i in zip(os_[r, :m].tolist(), seg.ids_of(od[r, :m].tolist()))]
+        d = np.concatenate([od[r, :int(oc[r])] + base for base, _, od, _, oc in per_seg])
+        s = np.concatenate([os_[r, :int(oc[r])] for _, _, _, os_, oc in per_seg])
         order = np.lexsort((d, -s))[:k]
-        out = []
-        for j in order:
-            g = int(d[j])
-            for base, seg, _ in segs:
-                if base <= g < base + seg.n:
-                    out.append(Hit(float(s[j]), seg.id_of(g - base)))
-                    break
-        return out
+        # a hit's segment: the last one starting at or before it (an empty segment shares its base with
+        # the next one, which then wins)
+        bases = np.array([base for base, *_ in per_seg])
+        which = np.searchsorted(bases, d[order], side="right") - 1
+        return [Hit(sc, per_seg[w][1].ids_of([g - per_seg[w][0]])[0])
+                for sc, g, w in zip(s[order].tolist(), d[order].tolist(), which.tolist())]
 
     # ----------------------------------------------------------------- filters
     def _masks(self, must, must_not, where, subset, meta=None) -> list[np.ndarray | None]:

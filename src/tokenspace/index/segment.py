@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 from numba import njit
@@ -205,13 +206,23 @@ class Segment:
         return self._ids
 
     def id_of(self, local: int) -> str:
+        return self.ids_of([local])[0]
+
+    def ids_of(self, local: Sequence[int]) -> list[str]:
+        """The external ids of these local docs, decoded from the blob (a search's few hits do not
+        read the whole blob, as ids() does)."""
         if self._ids is not None:
-            return self._ids[local]
-        a, b = self.ids_ptr[local], self.ids_ptr[local + 1]
-        try:
-            return self.ids_blob[a:b].tobytes().decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise IndexCorruptError(f"segment id {local} is not UTF-8 ({e.reason}): ids_ptr or ids_blob damaged") from None
+            return [self._ids[i] for i in local]
+        # plain ndarray views: each slice of an np.memmap costs ~3 us (its __array_finalize__), which
+        # was ~10% of a single query at 1M docs
+        ptr, blob = self.ids_ptr.view(np.ndarray), self.ids_blob.view(np.ndarray)
+        out = []
+        for i in local:
+            try:
+                out.append(blob[ptr[i]:ptr[i + 1]].tobytes().decode("utf-8"))
+            except UnicodeDecodeError as e:
+                raise IndexCorruptError(f"segment id {i} is not UTF-8 ({e.reason}): ids_ptr or ids_blob damaged") from None
+        return out
 
     # ----------------------------------------------------------------- access
     def rows(self, local: np.ndarray) -> SparseBatch:
