@@ -92,7 +92,8 @@ def runs(engines: list[str], n: int, knn: bool, builds: list[dict] | None = None
     out = []
     for e in engines:
         if e == "seismic":
-            out += [("seismic", {"build": b, "settings": seismic_settings(knn)})
+            # the n_knn settings only where the build has a graph (pyseismic ignores n_knn without one)
+            out += [("seismic", {"build": b, "settings": seismic_settings(bool(b.get("nknn")))})
                     for b in (builds or seismic_builds(n, knn))]
         elif e == "tokenspace":
             out += [("tokenspace", {"build": b, "settings": tokenspace_settings()}) for b in (ts_builds or [{}])]

@@ -1,0 +1,44 @@
+"""real_engines.py's planning and reading of a sweep: which runs it makes, the Pareto front, and the
+fastest setting at a recall (the issue's targets are read off these)."""
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def re_(load_benchmark):
+    return load_benchmark("real_engines")
+
+
+def test_knn_settings_go_only_to_builds_with_a_graph(re_):
+    plain = {"n_postings": 100}
+    graph = {"n_postings": 100, "nknn": 10}
+    runs = re_.runs(["seismic", "pisa"], 10_000, knn=False, builds=[plain, graph])
+    assert [peer for peer, _ in runs] == ["seismic", "seismic", "pisa"]
+    labels = [[label for label, _ in opts["settings"]] for _, opts in runs[:2]]
+    assert not any("knn" in lab for lab in labels[0])
+    knn_labels = [lab for lab in labels[1] if "knn" in lab]
+    assert knn_labels and set(labels[0]) < set(labels[1])
+    # the default grid gains a graph build with --knn, and only that build is searched with n_knn
+    grid = re_.runs(["seismic"], 100_000, knn=True)
+    with_graph = [opts for _, opts in grid if opts["build"].get("nknn")]
+    assert len(with_graph) == 1
+    assert all(any("n_knn" in s for _, s in opts["settings"]) == bool(opts["build"].get("nknn"))
+               for _, opts in grid)
+
+
+def test_pareto_keeps_the_points_no_other_beats(re_):
+    pts = [(0.90, 100.0, "a"), (0.95, 80.0, "b"), (0.93, 70.0, "c"), (0.99, 20.0, "d"), (0.85, 90.0, "e")]
+    assert [lab for _, _, lab in re_.pareto(pts)] == ["a", "b", "d"]
+
+
+def test_best_at_is_the_fastest_setting_reaching_the_recall(re_):
+    res = {"peer": "x", "settings": [
+        {"setting": "fast", "single_recall": 0.94, "single_qps": 900.0, "batch_recall": 0.96, "batch_qps": 5000.0},
+        {"setting": "mid", "single_recall": 0.96, "single_qps": 700.0, "batch_recall": 0.96, "batch_qps": 3000.0},
+        {"setting": "slow", "single_recall": 0.995, "single_qps": 300.0, "batch_recall": 0.995, "batch_qps": 1000.0}]}
+    pts = re_.engine_points({"results": [res]})["x"]
+    assert re_.best_at(pts, 0.95)[1]["setting"] == "mid"
+    assert re_.best_at(pts, 0.95, "batch")[1]["setting"] == "fast"
+    assert re_.best_at(pts, 0.99)[1]["setting"] == "slow"
+    assert re_.best_at(pts, 0.999) is None
