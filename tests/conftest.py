@@ -1,6 +1,7 @@
 """Shared fixtures: tiny vocabularies, tiny models and tiny image-text data, all built in code."""
 from __future__ import annotations
 
+import gzip
 import importlib.util
 import logging
 import sys
@@ -14,6 +15,17 @@ from tokenspace.vocab import SPECIAL_TOKENS, Vocabulary
 
 WORDS = ["a", "the", "red", "blue", "green", "dog", "cat", "car", "tree", "house", "sun", "moon", "star",
          "face", "smile", "heart", "fish", "bird", "ball", "hat", "big", "small", "on", "with", "and"]
+
+
+@pytest.fixture
+def write_idx():
+    """write_idx(path, array): the array as a gzipped IDX file (the MNIST / Fashion-MNIST format), uint8."""
+    def write(path, arr):
+        arr = np.asarray(arr, dtype=np.uint8)
+        head = bytes([0, 0, 0x08, arr.ndim]) + b"".join(int(d).to_bytes(4, "big") for d in arr.shape)
+        with gzip.open(path, "wb") as f:
+            f.write(head + arr.tobytes())
+    return write
 
 
 @pytest.fixture

