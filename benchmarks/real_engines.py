@@ -54,10 +54,19 @@ def seismic_builds(n: int, knn: bool) -> list[dict]:
     return out
 
 
-def seismic_settings(knn: bool) -> list[tuple[str, dict]]:
+# The knobs each engine is swept over (--grid replaces a list). query_cut 5 / 10 / 20 and heap_factor
+# 0.7-1.0 span Seismic's guidelines; tokenspace: on real-text-90K rerank 20 beat the default 5k = 50 at
+# every recall (docs/benchmarks.md), so both are swept; qm 0.6 and rerank 100 were on no front at recall
+# 0.95 or 0.99 there, but a probe on real-text-967K (kernel only, 1,000 queries) put qm 0.6 near recall
+# 0.95 (0.945 at rerank 50, 0.972 at rerank 100) faster than qm 0.7, so they are swept too.
+GRID = {"query_cut": [5, 10, 20], "heap_factor": [0.7, 0.8, 0.9, 1.0],
+        "rerank": [20, 50, 100], "query_mass": [1.0, 0.9, 0.8, 0.7, 0.65, 0.6], "alpha": [1.0, 0.9, 0.7]}
+
+
+def seismic_settings(knn: bool, grid: dict = GRID) -> list[tuple[str, dict]]:
     out = []
-    for qc in (5, 10, 20):
-        for hf in (0.7, 0.8, 0.9, 1.0):
+    for qc in grid["query_cut"]:
+        for hf in grid["heap_factor"]:
             out.append((f"qc={qc} hf={hf}", {"query_cut": qc, "heap_factor": hf}))
     if knn:
         out += [(f"qc=10 hf={hf} knn={nk}", {"query_cut": 10, "heap_factor": hf, "n_knn": nk})
@@ -65,18 +74,30 @@ def seismic_settings(knn: bool) -> list[tuple[str, dict]]:
     return out
 
 
-def tokenspace_settings() -> list[tuple[str, dict]]:
-    """Exact, and the approximate knobs: on real-text-90K rerank 20 beat the default 5k = 50 at every
-    recall (docs/benchmarks.md), so both are swept; qm 0.6 and rerank 100 were on no front at recall
-    0.95 or 0.99 there, but a probe on real-text-967K (kernel only, 1,000 queries) put qm 0.6 near recall
-    0.95 (0.945 at rerank 50, 0.972 at rerank 100) faster than qm 0.7, so they are swept too."""
+def tokenspace_settings(grid: dict = GRID) -> list[tuple[str, dict]]:
+    """Exact, and the approximate knobs query_mass x alpha x rerank."""
     out = [("exact", {"mode": "exact"})]
-    for rr in (20, 50, 100):
-        for qm in (1.0, 0.9, 0.8, 0.7, 0.65, 0.6):
-            for al in (1.0, 0.9, 0.7):
+    for rr in grid["rerank"]:
+        for qm in grid["query_mass"]:
+            for al in grid["alpha"]:
                 out.append((f"approx qm={qm} a={al} rerank={rr}",
                             {"mode": "approx", "query_mass": qm, "alpha": al, "rerank": rr}))
     return out
+
+
+def parse_grid(items: list[str] | None) -> dict:
+    """GRID with the lists given as ``knob=v1,v2,...`` replaced (ValueError names a bad one)."""
+    grid = dict(GRID)
+    for item in items or []:
+        knob, _, values = item.partition("=")
+        if knob not in GRID or not values:
+            raise ValueError(f"--grid {item!r}: expected KNOB=V1,V2,... with KNOB one of {', '.join(GRID)}")
+        cast = int if knob in ("query_cut", "rerank") else float
+        try:
+            grid[knob] = [cast(v) for v in values.split(",")]
+        except ValueError:
+            raise ValueError(f"--grid {item!r}: {knob} takes {cast.__name__} values") from None
+    return grid
 
 
 def _label(build: dict) -> str:
@@ -86,17 +107,17 @@ def _label(build: dict) -> str:
 
 
 def runs(engines: list[str], n: int, knn: bool, builds: list[dict] | None = None,
-         ts_builds: list[dict] | None = None) -> list[tuple[str, dict]]:
+         ts_builds: list[dict] | None = None, grid: dict = GRID) -> list[tuple[str, dict]]:
     """(peer, constructor options) per process to run; ``builds`` replaces the Seismic build grid,
     ``ts_builds`` runs tokenspace once per InvertedIndex.build keywords (dense_fraction, approx_top_n)."""
     out = []
     for e in engines:
         if e == "seismic":
             # the n_knn settings only where the build has a graph (pyseismic ignores n_knn without one)
-            out += [("seismic", {"build": b, "settings": seismic_settings(bool(b.get("nknn")))})
+            out += [("seismic", {"build": b, "settings": seismic_settings(bool(b.get("nknn")), grid)})
                     for b in (builds or seismic_builds(n, knn))]
         elif e == "tokenspace":
-            out += [("tokenspace", {"build": b, "settings": tokenspace_settings()}) for b in (ts_builds or [{}])]
+            out += [("tokenspace", {"build": b, "settings": tokenspace_settings(grid)}) for b in (ts_builds or [{}])]
         else:
             out.append((e, {}))
     return out
@@ -259,6 +280,8 @@ def main(argv=None):
                     help='one Seismic build (JSON of build_from_dataset keywords) instead of the grid; repeatable')
     ap.add_argument("--tokenspace-build", type=json.loads, action="append", default=None,
                     help='InvertedIndex.build keywords (JSON) for one tokenspace build; repeatable')
+    ap.add_argument("--grid", action="append", default=None, metavar="KNOB=V1,V2,...",
+                    help=f"replace one knob's swept values (knobs: {', '.join(GRID)}); repeatable")
     ap.add_argument("--single", type=int, default=1000, help="one-at-a-time queries timed per setting")
     ap.add_argument("--repeats", type=int, default=1,
                     help="passes of the one-at-a-time timing over all settings; the median pass is reported")
@@ -274,6 +297,10 @@ def main(argv=None):
         report = json.loads(a.report_only.read_text())
         write_report(report, a.no_docs)
         return
+    try:
+        grid = parse_grid(a.grid)
+    except ValueError as e:
+        ap.error(str(e))
     if not (a.corpus_dir / "d_indptr.npy").exists():
         ap.error(f"{a.corpus_dir} holds no corpus (d_indptr.npy): build one with benchmarks/real_corpus.py")
     total = len(np.load(a.corpus_dir / "d_indptr.npy", mmap_mode="r")) - 1
@@ -292,7 +319,7 @@ def main(argv=None):
     report["corpus_stats"] = json.loads(stats.read_text()) if stats.exists() else None
     out = ROOT / "benchmarks/results" / f"real_engines-{name}.json"
     engines = [e.strip() for e in a.engines.split(",") if e.strip()]
-    for i, (peer, options) in enumerate(runs(engines, n, a.knn, a.seismic_build, a.tokenspace_build)):
+    for i, (peer, options) in enumerate(runs(engines, n, a.knn, a.seismic_build, a.tokenspace_build, grid)):
         a.options, a.tag = options, f"-real{os.getpid()}-{i}"
         print(f"--- {peer} {_label(options.get('build', {}))}", flush=True)
         t0 = time.time()

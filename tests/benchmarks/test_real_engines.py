@@ -42,3 +42,17 @@ def test_best_at_is_the_fastest_setting_reaching_the_recall(re_):
     assert re_.best_at(pts, 0.95, "batch")[1]["setting"] == "fast"
     assert re_.best_at(pts, 0.99)[1]["setting"] == "slow"
     assert re_.best_at(pts, 0.999) is None
+
+
+def test_grid_replaces_only_the_knobs_given_and_refuses_bad_ones(re_):
+    grid = re_.parse_grid(["query_cut=5,6,7", "query_mass=0.62,0.65"])
+    assert grid["query_cut"] == [5, 6, 7] and grid["query_mass"] == [0.62, 0.65]
+    assert grid["heap_factor"] == re_.GRID["heap_factor"] and re_.GRID["query_cut"] == [5, 10, 20]
+    labels = [label for label, _ in re_.seismic_settings(False, grid)]
+    assert labels[:2] == ["qc=5 hf=0.7", "qc=5 hf=0.8"] and len(labels) == 3 * len(grid["heap_factor"])
+    ts = re_.tokenspace_settings(grid)
+    assert len(ts) == 1 + len(grid["rerank"]) * 2 * len(grid["alpha"])
+    for bad, why in [("cut=5", "KNOB one of"), ("query_cut=", "KNOB one of"), ("rerank=5.5", "int values"),
+                     ("alpha=x", "float values")]:
+        with pytest.raises(ValueError, match=why):
+            re_.parse_grid([bad])
