@@ -272,7 +272,7 @@ def update_docs(path: Path, report, body: str) -> None:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--corpus-dir", type=Path, required=True, help="a corpus from benchmarks/real_corpus.py")
+    ap.add_argument("--corpus-dir", type=Path, help="a corpus from benchmarks/real_corpus.py (not with --report-only)")
     ap.add_argument("--n-docs", type=int, default=None, help="the first N documents (default: all)")
     ap.add_argument("--engines", default="tokenspace,seismic,pisa,scipy")
     ap.add_argument("--knn", action="store_true", help="also a Seismic build with its k-NN graph (slow)")
@@ -301,6 +301,8 @@ def main(argv=None):
         grid = parse_grid(a.grid)
     except ValueError as e:
         ap.error(str(e))
+    if a.corpus_dir is None:
+        ap.error("--corpus-dir is required (a corpus from benchmarks/real_corpus.py)")
     if not (a.corpus_dir / "d_indptr.npy").exists():
         ap.error(f"{a.corpus_dir} holds no corpus (d_indptr.npy): build one with benchmarks/real_corpus.py")
     total = len(np.load(a.corpus_dir / "d_indptr.npy", mmap_mode="r")) - 1
