@@ -1,0 +1,54 @@
+"""benchmarks/head_to_head.py: engines built in one process and timed in interleaved passes; the
+per-pass ratios at a recall target, on a tiny corpus (tokenspace against scipy) and on fixed rows."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from benchmarks.peers import common
+from tokenspace.sparse import SparseBatch
+
+
+@pytest.fixture(scope="module")
+def hh(load_benchmark):
+    return load_benchmark("head_to_head")
+
+
+def _row(engine, setting, recall, passes):
+    return {"engine": engine, "setting": setting, "recall": recall, "qps_passes": passes}
+
+
+def test_ratio_takes_each_pass_fastest_setting_reaching_the_target(hh):
+    rows = [_row("a", "fast", 0.94, [900, 1000]), _row("a", "ok", 0.96, [500, 800]), _row("a", "exact", 1.0, [300, 200]),
+            _row("b", "x", 0.97, [250, 400]), _row("b", "y", 0.995, [100, 100]), _row("b", "maxscore", 1.0, [30, 40])]
+    r95 = hh.ratios(rows, "a", "b", 0.95)
+    assert r95["per_pass"] == [2.0, 2.0] and r95["median"] == 2.0  # "ok" vs "x"; "fast" misses 0.95
+    r99 = hh.ratios(rows, "a", "b", 0.99)
+    assert r99["per_pass"] == [3.0, 2.0] and (r99["min"], r99["max"]) == (2.0, 3.0)  # "exact" vs "y"
+    assert hh.ratios(rows, "a", "b", None)["per_pass"] == [10.0, 5.0]
+    assert hh.ratios(rows[:4], "a", "b", 0.99) is None  # b reaches only 0.97 there: no ratio, not a guess
+
+
+def test_race_on_a_tiny_corpus(hh, load_benchmark, tmp_path, monkeypatch):
+    rng = np.random.default_rng(3)
+    rows = [{int(t): float(rng.uniform(0.1, 2)) for t in rng.choice(300, size=8, replace=False)} for _ in range(120)]
+    load_benchmark("real_corpus").write_corpus(tmp_path, SparseBatch.from_dicts(rows, dim=common.VOCAB_SIZE),
+                                               SparseBatch.from_dicts(rows[:12], dim=common.VOCAB_SIZE))
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "benchmarks" / "results").mkdir(parents=True)
+    monkeypatch.setattr(hh, "ROOT", results)
+    ts = {"settings": [["exact", {"mode": "exact"}],
+                       ["qm=0.5", {"mode": "approx", "query_mass": 0.5, "alpha": 1.0, "rerank": 10}]]}
+    hh.main(["--corpus-dir", str(tmp_path), "--name", "tiny", "--passes", "3", "--single", "12",
+             "--peer", "tokenspace", json.dumps(ts), "--peer", "scipy", "{}"])
+    report = json.loads((results / "benchmarks/results/head_to_head-tiny.json").read_text())
+    got = {(r["engine"], r["setting"]): r for r in report["rows"]}
+    assert set(got) == {("tokenspace", "exact"), ("tokenspace", "qm=0.5"), ("scipy", "default")}
+    assert all(len(r["qps_passes"]) == 3 and r["qps"] > 0 for r in report["rows"])
+    assert got[("tokenspace", "exact")]["recall"] == 1.0 == got[("scipy", "default")]["recall"]
+    assert len(report["ratios"]["tokenspace/scipy @0.95"]["per_pass"]) == 3
+    assert [b["engine"] for b in report["builds"]] == ["tokenspace", "scipy"]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("head-to-head-")]  # the work folder is removed
