@@ -113,7 +113,8 @@ def main(argv=None):
         specs = [(engine, json.loads(opts)) for engine, opts in a.peer]
     except json.JSONDecodeError as e:
         ap.error(f"--peer OPTIONS must be JSON: {e}")
-    os.environ.setdefault("RAYON_NUM_THREADS", "1")  # one query at a time on one core, for every engine
+    # no thread limits: builds may use every core; a single search of each peer runs on the calling thread
+    # (Seismic's search, PISA's query, tokenspace's threads=1), so the race is one core per query
     n = len(np.load(a.corpus_dir / "d_indptr.npy", mmap_mode="r")) - 1
     corpus = load_corpus(a.corpus_dir, n)
     gt = np.load(ground_truth(a.corpus_dir, n, K))
