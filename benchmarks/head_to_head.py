@@ -21,6 +21,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -140,7 +141,7 @@ def main(argv=None):
     first, others = peers[0].name, [p.name for p in peers[1:]]
     report = {"corpus": name, "n_docs": n, "k": K, "passes": a.passes, "single_queries": a.single,
               "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine(),
-              "command": "python benchmarks/head_to_head.py " + " ".join(sys.argv[1:] if argv is None else argv),
+              "command": "python benchmarks/head_to_head.py " + shlex.join(sys.argv[1:] if argv is None else argv),
               "load_avg_1min_end": os.getloadavg()[0], "builds": builds, "rows": rows,
               "ratios": {f"{first}/{o} @{t if t else 'exact'}": ratios(rows, first, o, t)
                          for o in others for t in (*TARGETS, None)}}

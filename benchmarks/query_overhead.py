@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -112,7 +113,7 @@ def main(argv=None):
         rows.append({"setting": label, **measure(index, queries, setting, a.passes)})
     name = a.name or a.corpus_dir.name
     report = {"corpus": name, "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-              "command": "python benchmarks/query_overhead.py " + " ".join(sys.argv[1:] if argv is None else argv),
+              "command": "python benchmarks/query_overhead.py " + shlex.join(sys.argv[1:] if argv is None else argv),
               "rows": rows}
     print("| setting | docs | kernel us | search us | search - kernel us | caller's path us | caller - kernel us |")
     print("|---|---|---|---|---|---|---|")
