@@ -63,6 +63,7 @@ def test_edge_queries():
     assert_same_hits(got, want)
     assert len(got[3]) == sum(1 for n in docs.row_nnz() if n > 0)  # every doc with a positive score
     assert index.search(SparseBatch.empty(0, 40), k=3) == []
+    assert InvertedIndex(40).search(qs, k=3) == [[], [], [], []]  # nothing added yet: no segment
 
 
 def test_rejects_bad_input():

@@ -261,6 +261,8 @@ class InvertedIndex:
 
     @staticmethod
     def _merge(per_seg, r, k) -> list[Hit]:
+        if not per_seg:  # an index with no segment yet
+            return []
         if len(per_seg) == 1:
             _, seg, od, os_, oc = per_seg[0]
             m = int(oc[r])
