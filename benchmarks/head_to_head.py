@@ -57,10 +57,8 @@ def race(peers: list, corpus, gt, n_single: int, passes: int) -> list[dict]:
     rows = np.arange(min(n_single, len(corpus.q_indptr) - 1))
     cells = [(peer, label, setting) for peer in peers for label, setting in peer.settings()]
     out = {(p.name, label): {"engine": p.name, "setting": label, "qps_passes": []} for p, label, _ in cells}
-    for p, label, setting in cells:  # warm-up, and recall (answers do not change between passes)
-        for r in rows[:WARMUP]:
-            idx, val = corpus.query(int(r))
-            p.search_one(idx, val, K, qrow=int(r), **setting)
+    for p, _, setting in cells:  # warm-up (recall is taken from the first timed pass: answers do not change)
+        time_pass(p, corpus, rows[:WARMUP], setting)
     for rep in range(passes):
         shift = rep % len(peers)  # rotate which engine goes first
         order = [c for p in peers[shift:] + peers[:shift] for c in cells if c[0] is p]

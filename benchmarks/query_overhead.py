@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT))  # benchmarks.*
 
-from benchmarks.peers.common import VOCAB_SIZE  # noqa: E402
+from benchmarks.peers.common import load_corpus  # noqa: E402
 from tokenspace.index import InvertedIndex, kernels  # noqa: E402
 from tokenspace.sparse import SparseBatch  # noqa: E402
 
@@ -39,16 +39,13 @@ SETTINGS = {  # the 967K race's fastest settings at recall 0.95 and exact mode (
 
 
 def load(corpus_dir: Path, index_dir: Path, n_queries: int):
-    ld = lambda name: np.load(corpus_dir / f"{name}.npy", mmap_mode="r")  # noqa: E731
-    q_ptr, q_idx, q_val = np.asarray(ld("q_indptr")), np.asarray(ld("q_indices")), np.asarray(ld("q_data"))
+    n = len(np.load(corpus_dir / "d_indptr.npy", mmap_mode="r")) - 1
+    corpus = load_corpus(corpus_dir, n)
     if not (index_dir / "MANIFEST.json").exists():
-        ptr = np.asarray(ld("d_indptr"))
-        docs = SparseBatch(ptr, ld("d_indices"), ld("d_data"), VOCAB_SIZE)
-        InvertedIndex.build(docs, [str(i) for i in range(len(ptr) - 1)]).save(index_dir)
+        docs = SparseBatch(corpus.d_indptr, corpus.d_indices, corpus.d_data, corpus.dim)
+        InvertedIndex.build(docs, [str(i) for i in range(n)]).save(index_dir)
     index = InvertedIndex.load(index_dir)
-    rows = range(min(n_queries, len(q_ptr) - 1))
-    queries = [(q_idx[q_ptr[r]:q_ptr[r + 1]], q_val[q_ptr[r]:q_ptr[r + 1]]) for r in rows]
-    return index, queries
+    return index, [corpus.query(r) for r in range(min(n_queries, len(corpus.q_indptr) - 1))]
 
 
 def kernel_call(index, options):
