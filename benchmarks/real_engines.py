@@ -60,7 +60,8 @@ def seismic_builds(n: int, knn: bool) -> list[dict]:
 # 0.95 or 0.99 there, but a probe on real-text-967K (kernel only, 1,000 queries) put qm 0.6 near recall
 # 0.95 (0.945 at rerank 50, 0.972 at rerank 100) faster than qm 0.7, so they are swept too.
 GRID = {"query_cut": [5, 10, 20], "heap_factor": [0.7, 0.8, 0.9, 1.0],
-        "rerank": [20, 50, 100], "query_mass": [1.0, 0.9, 0.8, 0.7, 0.65, 0.6], "alpha": [1.0, 0.9, 0.7]}
+        "rerank": [20, 50, 100], "query_mass": [1.0, 0.9, 0.8, 0.7, 0.65, 0.6], "alpha": [1.0, 0.9, 0.7],
+        "impact_floor": [0.0]}
 
 
 def seismic_settings(knn: bool, grid: dict = GRID) -> list[tuple[str, dict]]:
@@ -75,13 +76,15 @@ def seismic_settings(knn: bool, grid: dict = GRID) -> list[tuple[str, dict]]:
 
 
 def tokenspace_settings(grid: dict = GRID) -> list[tuple[str, dict]]:
-    """Exact, and the approximate knobs query_mass x alpha x rerank."""
+    """Exact, and the approximate knobs query_mass x alpha x rerank x impact_floor."""
     out = [("exact", {"mode": "exact"})]
     for rr in grid["rerank"]:
         for qm in grid["query_mass"]:
             for al in grid["alpha"]:
-                out.append((f"approx qm={qm} a={al} rerank={rr}",
-                            {"mode": "approx", "query_mass": qm, "alpha": al, "rerank": rr}))
+                for fl in grid["impact_floor"]:
+                    floor = f" floor={fl}" if fl else ""
+                    out.append((f"approx qm={qm} a={al} rerank={rr}{floor}",
+                                {"mode": "approx", "query_mass": qm, "alpha": al, "rerank": rr, "impact_floor": fl}))
     return out
 
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import shutil
 
+import numpy as np
 import pytest
 from _inverted_data import ids_for, random_batch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tokenspace.index import IndexCorruptError, InvertedIndex, storage
+from tokenspace.index.segment import HEADS
 from tokenspace.vocab import Vocabulary
 
 VOCAB = Vocabulary.latent(30)
@@ -139,6 +141,15 @@ def test_round_trip_keeps_the_schema(saved):
     assert _doc(saved)["n"] == 60 and _doc(saved)["version"] == storage.VERSION
 
 
+def _drop_heads(root, doc) -> None:
+    """Make a saved index look written before the impact heads (format < 4): no head files."""
+    for seg in doc["segments"]:
+        for name in HEADS:
+            rel = f"{seg['name']}/{name}.npy"
+            del seg["files"][rel]
+            (root / rel).unlink()
+
+
 def test_version_2_manifest_still_reads(saved, tmp_path):
     """Indexes written before the document count (format 2) load as before."""
     root = tmp_path / "idx"
@@ -147,8 +158,34 @@ def test_version_2_manifest_still_reads(saved, tmp_path):
     doc = _doc(root)
     del doc["n"]
     doc["version"] = 2
+    _drop_heads(root, doc)
     _write(root, doc)
     assert len(InvertedIndex.load(root)) == 20
+
+
+def test_version_3_index_gets_its_heads_at_load_and_keeps_them_when_saved(tmp_path):
+    """A format-3 index (no impact heads) loads with the heads a fresh build has, searches the same with
+    an impact floor, and saved again in place gains the head files (the version-4 manifest names them)."""
+    root = tmp_path / "idx"
+    docs = random_batch(300, 40, 0.2, seed=8)
+    fresh = InvertedIndex.build(docs, ids_for(300))
+    fresh.save(root)
+    doc = _doc(root)
+    doc["version"] = 3
+    _drop_heads(root, doc)
+    _write(root, doc)
+    old = InvertedIndex.load(root)
+    for name in HEADS:
+        np.testing.assert_array_equal(old._segments[0].arrays[name], fresh._segments[0].arrays[name])
+    q = random_batch(5, 40, 0.3, seed=9)
+    kw = dict(mode="approx", impact_floor=0.3, rerank=20)
+    assert old.search(q, 5, **kw) == fresh.search(q, 5, **kw)
+    old.delete(ids_for(300)[:3])
+    old.save(root)  # in place: only tombstones and the heads are written
+    assert _doc(root)["version"] == storage.VERSION
+    again = InvertedIndex.load(root)
+    assert len(again) == 297
+    assert again.search(q, 5, **kw) == old.search(q, 5, **kw)
 
 
 # ------------------------------------------------------------------ generated damage (property-based)

@@ -167,6 +167,7 @@ for root in sys.argv[2:]:
         ids = index.ids()
         for mode in ("exact", "approx"):
             index.search(qs, k=20, mode=mode)
+        index.search(qs, k=20, mode="approx", impact_floor=0.2)  # reads the impact heads
         index.get(list(ids))
     except IndexCorruptError:
         print("corrupt", flush=True)
@@ -174,7 +175,7 @@ for root in sys.argv[2:]:
     print("ok", flush=True)
 """
 
-_LISTS = {"fwd_indptr": "fwd_indices", "main_ptr": "main_docs", "res_ptr": "res_docs"}
+_LISTS = {"fwd_indptr": "fwd_indices", "main_ptr": "main_docs", "res_ptr": "res_docs", "head_ptr": "head_docs"}
 
 
 def _valid(name: str, b: np.ndarray, seg) -> bool:
@@ -272,8 +273,8 @@ def test_out_of_range_values_never_crash_a_verify_false_load(tmp_path, data, nam
     assert set(results.values()) <= {"ok", "corrupt"}
     missed = [roots[r] for r in must_catch if results[r] != "corrupt"]
     assert not missed, f"damage not caught: {missed}"
-    if name in ("fwd_indptr", "fwd_indices", "main_ptr", "main_docs", "res_ptr", "res_docs", "ids_ptr",
-                "dense_slot"):
+    if name in ("fwd_indptr", "fwd_indices", "main_ptr", "main_docs", "res_ptr", "res_docs", "head_ptr",
+                "head_docs", "ids_ptr", "dense_slot"):
         assert must_catch  # the cases do reach outside the valid range
 
 

@@ -26,7 +26,7 @@ from tokenspace.index.manifest import FileEntry, Manifest, SegmentEntry
 from tokenspace.index.metadata import MetaFilter
 from tokenspace.index.query import Node
 from tokenspace.index.reorder import cluster_order
-from tokenspace.index.segment import ARRAYS, Segment, duplicate, fwd_index_dtype, n_chunks
+from tokenspace.index.segment import ARRAYS, HEADS, Segment, duplicate, fwd_index_dtype, n_chunks, with_heads
 from tokenspace.index.storage import IndexCorruptError
 from tokenspace.index.token_filter import TokenFilter
 from tokenspace.sparse import SparseBatch
@@ -34,7 +34,7 @@ from tokenspace.vocab import Vocabulary
 
 MODES = ("exact", "approx")
 # approximate-mode defaults (rerank None = RERANK_PER_K * k); tuning history: docs/benchmarks.md
-APPROX_DEFAULTS = {"query_mass": 0.9, "alpha": 0.9, "rerank": None}
+APPROX_DEFAULTS = {"query_mass": 0.9, "alpha": 0.9, "rerank": None, "impact_floor": 0.0}
 RERANK_PER_K = 5
 
 
@@ -169,7 +169,7 @@ class InvertedIndex:
                where: "str | Node | None" = None, subset: Sequence[str] | None = None,
                meta: "dict | MetaFilter | None" = None,
                query_mass: float | None = None, alpha: float | None = None, rerank: int | None = None,
-               threads: int = 1) -> list[list[Hit]]:
+               impact_floor: float | None = None, threads: int = 1) -> list[list[Hit]]:
         """Top-k documents by dot product for each query row, best first (ties: earlier insertion).
 
         mode: "exact" returns the exact top-k (candidates from uint8-quantised scores within a proven
@@ -190,6 +190,12 @@ class InvertedIndex:
             (a true top-k doc is lost only if its cut-query score is not among the rerank best) and
             about 1-2 us per extra doc at 1M docs. With query_mass=1, alpha=1 and rerank >= the
             number of docs, approx equals exact.
+        impact_floor (approx, in [0, 1), default 0): postings whose impact (query weight x doc weight)
+            is below this fraction of the query's largest possible impact are not read: each term reads
+            the smallest of its impact heads (postings with at least 1/2, 1/4, 1/8 or 1/16 of the
+            term's largest weight, kernels.HEAD_CODES) holding every posting above the floor, or nothing
+            when its heaviest posting is below it. Higher is faster and scores docs on fewer of their
+            terms, so pair it with a larger rerank (real-text-967K: docs/benchmarks.md, "impact heads").
         Also in approx mode only each document's ``approx_top_n`` heaviest terms are read (see build).
         must / must_not: dims (ints, or tokens when the index has a vocabulary) that a document must
             all have / must have none of (weight > 0).
@@ -211,7 +217,7 @@ class InvertedIndex:
         bad = kernels.check_rows(queries.indptr, queries.indices, queries.values)
         if bad >= 0:
             raise ValueError(f"query row {bad} must have strictly increasing dims and finite weights >= 0")
-        qm, al, rr = self._knobs(mode, k, query_mass, alpha, rerank)
+        qm, al, rr, fl = self._knobs(mode, k, query_mass, alpha, rerank, impact_floor)
         masks = self._masks(must, must_not, where, subset, meta)
         nq = len(queries)
         per_seg = []
@@ -223,21 +229,21 @@ class InvertedIndex:
             out_count = np.zeros(nq, np.int64)
             mask = masks[si]
             if mask is None or mask.any():
-                options = kernels.search_options(kk, min(rr, seg.n), mode == "exact", al, qm, mask)
+                options = kernels.search_options(kk, min(rr, seg.n), mode == "exact", al, qm, mask, fl)
                 self._run(seg, queries, options, out_docs, out_scores, out_count, threads)
             per_seg.append((base, seg, out_docs, out_scores, out_count))
             base += seg.n
         return [self._merge(per_seg, r, int(k)) for r in range(nq)]
 
-    def _knobs(self, mode, k, query_mass, alpha, rerank):
+    def _knobs(self, mode, k, query_mass, alpha, rerank, impact_floor):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-        given = {"query_mass": query_mass, "alpha": alpha, "rerank": rerank}
+        given = {"query_mass": query_mass, "alpha": alpha, "rerank": rerank, "impact_floor": impact_floor}
         if mode == "exact":
             extra = [n for n, v in given.items() if v is not None]
             if extra:
                 raise ValueError(f"{', '.join(extra)} only apply to mode='approx'")
-            return 1.0, 1.0, int(k)  # the heap holds k; the proof's 2 err window adds the rest
+            return 1.0, 1.0, int(k), 0.0  # the heap holds k; the proof's 2 err window adds the rest
         knobs = {n: (APPROX_DEFAULTS[n] if v is None else v) for n, v in given.items()}
         qm, al, rr = knobs["query_mass"], knobs["alpha"], knobs["rerank"]
         if not (isinstance(qm, (int, float)) and 0 < qm <= 1):
@@ -247,7 +253,10 @@ class InvertedIndex:
         rr = RERANK_PER_K * int(k) if rr is None else rr
         if not isinstance(rr, (int, np.integer)) or rr < k:
             raise ValueError(f"rerank must be an int >= k ({k}), got {rr!r}")
-        return float(qm), float(al), int(rr)
+        fl = knobs["impact_floor"]
+        if not (isinstance(fl, (int, float)) and not isinstance(fl, bool) and 0 <= fl < 1):
+            raise ValueError(f"impact_floor must be in [0, 1), got {fl!r}")
+        return float(qm), float(al), int(rr), float(fl)
 
     @staticmethod
     def _run(seg, queries, options, out_docs, out_scores, out_count, threads):
@@ -427,6 +436,14 @@ class InvertedIndex:
                     if texts:  # the rows' dicts too: read back from the file on first use
                         seg._meta, seg._meta_index = None, None
                         seg.meta_file = root / names[si] / manifest.META_FILE
+            elif f"{names[si]}/{HEADS[0]}.npy" not in seg.files:
+                # a segment of an older format saved again in place: its folder gains the head files
+                # (new names, unread until the manifest below names them)
+                seg.files = dict(seg.files)
+                for a in HEADS:
+                    rel = f"{names[si]}/{a}.npy"
+                    written = storage.write_array(root / rel, seg.arrays[a])
+                    seg.files[rel] = FileEntry(rel, written["bytes"], written["crc32"])
             if self._deleted[si] is not None and del_files[si] is None:
                 rel = f"{names[si]}.del-{gen:06d}.npy"
                 written = storage.write_array(root / rel, self._deleted[si])
@@ -473,10 +490,12 @@ class InvertedIndex:
         index = cls(man.dim, vocab, dense_fraction=man.dense_fraction, approx_top_n=man.top_n or None)
         index.token_filter = TokenFilter.from_dict(index.dim, man.token_filter)
         for s in man.segments:
-            arrays = {a: storage.load_array(root / f"{s.name}/{a}.npy", mmap) for a in ARRAYS}
+            arrays = {a: storage.load_array(root / f"{s.name}/{a}.npy", mmap) for a in ARRAYS
+                      if f"{s.name}/{a}.npy" in s.files}
             seg = Segment(s.n, index.dim, s.top_n, arrays)
             _check_segment(seg, root / s.name)
             seg.check(root / s.name)  # the values the kernels index by (bounds, order), unique ids: O(size)
+            seg.arrays = with_heads(arrays, s.n)  # an older version's segment: heads from its checked lists
             seg.files = s.files
             if s.metadata is not None:
                 seg.meta_file = root / s.metadata.file  # parsed on first use (metadata.loads checks it)
@@ -544,7 +563,8 @@ _DTYPES = {  # fwd_indices: segment.fwd_index_dtype(dim)
     "fwd_indptr": np.int64, "fwd_values": np.float32, "df": np.int32,
     "wmax": np.float32, "scale": np.float32, "dense_slot": np.int32, "dense": np.uint8, "bmax": np.uint8,
     "main_ptr": np.int64, "main_docs": np.uint16, "main_codes": np.uint8, "res_ptr": np.int64,
-    "res_docs": np.uint16, "res_codes": np.uint8, "ids_ptr": np.int64, "ids_blob": np.uint8,
+    "res_docs": np.uint16, "res_codes": np.uint8, "head_ptr": np.int64, "head_docs": np.uint16,
+    "head_codes": np.uint8, "ids_ptr": np.int64, "ids_blob": np.uint8,
 }
 
 
@@ -556,13 +576,17 @@ def _check_segment(seg: Segment, where: Path) -> None:
     expect = {
         "fwd_indptr": (n + 1,), "df": (dim,), "wmax": (dim,), "scale": (dim,), "dense_slot": (dim,),
         "dense": (nd, n), "bmax": (nd, (n + kernels.BLOCK - 1) // kernels.BLOCK), "main_ptr": (cells,),
-        "res_ptr": (cells,), "ids_ptr": (n + 1,),
+        "res_ptr": (cells,), "ids_ptr": (n + 1,), "head_ptr": (len(kernels.HEAD_CODES) * (cells - 1) + 1,),
         "fwd_indices": (int(a["fwd_indptr"][-1]) if len(a["fwd_indptr"]) else -1,),
         "fwd_values": a["fwd_indices"].shape, "main_docs": (int(a["main_ptr"][-1]),),
         "main_codes": a["main_docs"].shape, "res_docs": (int(a["res_ptr"][-1]),),
         "res_codes": a["res_docs"].shape, "ids_blob": (int(a["ids_ptr"][-1]),),
     }
+    if "head_ptr" in a:  # absent in a segment of format version < 4 (segment.with_heads)
+        expect.update(head_docs=(int(a["head_ptr"][-1]),), head_codes=a["head_docs"].shape)
     for name, dt in dict(_DTYPES, fwd_indices=fwd_index_dtype(dim)).items():
+        if name not in a and name in HEADS and "head_ptr" not in a:
+            continue
         if a[name].dtype != dt or a[name].shape != expect[name]:
             raise IndexCorruptError(f"{where}/{name}.npy: dtype {a[name].dtype} shape {a[name].shape}, "
                                     f"expected {np.dtype(dt)} {expect[name]}")

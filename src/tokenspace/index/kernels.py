@@ -9,6 +9,8 @@ Layout of one segment (n docs, vocabulary size V), see segment.py for the arrays
   of POSTING_CHUNK docs so that a doc id is a uint16 offset in its chunk (3 bytes a posting);
 * the exact float32 doc vectors stay in a forward CSR store (term ids as uint16 when the vocabulary
   has at most 65,536 dims).
+* approximate mode's impact heads: each term's postings of code >= 128, 64 and 32, again as chunked
+  posting lists (head_lists), so that a term can be read only as far as its impacts matter.
 
 The search kernels take the segment's arrays as one SegmentArrays and the knobs as one SearchOptions.
 Search walks the docs in chunks of CHUNK (accumulator stays in L1/L2), scatters the sparse lists,
@@ -54,6 +56,63 @@ def check_rows(indptr, indices, values):
             if p > indptr[i] and indices[p] <= indices[p - 1]:
                 return i
     return -1
+
+
+# Impact heads (approximate mode only): for each term, nested prefixes of its list by code, doc-sorted and
+# chunked like the main lists. Level L holds the term's postings of code >= HEAD_CODES[L] (1/2, 1/4, 1/8
+# of the term's largest weight; a level at 1/16 held 90% of the postings and was dropped), dense terms included (from their column). A query term whose
+# weight q makes its postings' impacts q * w small next to the query's largest one reads only the level
+# that still holds every posting above the impact floor, not its whole list (see _pick_list). Reading
+# fewer postings per term is Seismic's static pruning made per query: on real-text-967K a floor of 0.2
+# to 0.3 of the query's largest impact cut the postings read 3-4x at the same recall once the heap held
+# more candidates (docs/benchmarks.md, "impact heads").
+HEAD_CODES = np.array([128, 64, 32], np.int64)
+
+
+def head_lists(main_ptr, main_docs, main_codes, dense, dense_slot, n):
+    """The impact heads from the main lists and dense columns: (head_ptr, head_docs, head_codes), cell
+    (L * dim + t) * n_chunks + chunk for level L of term t, doc offsets as in the main lists."""
+    dim = len(dense_slot)
+    nch = (len(main_ptr) - 1) // dim
+    count = np.zeros(len(HEAD_CODES) * dim * nch, np.int64)
+    _head_pass(main_ptr, main_docs, main_codes, dense, dense_slot, n, count, np.empty(0, np.uint16),
+               np.empty(0, np.uint8), False)
+    head_ptr = np.zeros(len(count) + 1, np.int64)
+    np.cumsum(count, out=head_ptr[1:])
+    head_docs = np.empty(head_ptr[-1], np.uint16)
+    head_codes = np.empty(head_ptr[-1], np.uint8)
+    _head_pass(main_ptr, main_docs, main_codes, dense, dense_slot, n, head_ptr[:-1].copy(), head_docs,
+               head_codes, True)
+    return head_ptr, head_docs, head_codes
+
+
+@njit(cache=True, nogil=True)
+def _head_pass(main_ptr, main_docs, main_codes, dense, dense_slot, n, pos, head_docs, head_codes, fill):
+    """Walk every term's postings (list or column) in doc order: count each level's postings per cell
+    into pos, or (fill) also write them at pos."""
+    dim = len(dense_slot)
+    nch = (len(main_ptr) - 1) // dim
+    for t in range(dim):
+        s = dense_slot[t]
+        for ch in range(nch):
+            if s >= 0:
+                col = dense[s, ch * POSTING_CHUNK:min(n, (ch + 1) * POSTING_CHUNK)]
+                for j in range(len(col)):  # code 0 (doc without the term) is below every level
+                    _head_put(col[j], np.uint16(j), t, ch, dim, nch, pos, head_docs, head_codes, fill)
+            else:
+                for p in range(main_ptr[t * nch + ch], main_ptr[t * nch + ch + 1]):
+                    _head_put(main_codes[p], main_docs[p], t, ch, dim, nch, pos, head_docs, head_codes, fill)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _head_put(c, doc, t, ch, dim, nch, pos, head_docs, head_codes, fill):
+    for L in range(len(HEAD_CODES)):
+        if c >= HEAD_CODES[L]:
+            cell = (L * dim + t) * nch + ch
+            if fill:
+                head_docs[pos[cell]] = doc
+                head_codes[pos[cell]] = c
+            pos[cell] += 1
 
 
 @njit(cache=True, nogil=True)
@@ -188,6 +247,9 @@ class SegmentArrays(NamedTuple):
     res_ptr: np.ndarray
     res_docs: np.ndarray
     res_codes: np.ndarray
+    head_ptr: np.ndarray
+    head_docs: np.ndarray
+    head_codes: np.ndarray
     fwd_indptr: np.ndarray
     fwd_indices: np.ndarray
     fwd_values: np.ndarray
@@ -202,6 +264,7 @@ class SearchOptions(NamedTuple):
     exact: bool  # exact mode (2 err window, lists outside approx_top_n read) or approximate
     alpha: float  # block skipping: a 64-doc block is skipped when its bound is below threshold / alpha
     query_mass: float  # query term cut for candidate generation (1 = none); rescoring uses every term
+    impact_floor: float  # approx: read only postings whose impact reaches this fraction of the largest
     mask: np.ndarray  # uint8[n], 1 = searchable; read only when has_mask
     has_mask: bool
 
@@ -209,9 +272,9 @@ class SearchOptions(NamedTuple):
 _NO_MASK = np.zeros(0, np.uint8)
 
 
-def search_options(k, rerank, exact, alpha=1.0, query_mass=1.0, mask=None) -> SearchOptions:
+def search_options(k, rerank, exact, alpha=1.0, query_mass=1.0, mask=None, impact_floor=0.0) -> SearchOptions:
     """SearchOptions with fixed field types (mask: uint8[n] or None for every doc)."""
-    return SearchOptions(int(k), int(rerank), bool(exact), float(alpha), float(query_mass),
+    return SearchOptions(int(k), int(rerank), bool(exact), float(alpha), float(query_mass), float(impact_floor),
                          _NO_MASK if mask is None else mask, mask is not None)
 
 
@@ -258,7 +321,7 @@ def search_one(seg, opt, q_idx, q_val, f_idx, f_val, qdense, acc, out_docs, out_
     grows towards it, so such a doc was kept as a candidate and survives. Skipped blocks are bounded
     below the running threshold. Candidates are then ranked by their exact score (ties: doc id).
     """
-    sp_w, sp_cell, sp_res, n_sp, dn_slot, dn_w, n_dn, slack = _query_terms(acc, seg, opt, q_idx, q_val)
+    sp_w, sp_cell, sp_src, n_sp, dn_slot, dn_w, n_dn, slack = _query_terms(acc, seg, opt, q_idx, q_val)
     if n_sp == 0 and n_dn == 0:
         return 0
     n = len(seg.fwd_indptr) - 1
@@ -288,9 +351,9 @@ def search_one(seg, opt, q_idx, q_val, f_idx, f_val, qdense, acc, out_docs, out_
         a = acc[:width]
         base = c0 - c0 % POSTING_CHUNK  # first doc of the posting chunk: list entries are offsets from it
         if c0 == base:
-            _enter_posting_chunk(seg, c0 // POSTING_CHUNK, sp_cell, sp_res, n_sp, sp_pos, sp_end)
+            _enter_posting_chunk(seg, c0 // POSTING_CHUNK, sp_cell, sp_src, n_sp, sp_pos, sp_end)
         # 1) the sparse lists of this chunk
-        cnt, sp_max = _scatter(seg, a, c0 - base, c1 - base, sp_w, sp_pos, sp_end, sp_res, n_sp, chunk_start,
+        cnt, sp_max = _scatter(seg, a, c0 - base, c1 - base, sp_w, sp_pos, sp_end, sp_src, n_sp, chunk_start,
                                zero)
         if n_dn == 0:
             if cnt == 0:
@@ -298,7 +361,7 @@ def search_one(seg, opt, q_idx, q_val, f_idx, f_val, qdense, acc, out_docs, out_
             if cnt * 8 < width:
                 # few postings: select over the touched docs only (a reset marks a doc as done)
                 for i in range(n_sp):
-                    docs = seg.res_docs if sp_res[i] else seg.main_docs
+                    docs = _list_docs(seg, sp_src[i])
                     for p in range(chunk_start[i], sp_pos[i]):
                         d = base + np.int64(docs[p])
                         s = np.float32(a[np.uintp(d - c0)])
@@ -355,17 +418,25 @@ def search_one(seg, opt, q_idx, q_val, f_idx, f_val, qdense, acc, out_docs, out_
     return _rescore(seg, c_doc, c_s, nc, thr, f_idx, f_val, qdense, opt.k, out_docs, out_scores)
 
 
+MAIN, RES, HEAD = 0, 1, 2  # where a query's sparse list lives: main, residual or impact-head lists
+
+
 @njit(cache=True, nogil=True, inline="always")
-def _enter_posting_chunk(seg, ch, sp_cell, sp_res, n_sp, sp_pos, sp_end):
+def _list_docs(seg, src):
+    return seg.main_docs if src == MAIN else seg.res_docs if src == RES else seg.head_docs
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _enter_posting_chunk(seg, ch, sp_cell, sp_src, n_sp, sp_pos, sp_end):
     """Point every sparse list at its postings in posting chunk ``ch`` (cell sp_cell[i] + ch)."""
     for i in range(n_sp):
-        ptr = seg.res_ptr if sp_res[i] else seg.main_ptr
+        ptr = seg.main_ptr if sp_src[i] == MAIN else seg.res_ptr if sp_src[i] == RES else seg.head_ptr
         sp_pos[i] = ptr[sp_cell[i] + ch]
         sp_end[i] = ptr[sp_cell[i] + ch + 1]
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _scatter(seg, a, c0, c1, sp_w, sp_pos, sp_end, sp_res, n_sp, chunk_start, zero):
+def _scatter(seg, a, c0, c1, sp_w, sp_pos, sp_end, sp_src, n_sp, chunk_start, zero):
     """Add the postings of docs [c0, c1) of every sparse list to the chunk's accumulator ``a``, moving
     sp_pos past them (chunk_start keeps where they began); returns (how many, max value written).
     c0, c1 are offsets inside the current posting chunk, as the list entries are. The max is taken
@@ -377,8 +448,8 @@ def _scatter(seg, a, c0, c1, sp_w, sp_pos, sp_end, sp_res, n_sp, chunk_start, ze
         e = sp_end[i]
         chunk_start[i] = p
         w = sp_w[i]
-        docs = seg.res_docs if sp_res[i] else seg.main_docs
-        codes = seg.res_codes if sp_res[i] else seg.main_codes
+        docs = _list_docs(seg, sp_src[i])
+        codes = seg.main_codes if sp_src[i] == MAIN else seg.res_codes if sp_src[i] == RES else seg.head_codes
         while p < e and docs[p] < c1:
             x = np.uintp(np.int64(docs[p]) - c0)
             v = _add_code(a[x], w, codes[p])
@@ -500,12 +571,57 @@ def _by_acc_dtype(float_impl, u16_impl):
     return step
 
 
+DENSE, NONE = 3, 4  # _pick_list: read the term's dense column, or nothing
+# A dense term reads a head level instead of its column only when the level holds fewer than n /
+# HEAD_OVER_COLUMN postings: a scattered posting costs ~4 ns, a streamed column byte ~0.2 ns.
+HEAD_OVER_COLUMN = 16
+
+
+@njit(cache=True, nogil=True)
+def _impact_floor(seg, opt, q_idx, q_val):
+    """The impact (query weight x doc weight) below which approximate search reads no posting:
+    opt.impact_floor times the largest impact any term of the query can have; 0 in exact mode."""
+    if opt.exact or opt.impact_floor <= 0.0:
+        return 0.0
+    top = 0.0
+    for j in range(len(q_idx)):
+        top = max(top, q_val[j] * seg.scale[q_idx[j]] * 255.0)  # scale * 255: the largest weight
+    return opt.impact_floor * top
+
+
+@njit(cache=True, nogil=True)
+def _pick_list(seg, t, qs, floor, n_chunks):
+    """(source, first cell) of what term t (query weight qs per code step) reads: its dense column or
+    main list, or with an impact floor the smallest head level holding every posting whose impact
+    reaches it (NONE when not even the term's heaviest posting does). Exact mode has floor 0."""
+    dim = len(seg.df)
+    full = DENSE if seg.dense_slot[t] >= 0 else MAIN
+    if full == MAIN and seg.main_ptr[(t + 1) * n_chunks] == seg.main_ptr[t * n_chunks]:
+        return NONE, 0
+    if floor <= 0.0:
+        return full, t * n_chunks
+    need = floor / qs  # the smallest code worth reading
+    if need > 255.0:
+        return NONE, 0
+    nh = len(seg.head_ptr) - 1
+    for L in range(len(HEAD_CODES)):
+        cell = (L * dim + t) * n_chunks
+        if HEAD_CODES[L] <= need and cell + n_chunks <= nh:
+            size = seg.head_ptr[cell + n_chunks] - seg.head_ptr[cell]
+            if size == 0:
+                return NONE, 0
+            if full == MAIN or size * HEAD_OVER_COLUMN < len(seg.fwd_indptr) - 1:
+                return HEAD, cell
+            break
+    return full, t * n_chunks
+
+
 def _query_terms_f32(acc, seg, opt, q_idx, q_val):
     nq = len(q_idx)
     # each term may have a main list (or a dense column) and, in exact mode, a residual list
     sp_w = np.empty(2 * nq, np.float32)
     sp_cell = np.empty(2 * nq, np.int64)
-    sp_res = np.zeros(2 * nq, np.bool_)
+    sp_src = np.zeros(2 * nq, np.int8)
     n_chunks = _n_chunks(seg)
     dn_slot = np.empty(nq, np.int64)
     dn_w = np.empty(nq, np.float32)
@@ -513,6 +629,7 @@ def _query_terms_f32(acc, seg, opt, q_idx, q_val):
     n_dn = 0
     err = 0.0
     bound = 0.0
+    floor = _impact_floor(seg, opt, q_idx, q_val)
     for j in range(nq):
         t = q_idx[j]
         w = q_val[j]
@@ -521,30 +638,32 @@ def _query_terms_f32(acc, seg, opt, q_idx, q_val):
         qs = w * seg.scale[t]
         err += qs
         bound += qs * 255.0
-        if seg.dense_slot[t] >= 0:
+        src, cell = _pick_list(seg, t, qs, floor, n_chunks)
+        if src == DENSE:
             dn_slot[n_dn] = seg.dense_slot[t]
             dn_w[n_dn] = qs
             n_dn += 1
-        elif seg.main_ptr[(t + 1) * n_chunks] > seg.main_ptr[t * n_chunks]:
+        elif src != NONE:
             sp_w[n_sp] = qs
-            sp_cell[n_sp] = t * n_chunks
+            sp_cell[n_sp] = cell
+            sp_src[n_sp] = src
             n_sp += 1
         if opt.exact and seg.res_ptr[(t + 1) * n_chunks] > seg.res_ptr[t * n_chunks]:
             sp_w[n_sp] = qs
             sp_cell[n_sp] = t * n_chunks
-            sp_res[n_sp] = True
+            sp_src[n_sp] = RES
             n_sp += 1
     # float32 accumulation slack on top of the quantisation bound
     err = err * 1.0001 + bound * 1e-5
     slack = 2.0 * err if opt.exact else 0.0
-    return sp_w, sp_cell, sp_res, n_sp, dn_slot, dn_w, n_dn, slack
+    return sp_w, sp_cell, sp_src, n_sp, dn_slot, dn_w, n_dn, slack
 
 
 def _query_terms_u16(acc, seg, opt, q_idx, q_val):
     nq = len(q_idx)
     sp_w = np.empty(nq, np.uint16)
     sp_cell = np.empty(nq, np.int64)
-    sp_res = np.zeros(nq, np.bool_)  # main lists only (approximate mode)
+    sp_src = np.zeros(nq, np.int8)  # main or head lists (approximate mode)
     n_chunks = _n_chunks(seg)
     dn_slot = np.empty(nq + QUAD, np.int64)
     dn_w = np.zeros(nq + QUAD, np.uint16)
@@ -558,9 +677,10 @@ def _query_terms_u16(acc, seg, opt, q_idx, q_val):
             total += 255.0 * q_val[j] * seg.scale[t]
             nt += 1
     if nt == 0:
-        return sp_w, sp_cell, sp_res, n_sp, dn_slot, dn_w, n_dn, 0.0
+        return sp_w, sp_cell, sp_src, n_sp, dn_slot, dn_w, n_dn, 0.0
     # weights round to at most q/unit + 1/2, so the largest score is <= total/unit + 127.5 nt = U16_MAX
     unit = total / (U16_MAX - 127.5 * nt)
+    floor = _impact_floor(seg, opt, q_idx, q_val)
     for j in range(nq):
         t = q_idx[j]
         if q_val[j] <= 0.0 or seg.df[t] == 0:
@@ -568,13 +688,15 @@ def _query_terms_u16(acc, seg, opt, q_idx, q_val):
         w = np.int64(q_val[j] * seg.scale[t] / unit + 0.5)
         if w == 0:  # below half a unit: contributes nothing at this precision
             continue
-        if seg.dense_slot[t] >= 0:
+        src, cell = _pick_list(seg, t, q_val[j] * seg.scale[t], floor, n_chunks)
+        if src == DENSE:
             dn_slot[n_dn] = seg.dense_slot[t]
             dn_w[n_dn] = w
             n_dn += 1
-        elif seg.main_ptr[(t + 1) * n_chunks] > seg.main_ptr[t * n_chunks]:
+        elif src != NONE:
             sp_w[n_sp] = w
-            sp_cell[n_sp] = t * n_chunks
+            sp_cell[n_sp] = cell
+            sp_src[n_sp] = src
             n_sp += 1
     # pad the dense terms to whole quads with weight-0 reads of a column already being read
     n_pad = n_dn
@@ -582,11 +704,11 @@ def _query_terms_u16(acc, seg, opt, q_idx, q_val):
         dn_slot[n_pad] = dn_slot[0]
         dn_w[n_pad] = 0
         n_pad += 1
-    return sp_w, sp_cell, sp_res, n_sp, dn_slot, dn_w, n_dn, 0.0
+    return sp_w, sp_cell, sp_src, n_sp, dn_slot, dn_w, n_dn, 0.0
 
 
-# (sp_w, sp_cell, sp_res, n_sp, dn_slot, dn_w, n_dn, slack): the query's sparse lists (weight, first
-# cell of the term in main_ptr or, where sp_res, res_ptr) and dense columns with weights in the
+# (sp_w, sp_cell, sp_src, n_sp, dn_slot, dn_w, n_dn, slack): the query's sparse lists (weight, first
+# cell of the term in the pointers of sp_src: MAIN, RES or HEAD) and dense columns with weights in the
 # accumulator's type; slack: how far below the heap's minimum a candidate is still kept (2 err in
 # exact mode, else 0)
 _query_terms = _by_acc_dtype(_query_terms_f32, _query_terms_u16)

@@ -8,8 +8,8 @@ dataclasses; any shape error is an IndexCorruptError naming the file and the fie
 same schema, so reading and writing cannot drift apart.
 
 Format versions: 3 adds the document count ``n`` (so an emptied or repeated segment list is caught)
-and the optional per-segment row metadata file (metadata.py). Version 2 (no ``n``, no metadata) is
-still read.
+and the optional per-segment row metadata file (metadata.py); 4 adds each segment's impact-head files
+(segment.HEADS). Versions 2 (no ``n``, no metadata) and 3 (no heads: computed at load) are still read.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tokenspace.index import kernels, storage
-from tokenspace.index.segment import ARRAYS
+from tokenspace.index.segment import ARRAYS, HEADS
 from tokenspace.index.storage import VERSION, IndexCorruptError
 
 SEGMENT_NAME = re.compile(r"seg-[0-9]{6}")
@@ -204,7 +204,7 @@ def _segment(f: _Fields, value, field: str, version: int, next_segment: int) -> 
     n = f.int_(v["n"], f"{field}.n", 1)
     top_n = f.int_(v["top_n"], f"{field}.top_n")
     files_doc = v["files"]
-    arrays = {f"{name}/{a}.npy" for a in ARRAYS}
+    arrays = {f"{name}/{a}.npy" for a in ARRAYS if version >= 4 or a not in HEADS}
     meta = frozenset({f"{name}/{META_FILE}"} if version >= 3 else set())
     f.obj(files_doc, f"{field}.files", arrays, meta)
     files = {rel: f.entry(e, f"{field}.files[{rel!r}]", file=rel, keyed=True)

@@ -23,13 +23,18 @@ ARRAYS = (
     "dense", "bmax",  # dense code columns [n_dense, n] and their block maxima [n_dense, n_blocks]
     "main_ptr", "main_docs", "main_codes",  # sparse posting lists (doc-sorted, chunked: see below)
     "res_ptr", "res_docs", "res_codes",  # postings outside each doc's approx_top_n (exact mode only)
+    "head_ptr", "head_docs", "head_codes",  # impact heads of every term (approximate mode only)
     "ids_ptr", "ids_blob",  # external ids, UTF-8, concatenated
 )
+# the impact heads (format version 4) are derived from the main lists and dense columns: a segment saved
+# by an older version has no files for them and gets them computed when loaded (with_heads)
+HEADS = ("head_ptr", "head_docs", "head_codes")
 # Posting lists (format version 2): the docs are cut into chunks of kernels.POSTING_CHUNK (65,536);
 # main_ptr / res_ptr hold dim * n_chunks + 1 cell pointers, the postings of term t in chunk c being
 # [ptr[t * n_chunks + c], ptr[t * n_chunks + c + 1]), and main_docs / res_docs hold each doc as a uint16
 # offset from its chunk's first doc: 2 bytes a doc id instead of 4 (index 1.55x -> see
-# docs/benchmarks.md, "Compressed postings"). fwd_indices is uint16 when dim <= 65,536 (BERT's 30,522),
+# docs/benchmarks.md, "Compressed postings"). head_ptr holds len(kernels.HEAD_CODES) * dim * n_chunks + 1
+# cell pointers, level L of term t in chunk c being cell (L * dim + t) * n_chunks + c (kernels.head_lists). fwd_indices is uint16 when dim <= 65,536 (BERT's 30,522),
 # else int32.
 FWD_INDEX_U16_MAX_DIM = 1 << 16
 
@@ -94,6 +99,7 @@ class Segment:
         main_docs, main_codes, res_docs, res_codes, dense, bmax = kernels.fill_postings(
             indptr, indices, values, scale, is_main, dense_slot, int(is_dense.sum()), main_ptr, res_ptr)
         del is_main
+        head_ptr, head_docs, head_codes = kernels.head_lists(main_ptr, main_docs, main_codes, dense, dense_slot, n)
         blobs = [s.encode("utf-8") for s in ids]
         ids_ptr = np.zeros(n + 1, np.int64)
         np.cumsum([len(b) for b in blobs], out=ids_ptr[1:])
@@ -105,6 +111,7 @@ class Segment:
             df=df.astype(np.int32), wmax=wmax, scale=scale, dense_slot=dense_slot, dense=dense, bmax=bmax,
             main_ptr=main_ptr, main_docs=main_docs, main_codes=main_codes,
             res_ptr=res_ptr, res_docs=res_docs, res_codes=res_codes,
+            head_ptr=head_ptr, head_docs=head_docs, head_codes=head_codes,
             ids_ptr=ids_ptr, ids_blob=np.frombuffer(b"".join(blobs), np.uint8),
         )
         if metadata is not None and not any(metadata):
@@ -139,7 +146,9 @@ class Segment:
         n_dense = a["dense"].shape[0]
         nch = n_chunks(n)
         for ptr, items, hi, per in (("fwd_indptr", "fwd_indices", dim, 0), ("main_ptr", "main_docs", n, nch),
-                                    ("res_ptr", "res_docs", n, nch)):
+                                    ("res_ptr", "res_docs", n, nch), ("head_ptr", "head_docs", n, nch)):
+            if ptr not in a:  # no heads: a segment of format version < 4 (with_heads)
+                continue
             # the kernels walk each list forward (accumulator chunk by accumulator chunk): out-of-order
             # entries would index before the chunk's start, so order is checked with the bounds. A
             # posting list cell (term, chunk) holds offsets below the chunk's length.
@@ -148,6 +157,7 @@ class Segment:
                 _corrupt(where, ptr, f"pointers must rise from 0 to {len(a[items])}")
             if bad >= 0 and per:
                 t, c = divmod(bad, per)
+                t %= dim  # a head cell counts levels too
                 _corrupt(where, items, f"term {t}, chunk {c} holds doc offsets outside the chunk or out of order")
             if bad >= 0:
                 _corrupt(where, items, f"row {bad} holds values outside [0, {hi}) or out of order")
@@ -270,6 +280,15 @@ class Segment:
         kernels.search_batch; options from kernels.search_options)."""
         kernels.search_batch(self.kernel_arrays(), options, q.indptr, q.indices, q.values, rows,
                              out_docs, out_scores, out_count)
+
+
+def with_heads(arrays: dict[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
+    """The arrays of a segment saved before the impact heads (format version < 4), heads added."""
+    if all(h in arrays for h in HEADS):
+        return arrays
+    heads = kernels.head_lists(arrays["main_ptr"], arrays["main_docs"], arrays["main_codes"], arrays["dense"],
+                               arrays["dense_slot"], n)
+    return dict(arrays, **dict(zip(HEADS, heads)))
 
 
 def duplicate(hashes: np.ndarray, id_of) -> str | None:

@@ -1,6 +1,6 @@
 """On-disk format of the inverted index: immutable segment folders, tombstone files, a manifest.
 
-Layout of an index folder (format version 3: chunked uint16 posting doc ids, see segment.py; the
+Layout of an index folder (format version 4: chunked uint16 posting doc ids and impact heads, see segment.py; the
 manifest's schema is manifest.py)::
 
     MANIFEST.json            the commit point: lists the live files with their size and crc32
@@ -34,8 +34,10 @@ import numpy as np
 from tokenspace import atomic
 
 FORMAT = "tokenspace-inverted"
-VERSION = 3  # 3: the document count n and per-segment row metadata (manifest.py); 2 is still read
-READABLE = (2, 3)
+# 3: the document count n and per-segment row metadata (manifest.py); 4: the impact heads (segment.HEADS;
+# an older segment gets them computed at load); 2 and 3 are still read
+VERSION = 4
+READABLE = (2, 3, 4)
 VOCAB = "vocab.txt"
 # what changed in each version, for the error that asks to rebuild an older index
 _OLDER = {1: "int32 posting doc ids and forward term ids, before the compressed postings of version 2"}

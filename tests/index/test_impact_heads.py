@@ -1,0 +1,109 @@
+"""Impact heads (format version 4): each term's postings of code >= kernels.HEAD_CODES[L], and the
+approximate search knob impact_floor that reads them instead of whole lists and dense columns.
+
+The heads are checked against a reference decoded from the forward vectors (two posting chunks, dense
+columns included); the floor against hand-made corpora where it must drop, or keep, given documents.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from _inverted_data import ids_for, random_batch
+
+from tokenspace.index import ExactIndex, InvertedIndex, kernels
+from tokenspace.index.segment import n_chunks
+from tokenspace.sparse import SparseBatch
+
+CH = kernels.POSTING_CHUNK
+
+
+def _batch(rows: list[dict[int, float]], dim: int) -> SparseBatch:
+    return SparseBatch.from_dicts(rows, dim)
+
+
+def _decode(seg, level: int, t: int) -> tuple[list[int], list[int]]:
+    """(docs, codes) of level ``level`` of term t, in stored order, doc ids made absolute."""
+    nch = n_chunks(seg.n)
+    docs, codes = [], []
+    for ch in range(nch):
+        cell = (level * seg.dim + t) * nch + ch
+        a, b = int(seg.head_ptr[cell]), int(seg.head_ptr[cell + 1])
+        docs += (seg.head_docs[a:b].astype(np.int64) + ch * CH).tolist()
+        codes += seg.head_codes[a:b].tolist()
+    return docs, codes
+
+
+def test_heads_hold_each_terms_heavy_postings_in_doc_order():
+    n, dim = CH + 700, 60  # two posting chunks
+    docs = random_batch(n, dim, 0.05, seed=3, zipf=True)  # zipf: some terms become dense columns
+    seg = InvertedIndex.build(docs, ids_for(n))._segments[0]
+    assert (seg.dense_slot >= 0).any() and (seg.dense_slot < 0).any()
+    assert len(seg.head_ptr) == len(kernels.HEAD_CODES) * dim * n_chunks(n) + 1
+    csc = docs.to_scipy().tocsc()
+    for t in range(dim):
+        rows = csc.indices[csc.indptr[t]:csc.indptr[t + 1]]
+        w = csc.data[csc.indptr[t]:csc.indptr[t + 1]]
+        order = np.argsort(rows)
+        rows, w = rows[order], w[order]
+        code = np.clip(np.floor(w / seg.scale[t] + 0.5), 1, 255).astype(np.int64) if len(w) else w
+        for level, floor in enumerate(kernels.HEAD_CODES):
+            got_docs, got_codes = _decode(seg, level, t)
+            keep = code >= floor
+            assert got_docs == rows[keep].tolist(), (t, level)
+            assert got_codes == code[keep].tolist(), (t, level)
+    # nested: every level holds the one above it
+    sizes = [int(seg.head_ptr[(L + 1) * dim * n_chunks(n)] - seg.head_ptr[L * dim * n_chunks(n)])
+             for L in range(len(kernels.HEAD_CODES))]
+    assert sizes == sorted(sizes) and sizes[0] > 0
+
+
+@pytest.mark.parametrize("dense_fraction", [0.125, 2.0])  # term 0 a dense column / a posting list
+def test_impact_floor_skips_light_postings_and_light_terms(dense_fraction):
+    # term 0: 40 heavy docs (weight 1.0) and 2,000 light ones (0.05, code 13 < every head level); term
+    # 1: only in the last 10 docs, weight 0.2 (its impacts are a fifth of term 0's at most). As a dense
+    # column, term 0 reads its head instead only because the head is small (40 * 16 < 2,050 docs).
+    n = 2050
+    rows = [{0: 1.0} if d < 40 else {0: 0.05} for d in range(2040)] + [{1: 0.2} for _ in range(10)]
+    docs = _batch(rows, 4)
+    ids = ids_for(n)
+    index = InvertedIndex.build(docs, ids, dense_fraction=dense_fraction)
+    assert (index._segments[0].dense_slot[0] >= 0) == (dense_fraction < 1)
+    q = _batch([{0: 1.0, 1: 1.0}], 4)
+    kw = dict(mode="approx", query_mass=1.0, alpha=1.0, rerank=n)
+    everyone = {h.id for h in index.search(q, n, **kw)[0]}
+    assert everyone == set(ids)  # no floor: every doc holding a query term
+    floored = index.search(q, n, impact_floor=0.3, **kw)[0]
+    assert {h.id for h in floored} == set(ids[:40])  # light postings and the light term are not read
+    assert all(abs(h.score - 1.0) < 1e-6 for h in floored)  # scores stay exact
+    # a floor of 0.15 reaches term 1 (0.2 >= 0.15) and reads its postings; term 0 reads its 1/8 level
+    # (code >= 32 > 0.15 * 255), which the light postings (code 13) are not in
+    assert {h.id for h in index.search(q, n, impact_floor=0.15, **kw)[0]} == set(ids[:40] + ids[2040:])
+    # below 1/8 of the largest impact no head holds every posting that may matter: whole lists again
+    assert {h.id for h in index.search(q, n, impact_floor=0.1, **kw)[0]} == set(ids)
+
+
+def test_impact_floor_recall_and_exact_scores():
+    docs = random_batch(3000, 400, 0.06, seed=41, zipf=True)
+    qs = random_batch(60, 400, 0.03, seed=42, zipf=True)
+    ids = ids_for(3000)
+    want = ExactIndex.build(docs, ids).search(qs, k=10)
+    index = InvertedIndex.build(docs, ids)
+    full = (qs.to_scipy().astype(np.float64) @ docs.to_scipy().astype(np.float64).T).toarray()
+    pos = {s: i for i, s in enumerate(ids)}
+    recalls = []
+    for floor in (0.0, 0.1, 0.3, 0.6):
+        got = index.search(qs, 10, mode="approx", impact_floor=floor, rerank=100)
+        assert all(abs(h.score - full[r, pos[h.id]]) < 1e-4 for r, hs in enumerate(got) for h in hs)
+        recalls.append(np.mean([len({h.id for h in g} & {h.id for h in w}) / len(w) for g, w in zip(got, want)]))
+    assert recalls[0] == 1.0 and recalls[1] >= 0.95 and recalls[-1] < recalls[0], recalls
+    assert index.search(qs, 10, mode="approx", impact_floor=0.0) == index.search(qs, 10, mode="approx")
+
+
+def test_impact_floor_is_checked():
+    index = InvertedIndex.build(random_batch(50, 20, 0.2, seed=1), ids_for(50))
+    q = random_batch(1, 20, 0.3, seed=2)
+    with pytest.raises(ValueError, match="only apply to mode='approx'"):
+        index.search(q, 5, impact_floor=0.2)
+    for bad in (-0.1, 1.0, True, "0.2", float("nan")):
+        with pytest.raises(ValueError, match="impact_floor must be in"):
+            index.search(q, 5, mode="approx", impact_floor=bad)
