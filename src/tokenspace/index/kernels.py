@@ -64,8 +64,8 @@ def check_rows(indptr, indices, values):
 # weight q makes its postings' impacts q * w small next to the query's largest one reads only the level
 # that still holds every posting above the impact floor, not its whole list (see _pick_list). Reading
 # fewer postings per term is Seismic's static pruning made per query: on real-text-967K a floor of 0.2
-# to 0.3 of the query's largest impact cut the postings read 3-4x at the same recall once the heap held
-# more candidates (docs/benchmarks.md, "impact heads").
+# to 0.3 of the query's largest impact cut the postings read 2.5-4x at the same recall once the heap
+# held more candidates (docs/benchmarks.md, "impact heads").
 HEAD_CODES = np.array([128, 64, 32], np.int64)
 
 
