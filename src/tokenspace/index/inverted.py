@@ -192,8 +192,8 @@ class InvertedIndex:
             number of docs, approx equals exact.
         impact_floor (approx, in [0, 1), default 0): postings whose impact (query weight x doc weight)
             is below this fraction of the query's largest possible impact are not read: each term reads
-            the smallest of its impact heads (postings with at least 1/2, 1/4, 1/8 or 1/16 of the
-            term's largest weight, kernels.HEAD_CODES) holding every posting above the floor, or nothing
+            the smallest of its impact heads (postings with at least 1/2, 1/4 or 1/8 of the term's
+            largest weight, kernels.HEAD_CODES) holding every posting above the floor, or nothing
             when its heaviest posting is below it. Higher is faster and scores docs on fewer of their
             terms, so pair it with a larger rerank (real-text-967K: docs/benchmarks.md, "impact heads").
         Also in approx mode only each document's ``approx_top_n`` heaviest terms are read (see build).
@@ -585,7 +585,7 @@ def _check_segment(seg: Segment, where: Path) -> None:
     if "head_ptr" in a:  # absent in a segment of format version < 4 (segment.with_heads)
         expect.update(head_docs=(int(a["head_ptr"][-1]),), head_codes=a["head_docs"].shape)
     for name, dt in dict(_DTYPES, fwd_indices=fwd_index_dtype(dim)).items():
-        if name not in a and name in HEADS and "head_ptr" not in a:
+        if name in HEADS and name not in a:
             continue
         if a[name].dtype != dt or a[name].shape != expect[name]:
             raise IndexCorruptError(f"{where}/{name}.npy: dtype {a[name].dtype} shape {a[name].shape}, "

@@ -58,14 +58,15 @@ def check_rows(indptr, indices, values):
     return -1
 
 
-# Impact heads (approximate mode only): for each term, nested prefixes of its list by code, doc-sorted and
-# chunked like the main lists. Level L holds the term's postings of code >= HEAD_CODES[L] (1/2, 1/4, 1/8
-# of the term's largest weight; a level at 1/16 held 90% of the postings and was dropped), dense terms included (from their column). A query term whose
-# weight q makes its postings' impacts q * w small next to the query's largest one reads only the level
-# that still holds every posting above the impact floor, not its whole list (see _pick_list). Reading
-# fewer postings per term is Seismic's static pruning made per query: on real-text-967K a floor of 0.2
-# to 0.3 of the query's largest impact cut the postings read 2.5-4x at the same recall once the heap
-# held more candidates (docs/benchmarks.md, "impact heads").
+# Impact heads (approximate mode only): for each term, nested prefixes of its list by code, doc-sorted
+# and chunked like the main lists. Level L holds the term's postings of code >= HEAD_CODES[L] (1/2, 1/4,
+# 1/8 of the term's largest weight; a level at 1/16 held 90% of the postings and was dropped), dense
+# terms included (from their column). A query term whose weight q makes its postings' impacts q * w small
+# next to the query's largest one reads only the level that still holds every posting above the impact
+# floor, not its whole list (see _pick_list). Reading fewer postings per term is Seismic's static
+# pruning made per query: on real-text-967K a floor of 0.2 to 0.3 of the query's largest impact cut the
+# postings read 2.5-4x at the same recall once the heap held more candidates (docs/benchmarks.md,
+# "impact heads").
 HEAD_CODES = np.array([128, 64, 32], np.int64)
 
 
@@ -592,7 +593,8 @@ def _by_acc_dtype(float_impl, u16_impl):
 
 DENSE, NONE = 3, 4  # _pick_list: read the term's dense column, or nothing
 # A dense term reads a head level instead of its column only when the level holds fewer than n /
-# HEAD_OVER_COLUMN postings: a scattered posting costs ~4 ns, a streamed column byte ~0.2 ns.
+# HEAD_OVER_COLUMN postings: a scattered posting cost ~4-6 ns on real-text-967K, while a column is
+# streamed and vectorised (a cost model, not a tuned value).
 HEAD_OVER_COLUMN = 16
 
 
