@@ -60,7 +60,7 @@ def check_rows(indptr, indices, values):
 
 # Impact heads (approximate mode only): for each term, nested prefixes of its list by code, doc-sorted
 # and chunked like the main lists. Level L holds the term's postings of code >= HEAD_CODES[L] (1/2, 1/4,
-# 1/8 of the term's largest weight; a level at 1/16 held 90% of the postings and was dropped), dense
+# 1/8 of the term's largest weight; a level at 1/16 held 82% of all postings and was dropped), dense
 # terms included (from their column). A query term whose weight q makes its postings' impacts q * w small
 # next to the query's largest one reads only the level that still holds every posting above the impact
 # floor, not its whole list (see _pick_list). Reading fewer postings per term is Seismic's static
