@@ -9,8 +9,8 @@ worker (benchmarks/peers/worker.py, built once, then per search setting 1,000 qu
 one thread and all queries batched on 2 threads), so the timing code is the one bench-1M uses.
 Seismic is rebuilt per build configuration (n_postings, centroid_fraction, summary_energy,
 max_fraction, min_cluster_size; the knn graph when --knn), each searched over query_cut x heap_factor;
-tokenspace over its approximate knobs (query_mass, alpha, rerank) and its exact mode; PISA (exact
-MaxScore / BMW) and scipy (exact) once. The grids start from Seismic's own guidelines
+tokenspace over its approximate knobs (query_mass, alpha, rerank, impact_floor: 0 unless --grid sets
+it) and its exact mode; PISA (exact MaxScore / BMW) and scipy (exact) once. The grids start from Seismic's own guidelines
 (TusKANNy/seismic docs/Guidelines.md: centroid_fraction {0.05, 0.1, 0.2}, summary_energy [0.4, 0.6],
 max_fraction 6, query_cut 10, heap_factor [0.7, 1]) and its best MS MARCO configurations
 (experiments/best_configs: n_postings 3000 at 8.8M passages, max_fraction 4, min_cluster_size 10).
