@@ -33,7 +33,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # `python benchmarks/head_to_head.py` imports benchmarks.*
 
-from benchmarks.peers.common import Timer, load_corpus  # noqa: E402
+from benchmarks.peers.common import Timer, corpus_size, load_corpus  # noqa: E402
 from benchmarks.peers.worker import WARMUP, make_peer, recall_at  # noqa: E402
 from benchmarks.search_speed import ground_truth, machine  # noqa: E402
 
@@ -114,7 +114,7 @@ def main(argv=None):
         ap.error(f"--peer OPTIONS must be JSON: {e}")
     # no thread limits: builds may use every core; a single search of each peer runs on the calling thread
     # (Seismic's search, PISA's query, tokenspace's threads=1), so the race is one core per query
-    n = len(np.load(a.corpus_dir / "d_indptr.npy", mmap_mode="r")) - 1
+    n = corpus_size(a.corpus_dir)
     corpus = load_corpus(a.corpus_dir, n)
     gt = np.load(ground_truth(a.corpus_dir, n, K))
     workdir = Path(tempfile.mkdtemp(prefix="head-to-head-", dir=a.corpus_dir))

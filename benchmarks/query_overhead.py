@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT))  # benchmarks.*
 
-from benchmarks.peers.common import load_corpus  # noqa: E402
+from benchmarks.peers.common import corpus_size, load_corpus  # noqa: E402
 from tokenspace.index import InvertedIndex, kernels  # noqa: E402
 from tokenspace.sparse import SparseBatch  # noqa: E402
 
@@ -39,7 +39,7 @@ SETTINGS = {  # the 967K race's fastest settings at recall 0.95 and exact mode (
 
 
 def load(corpus_dir: Path, index_dir: Path, n_queries: int):
-    n = len(np.load(corpus_dir / "d_indptr.npy", mmap_mode="r")) - 1
+    n = corpus_size(corpus_dir)
     corpus = load_corpus(corpus_dir, n)
     if not (index_dir / "MANIFEST.json").exists():
         docs = SparseBatch(corpus.d_indptr, corpus.d_indices, corpus.d_data, corpus.dim)

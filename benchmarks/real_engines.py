@@ -34,6 +34,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # `python benchmarks/real_engines.py` imports benchmarks.*
 
+from benchmarks.peers.common import corpus_size  # noqa: E402
 from benchmarks.report import markdown_table  # noqa: E402
 from benchmarks.search_speed import ground_truth, machine, run_peer  # noqa: E402
 
@@ -308,7 +309,7 @@ def main(argv=None):
         ap.error("--corpus-dir is required (a corpus from benchmarks/real_corpus.py)")
     if not (a.corpus_dir / "d_indptr.npy").exists():
         ap.error(f"{a.corpus_dir} holds no corpus (d_indptr.npy): build one with benchmarks/real_corpus.py")
-    total = len(np.load(a.corpus_dir / "d_indptr.npy", mmap_mode="r")) - 1
+    total = corpus_size(a.corpus_dir)
     n = min(a.n_docs or total, total)
     n_queries = len(np.load(a.corpus_dir / "q_indptr.npy", mmap_mode="r")) - 1
     name = a.name or f"{a.corpus_dir.name}-{n // 1000}K"

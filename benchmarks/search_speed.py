@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # `python benchmarks/search_speed.py` imports benchmarks.peers
 
 from benchmarks.peers import PEERS
-from benchmarks.peers.common import load_corpus
+from benchmarks.peers.common import corpus_size, load_corpus
 from benchmarks.report import markdown_table, print_table, update_docs
 
 CORPORA = {"100k": 100_000, "1m": 1_000_000}
@@ -163,7 +163,7 @@ def main(argv=None):
 
     if args.corpus_dir:
         data_dir = args.corpus_dir
-        n_docs = len(np.load(data_dir / "d_indptr.npy", mmap_mode="r")) - 1
+        n_docs = corpus_size(data_dir)
         args.corpus = data_dir.name
     else:
         data_dir = ensure_corpus(args.data)

@@ -50,6 +50,11 @@ class Corpus:
 VOCAB_SIZE = 30522  # gen_corpus.py's V
 
 
+def corpus_size(data_dir: Path) -> int:
+    """How many documents the corpus in ``data_dir`` holds."""
+    return len(np.load(data_dir / "d_indptr.npy", mmap_mode="r")) - 1
+
+
 def load_corpus(data_dir: Path, n_docs: int) -> Corpus:
     """The first ``n_docs`` rows of the corpus in ``data_dir`` (bench-100K is a prefix of bench-1M)."""
     def ld(name):
