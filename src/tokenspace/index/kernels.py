@@ -624,10 +624,9 @@ def _pick_list(seg, t, qs, floor, n_chunks):
     need = floor / qs  # the smallest code worth reading
     if need > 255.0:
         return NONE, 0
-    nh = len(seg.head_ptr) - 1
     for L in range(len(HEAD_CODES)):
         cell = (L * dim + t) * n_chunks
-        if HEAD_CODES[L] <= need and cell + n_chunks <= nh:
+        if HEAD_CODES[L] <= need:
             size = seg.head_ptr[cell + n_chunks] - seg.head_ptr[cell]
             if size == 0:
                 return NONE, 0
