@@ -55,7 +55,8 @@ def kernel_call(index, options):
 
     def run(idx, val):
         out = np.zeros((1, options.k), np.int64), np.zeros((1, options.k), np.float32), np.zeros(1, np.int64)
-        kernels.search_batch(arrays, options, np.array([0, len(idx)], np.int64), idx, val, one, *out)
+        kernels.search_batch(arrays, options, np.array([0, len(idx)], np.int64), idx, val, one, *out,
+                             kernels.scratch(index.dim))
         return out
     return run
 

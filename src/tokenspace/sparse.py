@@ -52,7 +52,9 @@ class SparseBatch:
             )
         if (indptr[1:] < indptr[:-1]).any():  # not np.diff: ~3x the cost, felt by one-query batches
             raise ValueError("indptr must be non-decreasing")
-        if len(indices) and (indices.min() < 0 or indices.max() >= self.dim):
+        # one reduction, not min and max: a negative int32 read as uint32 is >= 2**31 (the cap keeps
+        # that true for any dim; int32 indices cannot name a dim past it anyway)
+        if len(indices) and indices.view(np.uint32).max() >= min(self.dim, 2**31):
             raise ValueError(f"indices out of range [0, {self.dim})")
         if self.vocab is not None and len(self.vocab) != self.dim:
             raise ValueError(f"vocabulary has {len(self.vocab)} entries but dim is {self.dim}")

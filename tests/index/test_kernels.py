@@ -26,3 +26,30 @@ def test_search_options_have_fixed_types():
         assert type(x) is type(y)
     assert a.has_mask and not b.has_mask and b.mask.dtype == np.uint8
     assert (a.k, a.rerank, a.exact, a.alpha) == (3, 15, False, 1.0)
+
+
+def test_scratch_is_reused_and_left_zero_by_every_search_path():
+    """search_batch takes this thread's buffers (kernels.scratch) and must leave them all zeros: a
+    dirty buffer would silently add one query's scores to the next one's. Exact and approximate
+    searches, dense columns and lists, a mask and an impact floor run one query after another on the
+    same buffers; each result must equal the query searched on fresh buffers."""
+    n, dim = 3000, 80
+    docs = random_batch(n, dim, 0.08, seed=11, zipf=True)  # zipf: dense columns beside lists
+    index = InvertedIndex.build(docs, ids_for(n), dense_fraction=0.05)
+    assert (index._segments[0].dense_slot >= 0).any()
+    queries = random_batch(40, dim, 0.15, seed=12)
+    knobs = [{"mode": "exact"}, {"mode": "approx", "query_mass": 0.8, "rerank": 30},
+             {"mode": "approx", "impact_floor": 0.3, "rerank": 50}]
+    keep = [f"d{i}" for i in range(0, n, 3)]
+    for opts in knobs:
+        for extra in ({}, {"subset": keep}):
+            fresh = []
+            for r in range(len(queries)):
+                kernels.drop_scratch()
+                fresh.append(index.search(queries[r:r + 1], 10, **opts, **extra)[0])
+            work = kernels.scratch(dim)
+            for r in range(len(queries)):
+                assert index.search(queries[r:r + 1], 10, **opts, **extra)[0] == fresh[r], (opts, extra, r)
+                assert kernels.scratch(dim) is work  # kept between searches
+                assert all(not w.any() for w in work), (opts, extra, r)
+    assert len(kernels.scratch(dim + 1)[0]) == dim + 1  # another dim: new buffers
