@@ -19,9 +19,10 @@ guarded (a failure or the time budget skips what is left of it, recorded in the 
   (train/active.py: the default now), ``autograd-head`` (STAIR only: ``active`` with the plain [B, L, V]
   autograd head in place of models/maxproj.py), ``slab-4096`` (STAIR only: maxproj's slabs of 4,096
   rows instead of 256). Step time (median), pairs/s, peak memory (CUDA allocator).
-- ``global_loss``: the loss alone at the paper's *global* batch, which every rank computes (STAIR
-  16,384 x 30,522 with sparse synthetic vectors, Zipf-distributed tokens; Sparse CLIP 32,768 x 16,384
-  dense): ``before`` against ``active``, time and peak memory.
+- ``global_loss``: the loss alone at the paper's *global* batch (STAIR 16,384 x 30,522 with sparse
+  synthetic vectors, Zipf-distributed tokens; Sparse CLIP 32,768 x 16,384 dense): ``before`` (all
+  columns, the [B, B] logits every rank computed before issue 31), ``active`` (the active columns)
+  and ``local`` (one rank's rows at the per-GPU batch: what each rank computes now), time and peak memory.
 - ``encode``: ``encode_files`` of the release model on the GPU over synthetic 500 x 375 JPEGs: images/s.
 - ``gpu_days``: docs/scale.md's table from measured time instead of an assumed utilisation: per GPU-step
   = the ``active`` step at the per-GPU batch + the global loss (``active``), times the recipe's steps.
@@ -308,7 +309,7 @@ def sparse_vectors(batch: int, dim: int, nnz: int, seed: int, device) -> torch.T
     return out
 
 
-def loss_arm(img, txt, sparse: bool, lam: float, device) -> dict:
+def loss_arm(img, txt, sparse: bool, lam: float, device, rows: slice | None = None) -> dict:
     from tokenspace.train.active import keep_active
     from tokenspace.train.losses import SparseContrastiveLoss
 
@@ -330,7 +331,7 @@ def loss_arm(img, txt, sparse: bool, lam: float, device) -> dict:
         sync(device)
         t0 = time.perf_counter()
         x, y = keep_active(a, b) if sparse else (a, b)
-        parts = loss_fn(x, y, Scale(), step=10**9)
+        parts = loss_fn(x, y, Scale(), step=10**9, rows=rows)
         parts["loss"].backward()
         sync(device)
         times.append(time.perf_counter() - t0)
@@ -347,6 +348,7 @@ def global_loss(device, tiny, clock, out: dict) -> None:
          ("sparse-clip-vitb32", 32768, 16384, None, 0.0)]
     for name, batch, dim, nnz, lam in cases:
         key = f"{name}@{batch}"
+        per_gpu = 4 if tiny else MODELS[name][2]
         res = out.setdefault(key, {"batch": batch, "dim": dim, "nnz_per_row": nnz})
         try:
             clock.check(30)
@@ -355,9 +357,12 @@ def global_loss(device, tiny, clock, out: dict) -> None:
                 img, txt = (torch.randn(batch, dim, generator=g, device=device) for _ in range(2))
             else:
                 img, txt = sparse_vectors(batch, dim, nnz, 0, device), sparse_vectors(batch, dim, nnz, 1, device)
-            for arm in ("before", "active"):
+            # before: all D columns, [B, B] logits on every rank (the code before issue 31); active: the
+            # active columns (issue 31); local: and one rank's rows at the per-GPU batch (the default now)
+            for arm in ("before", "active", "local"):
                 try:
-                    res[arm] = loss_arm(img, txt, arm == "active", lam, device)
+                    rows = slice(0, per_gpu) if arm == "local" else None
+                    res[arm] = loss_arm(img, txt, arm != "before", lam, device, rows)
                 except oom_errors() as e:
                     res[arm] = {"error": f"out of memory: {str(e)[:200]}"}
                 reset_peak(device)
@@ -406,7 +411,8 @@ def encode(device, tiny, clock, out: dict, work: Path) -> None:
 
 # ---------------------------------------------------------------------------------------------- GPU-days
 def gpu_days(results: dict, out: dict) -> None:
-    """Per GPU-step = the ``active`` step at the per-GPU batch + the global loss every rank computes."""
+    """Per GPU-step = the ``active`` step at the per-GPU batch + the loss every rank computes (its rows of
+    the global batch's: ``local``)."""
     from tokenspace.train.recipe import Recipe
 
     for name in ("stair-paper", "sparse-clip-vitb32"):
@@ -417,7 +423,7 @@ def gpu_days(results: dict, out: dict) -> None:
         # the loss at the recipe's global batch (tiny: the one measured, at toy size)
         glob = measured.get(f"{name}@{r.batch_size}") or next(
             (v for k, v in reversed(measured.items()) if k.startswith(name)), {})
-        loss = glob.get("active", {}).get("seconds")
+        loss = (glob.get("local") or glob.get("active", {})).get("seconds")  # a run before the local loss: active
         if step is None or loss is None:
             out[name] = {"error": "needs the throughput and global_loss sections"}
             continue
@@ -492,6 +498,8 @@ def main(argv=None) -> int:
     ap.add_argument("--tiny", action="store_true", help="toy width on the CPU: the same code paths, about a minute")
     ap.add_argument("--sections", nargs="+", default=SECTIONS, choices=SECTIONS)
     ap.add_argument("--budget", type=float, default=None, help="seconds for the whole run (default 390; tiny 300)")
+    ap.add_argument("--merge", type=Path, default=None,
+                    help="start from this results JSON: sections not run keep its numbers (a rerun of some)")
     ap.add_argument("--out", type=Path, default=None,
                     help="JSON results (default benchmarks/results/gpu_run.json; tiny: not written unless given)")
     a = ap.parse_args(argv)
@@ -509,6 +517,11 @@ def main(argv=None) -> int:
                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "torch": torch.__version__,
                "cuda": torch.version.cuda, "device": torch.cuda.get_device_name(0) if not a.tiny else
                f"cpu ({platform.machine()}, {os.cpu_count()} cores)", "sections": {}}
+    if a.merge is not None:
+        earlier = json.loads(a.merge.read_text())
+        results["sections"] = {k: v for k, v in earlier["sections"].items() if k not in a.sections}
+        results["merged"] = {"sections": sorted(results["sections"]), "command": earlier.get("command"),
+                             "date": earlier.get("date"), "device": earlier.get("device")}
     t_start = time.time()
 
     def save() -> None:  # after every section (and compiled arm): a run cut short keeps what it measured
@@ -522,7 +535,7 @@ def main(argv=None) -> int:
             for section in SECTIONS:
                 if section not in a.sections:
                     continue
-                part = results["sections"].setdefault(section, {})
+                part = results["sections"][section] = {}
                 t0 = time.time()
                 try:
                     # each section gets its share of the budget, and no more than is left of it (tiny: all

@@ -13,7 +13,8 @@ ScaleTrainer (DataLoader workers, pinned memory, non_blocking copies) as one joi
 steps (STAIR's three stages differ in what is frozen, not in shapes; VisualSparta trains its CNN too,
 where the paper freezes it: an upper bound on its step cost). Reported per config: median step time
 after warm-up, samples/s, peak memory (CUDA allocator peak; on CPU the process's peak RSS) and whether
-the loss falls (mean of the last tenth of steps below the first tenth). Exit status 1 if a loss does not
+the contrastive loss falls (mean of the last tenth of steps below the first tenth; the total, also
+reported, carries the FLOPs term, whose weight grows from 0 over the run). Exit status 1 if a loss does not
 fall or a run fails.
 """
 from __future__ import annotations
@@ -136,16 +137,24 @@ def run_one(name: str, work: Path, a) -> dict:
     wall = time.time() - t0
     rows = [json.loads(x) for x in (work / "run" / "log.jsonl").read_text().splitlines()]
     loss = np.array([r["loss"] for r in rows])
+    con = np.array([r["contrastive"] for r in rows])
     t = np.array([r["time"] for r in rows])
     dt = np.diff(t)[max(1, len(t) // 10):]  # after warm-up (compilation, allocator, first batches)
     step = float(np.median(dt)) if len(dt) else float(t[-1])
     tenth = max(1, len(loss) // 10)
-    first, last = float(loss[:tenth].mean()), float(loss[-tenth:].mean())
+
+    def ends(x):  # means of the first and the last tenth of the steps
+        return float(x[:tenth].mean()), float(x[-tenth:].mean())
+
+    (first, last), (con_first, con_last) = ends(loss), ends(con)
     mem, what = peak_memory(device)
+    # judged on the contrastive part: the total also holds the FLOPs term, whose weight grows from 0
+    # over the run (flops_warmup = steps), so STAIR's total may rise while it learns
     return {"config": name, "device": str(device), "precision": precision.resolve(recipe.precision, device), "steps": len(rows),
             "batch": recipe.batch_size, "step_s": step, "samples_per_s": recipe.batch_size / step,
             "peak_mib": mem, "memory": what, "loss_first": first, "loss_last": last,
-            "loss_falls": bool(last < first), "wall_s": wall, "finite": bool(np.isfinite(loss).all())}
+            "contrastive_first": con_first, "contrastive_last": con_last,
+            "loss_falls": bool(con_last < con_first), "wall_s": wall, "finite": bool(np.isfinite(loss).all())}
 
 
 def main(argv=None) -> int:
@@ -192,15 +201,17 @@ def _run(a, torch) -> int:
                 r = {"config": name, "error": f"{type(e).__name__}: {e}"}
             results.append(r)
             ok &= bool(r.get("loss_falls")) and bool(r.get("finite"))
-    print("| config | device | precision | steps x batch | step (s) | samples/s | peak memory (MiB) | loss first -> last |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| config | device | precision | steps x batch | step (s) | samples/s | peak memory (MiB) | "
+          "contrastive first -> last | loss first -> last |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in results:
         if "error" in r:
-            print(f"| {r['config']} | failed: {r['error']} |||||||")
+            print(f"| {r['config']} | failed: {r['error']} ||||||||")
             continue
         print(f"| {r['config']} | {r['device']} | {r['precision']} | {r['steps']} x {r['batch']} | {r['step_s']:.3f} | "
-              f"{r['samples_per_s']:.1f} | {r['peak_mib']:,.0f} ({r['memory']}) | {r['loss_first']:.3f} -> "
-              f"{r['loss_last']:.3f}{'' if r['loss_falls'] else ' (did not fall)'} |")
+              f"{r['samples_per_s']:.1f} | {r['peak_mib']:,.0f} ({r['memory']}) | {r['contrastive_first']:.3f} -> "
+              f"{r['contrastive_last']:.3f}{'' if r['loss_falls'] else ' (did not fall)'} | "
+              f"{r['loss_first']:.3f} -> {r['loss_last']:.3f} |")
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         meta = {"torch": torch.__version__, "cuda": torch.version.cuda,

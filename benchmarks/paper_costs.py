@@ -11,8 +11,9 @@ init; a synthetic vocabulary of the paper's 30,522 entries stands in for the BER
 - training FLOPs per pair are 3x the forward of the parts that learn (forward + backward of inputs and
   weights), 1x of frozen parts that still run (STAIR stage 2's image side), 0 of cached ones
   (VisualSparta's backbone grids: computed once per image, not per step);
-- the contrastive loss: every rank all-gathers the global batch B and computes the B x B similarity of
-  D-wide embeddings itself (train/distributed.py), 2 B^2 D FLOPs forward, 3x with backward, per GPU;
+- the contrastive loss: every rank all-gathers the global batch B and computes its b = B / GPUs rows of
+  the B x B similarity of D-wide embeddings in both directions, [b, B] + [B, b] (train/distributed.py):
+  2 x 2 b B D FLOPs forward, 3x with backward, per GPU;
 - GPU-days = total FLOPs / (peak dense bf16 FLOP/s x utilisation) / 86,400. Peaks: A100 SXM 312 TFLOP/s,
   H100 SXM 989 TFLOP/s (NVIDIA datasheets, dense bf16 tensor cores); the utilisation (model FLOPs
   utilisation) is a stated assumption, ``--util``.
@@ -47,9 +48,14 @@ def random_init(config):
     """The config without pretrained weights (random init of the same shapes)."""
     from tokenspace.models.config import ModelConfig
 
+    def bare(tower: dict) -> dict:
+        tower = {k: v for k, v in tower.items() if k != "pretrained"}
+        if "weights" in tower:  # None, not dropped: a tower's default may be its pretrained asset
+            tower["weights"] = None
+        return tower
+
     d = config.to_dict()
-    d["image_tower"] = {k: v for k, v in d["image_tower"].items() if k not in ("weights", "pretrained")}
-    d["text_tower"] = {k: v for k, v in d["text_tower"].items() if k not in ("weights", "pretrained")}
+    d["image_tower"], d["text_tower"] = bare(d["image_tower"]), bare(d["text_tower"])
     return ModelConfig.from_dict(d)
 
 
@@ -132,7 +138,8 @@ def recipe_costs(costs: dict, recipe_name: str, gpus: int, util: float) -> dict:
     r = Recipe.load(recipe_name)
     f = costs["forward_flops"]
     B, D = r.batch_size, costs["embedding_dim"]
-    loss_per_gpu = 3 * 2.0 * B * B * D  # each rank: the global B x B similarity, forward + backward
+    b = B // gpus
+    loss_per_gpu = 3 * 2 * 2.0 * b * B * D  # each rank: its rows of the B x B similarity, both directions
     stages, total = [], 0.0
     for s in r.stages:
         # image tower: trained (3x) end to end from pixels, else cached grids (0); frozen stage: 1x
@@ -148,7 +155,7 @@ def recipe_costs(costs: dict, recipe_name: str, gpus: int, util: float) -> dict:
         stages.append({"stage": s.name, "steps": s.steps, "train_flops_per_pair": per_pair,
                        "arithmetic": (f"{s.steps:,} steps x ({B:,} pairs x ({k_tower} x {f['image_tower'] / 1e9:.2f} "
                                       f"+ {k_head} x {f['image_head'] / 1e9:.2f} + 3 x {f['text_tower'] / 1e9:.2f} "
-                                      f"+ 3 x {text_head / 1e9:.2f}) GFLOP + {gpus} GPUs x 3 x 2 x {B:,}^2 x {D:,})")})
+                                      f"+ 3 x {text_head / 1e9:.2f}) GFLOP + {gpus} GPUs x 3 x 2 x 2 x {b:,} x {B:,} x {D:,})")})
     days = {g: total / (peak * util) / 86400 for g, peak in PEAK.items()}
     return {"recipe": recipe_name, "batch": B, "steps": r.total_steps, "gpus": gpus, "util": util,
             "stages": stages, "loss_flops_per_gpu_step": loss_per_gpu,

@@ -19,6 +19,9 @@ def test_the_global_loss_arms_agree_and_use_fewer_columns(gpu_run):
     stair = out["stair-paper@64"]
     assert stair["before"]["loss"] == pytest.approx(stair["active"]["loss"], rel=1e-6)
     assert stair["active"]["columns"] < stair["before"]["columns"] == 500
+    # one rank's rows: the same columns, a share of the loss (not the global value)
+    assert stair["local"]["columns"] == stair["active"]["columns"]
+    assert stair["local"]["loss"] != pytest.approx(stair["active"]["loss"], rel=1e-3)
     dense = out["sparse-clip-vitb32@64"]  # dense rows: every column is active, nothing is dropped
     assert dense["active"]["columns"] == dense["before"]["columns"] == 256
 
@@ -41,6 +44,20 @@ def test_gpu_days_from_measured_times(gpu_run):
     assert out["stair-paper"]["gpu_days"] == pytest.approx(r.total_steps * 0.75 * 64 / 86400)
     assert "error" in out["sparse-clip-vitb32"]  # nothing measured for it
     json.dumps(out)
+    measured["global_loss"]["stair-paper@16384"]["local"] = {"seconds": 0.05}  # each rank's rows: preferred
+    gpu_run.gpu_days(measured, out)
+    assert out["stair-paper"]["gpu_days"] == pytest.approx(r.total_steps * 0.55 * 64 / 86400)
+
+
+def test_merge_keeps_the_sections_not_rerun(gpu_run, tmp_path):
+    earlier = tmp_path / "earlier.json"
+    earlier.write_text(json.dumps({"command": "x", "date": "d", "device": "GPU", "sections": {
+        "throughput": {"stair-paper": {"active": {"step_s": 0.5}}}, "gpu_days": {"old": 1}}}))
+    out = tmp_path / "new.json"
+    assert gpu_run.main(["--tiny", "--sections", "gpu_days", "--merge", str(earlier), "--out", str(out)]) == 0
+    got = json.loads(out.read_text())
+    assert got["sections"]["throughput"] == {"stair-paper": {"active": {"step_s": 0.5}}}
+    assert "old" not in got["sections"]["gpu_days"] and got["merged"]["sections"] == ["throughput"]
 
 
 def test_the_autograd_head_arm_swaps_the_head_and_puts_it_back(gpu_run, make_model):
@@ -70,3 +87,12 @@ def test_the_slab_arm_sets_larger_slabs_and_puts_them_back(gpu_run):
     with gpu_run.slab_rows(4096):
         assert maxproj._chunk(100, 4) == 100 and maxproj._chunk(2000, 4) == 1024
     assert maxproj._chunk(100, 4) == 64
+
+
+@pytest.mark.parametrize("name", ["stair-paper", "sparse-clip-vitb32", "visualsparta-paper"])
+def test_paper_configs_build_at_random_init_without_any_asset(load_benchmark, name, tmp_path, monkeypatch):
+    """The GPU machine has no asset cache: a tower whose default weights are an asset (EfficientNet-Lite0
+    for visualsparta-paper) must get no weights, not its default."""
+    monkeypatch.setenv("TOKENSPACE_HOME", str(tmp_path))  # an empty cache
+    cfg, model = load_benchmark("paper_costs").build_meta(name)
+    assert sum(p.numel() for p in model.parameters()) > 1_000_000

@@ -71,3 +71,52 @@ def test_flops_loss_reference_batch_barely_pushes_a_token_only_one_sample_has():
     assert emb.grad[0, 0].item() == pytest.approx(2 * 2.0 / (64 * 16384), rel=1e-4)
     # a token every sample has feels the same pressure at either batch size
     assert emb.grad[5, 1].item() == pytest.approx(plain[5, 1].item(), rel=1e-3)
+
+
+class _Model:
+    """score and logit scale of a dual encoder (cosine) or of VisualSparta (dot, its own objective)."""
+
+    def __init__(self, own_objective: bool):
+        self.logit_scale = torch.tensor(1.0 if own_objective else 7.0)
+        self.own = own_objective
+
+    def score(self, a, b):
+        if self.own:
+            return a @ b.T
+        return torch.nn.functional.normalize(a, dim=1) @ torch.nn.functional.normalize(b, dim=1).T
+
+
+class _OwnObjective(_Model):
+    def contrastive_objective(self, logits, cols=None, offset=0):
+        from tokenspace.models.visualsparta import text_to_image_loss
+
+        return text_to_image_loss(logits, cols, offset)
+
+
+@pytest.mark.parametrize("own_objective", [False, True])
+@pytest.mark.parametrize("distill", [0.0, 0.5])
+def test_rank_blocks_average_to_the_global_loss_and_gradient(own_objective, distill):
+    """Data parallelism: each of W ranks computes its rows' share ([b, B] + [B, b] logits); the mean of
+    the shares is the [B, B] loss, and its gradient (what the summing gather and DDP's averaging give)
+    is the single-process gradient, for the symmetric loss, VisualSparta's text -> image objective and
+    the distillation term."""
+    gen = torch.Generator().manual_seed(3)
+    B, D, W = 12, 20, 3
+    img = (torch.rand(B, D, generator=gen) * (torch.rand(B, D, generator=gen) > 0.5)).requires_grad_()
+    txt = (torch.rand(B, D, generator=gen) * (torch.rand(B, D, generator=gen) > 0.5)).requires_grad_()
+    teacher = torch.randn(B, B, generator=gen) * 3
+    model = _OwnObjective(True) if own_objective else _Model(False)
+    loss_fn = SparseContrastiveLoss(1e-2, 1e-2, distill=distill)
+    extra = {"teacher_logits": teacher} if distill else {}
+    full = loss_fn(img, txt, model, step=10, **extra)
+    g_img, g_txt = torch.autograd.grad(full["loss"], (img, txt))
+    b = B // W
+    shares = [loss_fn(img, txt, model, step=10, rows=slice(r * b, (r + 1) * b), **extra) for r in range(W)]
+    for name in full:
+        mean = sum(s[name] for s in shares) / W
+        assert float(mean) == pytest.approx(float(full[name]), rel=1e-5), name
+    if not own_objective:  # a share is not the whole loss: rows alone would not do
+        assert float(shares[0]["contrastive"]) != pytest.approx(float(full["contrastive"]), rel=1e-3)
+    s_img, s_txt = torch.autograd.grad(sum(s["loss"] for s in shares) / W, (img, txt))
+    torch.testing.assert_close(s_img, g_img, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(s_txt, g_txt, rtol=1e-5, atol=1e-7)

@@ -8,7 +8,7 @@ capability by defining its members; nothing registers.
     capability          members                                   who has it
     RestrictsText       token_mask, text_embed(restrict_to_input)  stair (STAIR stage 1, eq. 8)
     LowPrecisionHeads   compute_dtype                             stair, visualsparta (bf16 recipes)
-    OwnObjective        contrastive_objective(logits)             visualsparta (eq. 13: text -> image)
+    OwnObjective        contrastive_objective(logits, cols, ...)  visualsparta (eq. 13: text -> image)
     Regularized         regularization(image_emb, text_emb)       sparse-clip (the L1 arm of Fig. 2b)
     CellScores          image_scores(grid)                        stair, visualsparta, tagger (heatmaps)
     GradCheckpointing   set_grad_checkpointing(enable)            towers: vit, hf-clip-*, open-clip-*, transformer-mlm
@@ -45,7 +45,8 @@ class LowPrecisionHeads(Protocol):
 class OwnObjective(Protocol):
     """defines its own contrastive objective over the [images, texts] logit matrix"""
 
-    def contrastive_objective(self, logits: torch.Tensor) -> torch.Tensor: ...
+    def contrastive_objective(self, logits: torch.Tensor, cols: torch.Tensor | None = None,
+                              offset: int = 0) -> torch.Tensor: ...
 
 
 @runtime_checkable

@@ -35,7 +35,7 @@ from tokenspace.models.options import VisualSpartaOptions
 from tokenspace.models.pooling import grid_to_cells
 
 
-def text_to_image_loss(logits: torch.Tensor) -> torch.Tensor:
+def text_to_image_loss(logits: torch.Tensor, cols: torch.Tensor | None = None, offset: int = 0) -> torch.Tensor:
     """VisualSparta's training objective (eq. 13) with in-batch negatives (the model's
     ``contrastive_objective``, which the trainer's loss calls): [Bi, Bt] image x text scores, positives
     on the diagonal -> mean over queries of -J,
@@ -48,11 +48,15 @@ def text_to_image_loss(logits: torch.Tensor) -> torch.Tensor:
     the standard softmax cross entropy and keeps J bounded above by 0. Only the text -> image direction
     is trained: VisualSparta is a text-to-image retriever. No temperature multiplies f (the model's
     ``logit_scale`` is fixed at 1). It lives with the model, which names it as its objective, so the
-    models layer never imports train/."""
-    if logits.shape[0] != logits.shape[1]:
-        raise ValueError(f"in-batch negatives need a square score matrix, got {tuple(logits.shape)}")
-    target = torch.arange(logits.shape[0], device=logits.device)
-    return F.cross_entropy(logits.T, target)  # rows = queries, columns = candidate images
+    models layer never imports train/. Under data parallelism ``cols`` [B, b] holds every image against
+    this rank's b queries, whose first row in the global batch is ``offset`` (``logits`` is then unused:
+    the trainer's loss passes one rank's blocks alike to every objective)."""
+    if cols is None:
+        if logits.shape[0] != logits.shape[1]:
+            raise ValueError(f"in-batch negatives need a square score matrix, got {tuple(logits.shape)}")
+        cols = logits
+    target = offset + torch.arange(cols.shape[1], device=cols.device)
+    return F.cross_entropy(cols.T, target)  # rows = queries, columns = candidate images
 
 
 class VisualSpartaModel(DualEncoder):
@@ -92,9 +96,9 @@ class VisualSpartaModel(DualEncoder):
         return torch.ones((), device=self.term_bias.device)
 
     @staticmethod
-    def contrastive_objective(logits: torch.Tensor) -> torch.Tensor:
+    def contrastive_objective(logits: torch.Tensor, cols: torch.Tensor | None = None, offset: int = 0) -> torch.Tensor:
         """Eq. 13 with in-batch negatives: text -> image cross entropy only (see SparseContrastiveLoss)."""
-        return text_to_image_loss(logits)
+        return text_to_image_loss(logits, cols, offset)
 
     def image_fragments(self, grid: torch.Tensor) -> torch.Tensor:
         """[B, C, h, w] -> contextualised fragments H_image [B, h*w, width] (eqs. 8-9)."""

@@ -4,15 +4,18 @@
 
 How a step is split (the Trainer does it; everything here is a no-op in a single process):
 - Every rank draws the same global batch (same sampler seed) and encodes its contiguous shard of it.
-- Image and text embeddings are all-gathered, so each rank computes the *global* loss: the contrastive
-  logits over the whole batch and the FLOPs regulariser's mean over the whole batch. Per-rank FLOPs
-  means would regularise W small batches instead of one large one, which makes multi-GPU runs sparser
-  than the single-GPU run of the same recipe.
-- Gradients flow through the rank's own shard only (the other shards are constants here: open_clip's
-  ``local_loss=False`` layout). Since every rank computes the identical global loss L, rank r's shard
-  gradient dL/de_r is the exact one; scaling it by the world size W cancels DDP's gradient averaging,
-  so parameters get exactly the single-process gradient of L, with no backward communication. The
-  logit scale, used on the full matrix by every rank, gets dL/ds on each rank; averaging keeps it.
+- Image and text embeddings are all-gathered. Each rank computes its rows of the contrastive loss
+  against the whole batch: its images against every text and every image against its texts, [b, B]
+  + [B, b] logits instead of [B, B] (open_clip's ``local_loss``; at STAIR's 64 x 256 that is 32x less
+  loss compute per rank); the mean of the ranks' shares is the global batch's loss. The FLOPs
+  regulariser takes its mean over the whole gathered batch on every rank: per-rank FLOPs means would
+  regularise W small batches instead of one large one, which makes multi-GPU runs sparser than the
+  single-GPU run of the same recipe.
+- Gradients: rank s's loss L_s reads every rank's shard, so the gather's backward sums the ranks'
+  gradients of the gathered batch and keeps each rank's rows (a reduce-scatter): rank r gets
+  sum_s dL_s/de_r, and DDP's averaging turns that into the gradient of mean_s L_s, the global loss,
+  exactly the single-process gradient. A part every rank computes identically (FLOPs) gets W times its
+  gradient from the sum, which the averaging cancels. The logged values are the ranks' means.
 - Rank 0 writes logs and checkpoints; every rank loads the checkpoint to resume.
 
 The primitives live in train/ranks.py (the trainers import them from there); this module is the

@@ -8,28 +8,38 @@ from torch import nn
 from tokenspace.models.capabilities import OwnObjective, Regularized
 
 
-def contrastive_loss(logits: torch.Tensor) -> torch.Tensor:
-    """Symmetric InfoNCE over an [B, B] image x text logit matrix whose diagonal are the positives (eq. 3)."""
-    target = torch.arange(logits.shape[0], device=logits.device)
-    return 0.5 * (F.cross_entropy(logits, target) + F.cross_entropy(logits.T, target))
+def contrastive_loss(logits: torch.Tensor, cols: torch.Tensor | None = None, offset: int = 0) -> torch.Tensor:
+    """Symmetric InfoNCE over an image x text logit matrix whose diagonal are the positives (eq. 3).
+
+    ``logits`` is the [B, B] matrix, or one rank's blocks of it under data parallelism (SparseContrastiveLoss's ``rows``):
+    its images against every text [b, B], ``cols`` every image against its texts [B, b], ``offset`` its
+    first row in the global batch. The mean over ranks of their block losses is the [B, B] loss."""
+    cols = logits if cols is None else cols
+    target = offset + torch.arange(logits.shape[0], device=logits.device)
+    return 0.5 * (F.cross_entropy(logits, target) + F.cross_entropy(cols.T, target))
 
 
-def distillation_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor) -> torch.Tensor:
+def distillation_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
+                      cols: torch.Tensor | None = None, offset: int = 0) -> torch.Tensor:
     """In-batch distillation (SPLADE++ / D2S style; a labelled deviation from STAIR): the student's softmax
     over the batch pulled toward the teacher's, in both retrieval directions of the [B, B] image x text
     logit matrices (teacher_logits a constant):
         0.5 * (KL(softmax(T) || softmax(S)) over rows + the same over columns), each a batch mean.
-    It is 0 exactly when each row and column of S equals T's up to a constant shift."""
-    if student_logits.shape != teacher_logits.shape:
-        raise ValueError(f"student logits {tuple(student_logits.shape)} and teacher logits "
-                         f"{tuple(teacher_logits.shape)} differ in shape")
+    It is 0 exactly when each row and column of S equals T's up to a constant shift. The student may be
+    one rank's blocks, as in ``contrastive_loss``; the teacher is always the whole [B, B] matrix."""
+    b = student_logits.shape[0]
+    if student_logits.shape[1] != teacher_logits.shape[1] or offset + b > teacher_logits.shape[0]:
+        raise ValueError(f"student logits {tuple(student_logits.shape)} (rows from {offset}) and teacher "
+                         f"logits {tuple(teacher_logits.shape)} differ in shape")
     teacher_logits = teacher_logits.to(student_logits.dtype).detach()
+    cols = student_logits if cols is None else cols
 
     def kl(s: torch.Tensor, t: torch.Tensor) -> torch.Tensor:  # softmax over dim 1, mean over rows
         return F.kl_div(F.log_softmax(s, dim=1), F.log_softmax(t, dim=1), reduction="batchmean",
                         log_target=True)
 
-    return 0.5 * (kl(student_logits, teacher_logits) + kl(student_logits.T, teacher_logits.T))
+    rows = slice(offset, offset + b)
+    return 0.5 * (kl(student_logits, teacher_logits[rows]) + kl(cols.T, teacher_logits[:, rows].T))
 
 
 def flops_loss(emb: torch.Tensor, reference_batch: int | None = None) -> torch.Tensor:
@@ -84,20 +94,27 @@ class SparseContrastiveLoss(nn.Module):
         self.warmup_steps = warmup_steps
         self.reference_batch = reference_batch  # flops_loss: eq. 6 as at this batch size
 
-    def forward(self, image_emb, text_emb, model, step: int,
-                teacher_logits: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    def forward(self, image_emb, text_emb, model, step: int, teacher_logits: torch.Tensor | None = None,
+                rows: slice | None = None) -> dict[str, torch.Tensor]:
         """``step`` drives the FLOPs warm-up: the step within the stage or the run (Recipe).
-        ``teacher_logits`` [B, B]: the teacher's scores of this batch, needed when ``distill`` > 0."""
+        ``teacher_logits`` [B, B]: the teacher's scores of this batch, needed when ``distill`` > 0.
+        ``rows``: under data parallelism, this rank's rows of the gathered batch: the contrastive and
+        distillation parts are then this rank's share (``contrastive_loss``), [b, B] + [B, b] logits
+        instead of [B, B] (open_clip's local loss), and the FLOPs parts the global batch's as before."""
         scale = model.logit_scale
-        logits = scale * model.score(image_emb, text_emb)  # [B, B]
+        if rows is None:
+            logits, cols, offset = scale * model.score(image_emb, text_emb), None, 0  # [B, B]
+        else:
+            logits = scale * model.score(image_emb[rows], text_emb)  # [b, B]
+            cols, offset = scale * model.score(image_emb, text_emb[rows]), rows.start  # [B, b]
         # a family may define its own objective over the logit matrix (VisualSparta's eq. 13 is
         # text -> image only); every other model gets the symmetric CLIP loss
         objective = model.contrastive_objective if isinstance(model, OwnObjective) else contrastive_loss
-        parts = {"contrastive": objective(logits)}
+        parts = {"contrastive": objective(logits, cols, offset)}
         if self.distill:
             if teacher_logits is None:
                 raise ValueError("a distillation weight needs the batch's teacher logits")
-            parts["distill"] = self.distill * distillation_loss(logits, teacher_logits)
+            parts["distill"] = self.distill * distillation_loss(logits, teacher_logits, cols, offset)
         w = quadratic_warmup(step, self.warmup_steps)
         if self.lambda_image:
             parts["flops_image"] = w * self.lambda_image * flops_loss(image_emb, self.reference_batch)

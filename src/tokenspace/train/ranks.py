@@ -71,29 +71,55 @@ def context() -> DistContext:
     return DistContext()
 
 
-class _ScaleGrad(torch.autograd.Function):
-    """Identity forward; multiplies the gradient by a constant (the world size, see the module doc)."""
+class _Gather(torch.autograd.Function):
+    """all_gather of [b, ...] shards in rank order; backward sums every rank's gradient of the gathered
+    batch and keeps this rank's rows (a reduce-scatter): each rank's loss reads every shard."""
 
     @staticmethod
-    def forward(ctx, x, scale: float):
-        ctx.scale = scale
-        return x.view_as(x)
+    def forward(ctx, x):
+        ctx.rows = x.shape[0]
+        parts = [torch.empty_like(x) for _ in range(dist.get_world_size())]
+        dist.all_gather(parts, x.contiguous())
+        return torch.cat(parts, dim=0)
 
     @staticmethod
     def backward(ctx, grad):
-        return grad * ctx.scale, None
+        grad, rank, b = grad.contiguous(), dist.get_rank(), ctx.rows
+        if dist.get_backend() == dist.Backend.NCCL:
+            out = torch.empty_like(grad[:b])
+            dist.reduce_scatter_tensor(out, grad)
+            return out
+        dist.all_reduce(grad)  # gloo has no reduce-scatter: twice the traffic, the same sums
+        return grad[rank * b:(rank + 1) * b]
 
 
 def gather_with_grad(x: torch.Tensor) -> torch.Tensor:
-    """[b, D] local shard -> [W * b, D] global batch in rank order; gradients reach the local shard
-    only, scaled by W (exact under DDP's averaging when every rank computes the same loss)."""
+    """[b, D] local shard -> [W * b, D] global batch in rank order. Gradients reach every shard, summed
+    over the ranks' losses; DDP's averaging then makes it the gradient of their mean (train/distributed.py)."""
+    if not context().enabled:
+        return x
+    return _Gather.apply(x)
+
+
+def local_rows(b: int) -> slice | None:
+    """This rank's rows of a gathered global batch of shards of ``b`` rows (None in a single process)."""
+    ctx = context()
+    return slice(ctx.rank * b, (ctx.rank + 1) * b) if ctx.enabled else None
+
+
+def global_values(parts: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Each scalar part with its mean over the ranks as its value and this rank's own gradient: ranks
+    compute different local losses (their rows of the contrastive loss) whose mean is the global batch's
+    loss, and the log should show that, not rank 0's share. One all-reduce of a few scalars."""
     ctx = context()
     if not ctx.enabled:
-        return x
-    parts = [torch.empty_like(x) for _ in range(ctx.world)]
-    dist.all_gather(parts, x.detach().contiguous())
-    parts[ctx.rank] = _ScaleGrad.apply(x, float(ctx.world))
-    return torch.cat(parts, dim=0)
+        return parts
+    names = list(parts)
+    own = torch.stack([parts[n].detach().float() for n in names])
+    mean = own.clone()
+    dist.all_reduce(mean)
+    mean /= ctx.world
+    return {n: parts[n] + (mean[i] - own[i]).to(parts[n].dtype) for i, n in enumerate(names)}
 
 
 def wrap_ddp(module: torch.nn.Module, ctx: DistContext) -> torch.nn.Module:

@@ -247,15 +247,18 @@ class Trainer:
         if self.sparse_loss and self.model.sparse:
             image_emb, text_emb = active.keep_active(image_emb, text_emb)  # [b, U] each
         # the loss in fp32: the FLOPs sums and the softmax are where low precision would hurt.
-        # Gathered: the contrastive logits and the FLOPs means cover the global batch on every rank
+        # Gathered: each rank's rows of the contrastive logits reach the whole global batch, and the
+        # FLOPs means cover the global batch (train/distributed.py)
+        rows = ranks.local_rows(len(image_emb))
         image_emb = ranks.gather_with_grad(image_emb.float())  # [B, U or D]
         text_emb = ranks.gather_with_grad(text_emb.float())  # [B, U or D]
-        extra = {}  # without distillation the loss is called exactly as before
+        # a single process without distillation calls the loss exactly as before
+        extra = {} if rows is None else {"rows": rows}
         if self.teacher is not None:  # the global batch's teacher logits [B, B]; gathered rows are idx's
             teacher = self.teacher.logits(idx[:len(image_emb)])  # (shards trimmed to a multiple of ranks)
             extra["teacher_logits"] = torch.from_numpy(teacher).to(self.device)
         parts = self.loss_fn(image_emb, text_emb, _ScaleFrom(self.model, scale.float()), global_step, **extra)
-        return parts, image_emb, text_emb
+        return ranks.global_values(parts), image_emb, text_emb
 
     def step(self, idx: np.ndarray, stage: Stage, global_step: int, opt) -> dict[str, float]:
         parts, image_emb, text_emb = self.forward_loss(idx, stage, global_step)
