@@ -17,8 +17,9 @@ guarded (a failure or the time budget skips what is left of it, recorded in the 
   largest batch that fits (doubling from half the paper's per-GPU batch), then at the paper's per-GPU
   batch each arm: ``before`` (the loss over all D columns: the code before issue 31), ``active``
   (train/active.py: the default now), ``autograd-head`` (STAIR only: ``active`` with the plain [B, L, V]
-  autograd head in place of models/maxproj.py), ``slab-4096`` (STAIR only: maxproj's slabs of 4,096
-  rows instead of 256). Step time (median), pairs/s, peak memory (CUDA allocator).
+  autograd head in place of models/maxproj.py), ``slab-256`` (STAIR only: maxproj's slabs of 256 rows,
+  its CPU default, instead of 4,096; the 2026-11-27 run measured the reverse, ``slab-4096``, when 256
+  was the default everywhere). Step time (median), pairs/s, peak memory (CUDA allocator).
 - ``global_loss``: the loss alone at the paper's *global* batch (STAIR 16,384 x 30,522 with sparse
   synthetic vectors, Zipf-distributed tokens; Sparse CLIP 32,768 x 16,384 dense): ``before`` (all
   columns, the [B, B] logits every rank computed before issue 31), ``active`` (the active columns)
@@ -186,16 +187,16 @@ def time_steps(t, stage, opt, warm: int, steps: int) -> dict:
 
 @contextlib.contextmanager
 def slab_rows(rows: int):
-    """models/maxproj.py's slabs of ``rows`` (batch x positions) rows instead of 256: fewer, larger
-    products, which a GPU may run faster (the memory bound grows with them)."""
+    """models/maxproj.py's slabs of ``rows`` (batch x positions) rows on every device instead of its
+    defaults (256 on a CPU, 4,096 on a GPU)."""
     from tokenspace.models import maxproj
 
-    saved = maxproj._chunk
-    maxproj._chunk = lambda B, L: saved(B, L, rows)
+    saved = maxproj.SLAB_ROWS
+    maxproj.SLAB_ROWS = dict.fromkeys(saved, rows)
     try:
         yield
     finally:
-        maxproj._chunk = saved
+        maxproj.SLAB_ROWS = saved
 
 
 @contextlib.contextmanager
@@ -223,7 +224,7 @@ def run_arm(name, tiny, batch, device, arm: str, warm: int, steps: int) -> dict:
     everything the arm allocated is freed when it returns."""
     try:
         model, recipe = build(name, tiny)
-        with autograd_head() if arm == "autograd-head" else slab_rows(4096) if arm == "slab-4096" else \
+        with autograd_head() if arm == "autograd-head" else slab_rows(256) if arm == "slab-256" else \
                 contextlib.nullcontext():
             t, stage, opt = trainer_for(model, recipe, batch, device, compile=arm == "compile" and not tiny)
             if arm == "compile" and tiny:  # the CPU's inductor takes minutes: dynamo's tracing alone
@@ -243,7 +244,7 @@ def throughput(device, tiny, clock, out: dict) -> None:
     paper's per-GPU batch (before / active), then the head variants, then the largest batch. (The
     ``compile`` arm is a section of its own, the last: its compilation time is the least predictable.)"""
     warm, steps = (1, 2) if tiny else (3, 8)
-    rounds = [("before", "active"), ("autograd-head", "slab-4096"), ("largest",)]
+    rounds = [("before", "active"), ("autograd-head", "slab-256"), ("largest",)]
     for arms in rounds:
         for name, (_, _, paper, _) in MODELS.items():
             res = out.setdefault(name, {"batch": 4 if tiny else paper})
@@ -251,7 +252,7 @@ def throughput(device, tiny, clock, out: dict) -> None:
                 continue
             try:
                 for arm in arms:
-                    if arm in ("autograd-head", "slab-4096") and not name.startswith("stair"):
+                    if arm in ("autograd-head", "slab-256") and not name.startswith("stair"):
                         continue  # the token head's variants: STAIR's heads only
                     if arm == "largest":
                         largest_batch(name, tiny, device, clock, res, warm, steps)

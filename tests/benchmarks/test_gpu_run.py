@@ -80,13 +80,15 @@ def test_without_a_gpu_it_refuses_unless_tiny(gpu_run, capsys):
     assert "--tiny" in capsys.readouterr().err
 
 
-def test_the_slab_arm_sets_larger_slabs_and_puts_them_back(gpu_run):
+def test_slabs_follow_the_device_and_the_slab_arm_puts_them_back(gpu_run):
     from tokenspace.models import maxproj
 
-    assert maxproj._chunk(100, 4) == 64  # 256 rows: 64 items of 4 positions
-    with gpu_run.slab_rows(4096):
-        assert maxproj._chunk(100, 4) == 100 and maxproj._chunk(2000, 4) == 1024
-    assert maxproj._chunk(100, 4) == 64
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")  # (a device object needs no GPU)
+    assert maxproj._chunk(100, 4, cpu) == 64  # 256 rows: 64 items of 4 positions
+    assert maxproj._chunk(100, 4, cuda) == 100 and maxproj._chunk(2000, 4, cuda) == 1024  # 4,096 rows
+    with gpu_run.slab_rows(256):
+        assert maxproj._chunk(2000, 4, cuda) == 64
+    assert maxproj._chunk(2000, 4, cuda) == 1024 and maxproj._chunk(100, 4, cpu) == 64
 
 
 @pytest.mark.parametrize("name", ["stair-paper", "sparse-clip-vitb32", "visualsparta-paper"])
