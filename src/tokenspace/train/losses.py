@@ -11,9 +11,9 @@ from tokenspace.models.capabilities import OwnObjective, Regularized
 def contrastive_loss(logits: torch.Tensor, cols: torch.Tensor | None = None, offset: int = 0) -> torch.Tensor:
     """Symmetric InfoNCE over an image x text logit matrix whose diagonal are the positives (eq. 3).
 
-    ``logits`` is the [B, B] matrix, or one rank's blocks of it under data parallelism (SparseContrastiveLoss's ``rows``):
-    its images against every text [b, B], ``cols`` every image against its texts [B, b], ``offset`` its
-    first row in the global batch. The mean over ranks of their block losses is the [B, B] loss."""
+    ``logits`` is the [B, B] matrix, or one rank's blocks of it under data parallelism (the ``rows`` of
+    SparseContrastiveLoss): its images against every text [b, B], ``cols`` every image against its texts
+    [B, b], ``offset`` its first row in the global batch. The ranks' mean is the [B, B] loss."""
     cols = logits if cols is None else cols
     target = offset + torch.arange(logits.shape[0], device=logits.device)
     return 0.5 * (F.cross_entropy(logits, target) + F.cross_entropy(cols.T, target))
