@@ -11,8 +11,8 @@ no gradient from it:
   contributes 0 and |.|'s gradient at 0 is 0.
 So the trainer keeps only the union of the columns non-zero anywhere in the global batch (the union is
 all-reduced across ranks, so every rank keeps the same columns in the same order) before it gathers
-the embeddings: the gather moves [b, U] instead of [b, D] per rank, and the [B, B] logits are one dense
-[B, U] x [U, B] product. Loss values and gradients equal the full computation's up to float summation
+the embeddings: the gather moves [b, U] instead of [b, D] per rank, and the logits are dense products
+over U columns ([B, U] x [U, B] in one process; each rank's [b, B] and [B, b] blocks under DDP). Loss values and gradients equal the full computation's up to float summation
 order (tests/train/test_active_loss.py, and the 2-rank gloo run in tests/scale/test_distributed.py).
 
 The loss, a family's ``contrastive_objective`` and ``regularization`` then see the active columns only,
