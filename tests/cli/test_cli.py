@@ -154,6 +154,21 @@ def test_index_build_reorder_finds_the_same_hits(world, tmp_path):
         assert a.code == b.code == 0 and a.out.splitlines()[1:] == b.out.splitlines()[1:], (a.out, b.out)
 
 
+def test_index_build_without_impact_heads_is_smaller_and_finds_the_same_hits(world, tmp_path):
+    from tokenspace.index import InvertedIndex
+
+    out = tmp_path / "bare"
+    data = [f"{world.manifest}:train", f"{world.manifest}:test"]
+    r = world.run("index", "build", "--model", world.model, "--data", *data, "--out", out, "--no-impact-heads")
+    assert r.code == 0, r.err
+    plain, bare = InvertedIndex.load(world.index).stats(), InvertedIndex.load(out).stats()
+    assert plain["impact_heads"] and not bare["impact_heads"]  # the flag reached the library
+    assert bare["index_bytes"] < plain["index_bytes"]
+    for q in ("a red dog", "a blue cat"):
+        a, b = (world.run("search", "--index", i, q, "-k", "5") for i in (world.index, out))
+        assert a.code == b.code == 0 and a.out.splitlines()[1:] == b.out.splitlines()[1:], (a.out, b.out)
+
+
 @pytest.mark.parametrize("fmt", ["jsonl", "jsonl-int", "opensearch"])
 def test_index_export_every_format(world, tmp_path, fmt):
     out = tmp_path / ("bulk" if fmt == "opensearch" else "docs.jsonl")

@@ -68,7 +68,7 @@ def test_misuse_is_one_line(world, dense, args, message):
     assert r.code in (1, 2) and message in r.error_line(), r.err
 
 
-@pytest.mark.parametrize("flag", [["--top-n", "3"], ["--reorder"]])
+@pytest.mark.parametrize("flag", [["--top-n", "3"], ["--reorder"], ["--no-impact-heads"]])
 def test_dense_model_refuses_options_for_tokens(world, dense, tmp_path, flag):
     r = world.run("index", "build", "--model", world.root / "dense-model", "--data", f"{world.manifest}:test",
                   "--out", tmp_path / "d", *flag)

@@ -107,3 +107,45 @@ def test_impact_floor_is_checked():
     for bad in (-0.1, 1.0, True, "0.2", float("nan")):
         with pytest.raises(ValueError, match="impact_floor must be in"):
             index.search(q, 5, mode="approx", impact_floor=bad)
+
+
+def test_an_index_without_heads_answers_alike_and_refuses_a_floor(tmp_path):
+    """impact_heads=False: no head postings (a one-entry head_ptr), a smaller index, the same hits for
+    every search that reads no head (exact against a scipy oracle, approx against the headed index),
+    after a save and load, an add and a compact too; an impact floor is refused, not ignored."""
+    n = CH + 300  # two posting chunks
+    docs = random_batch(n, 80, 0.05, seed=7, zipf=True)  # dense columns and posting lists
+    qs = random_batch(40, 80, 0.05, seed=8, zipf=True)
+    ids = ids_for(n)
+    headed = InvertedIndex.build(docs, ids)
+    bare = InvertedIndex.build(docs, ids, impact_heads=False)
+    seg = bare._segments[0]
+    assert not seg.has_heads and headed._segments[0].has_heads
+    assert len(seg.head_ptr) == 1 and len(seg.head_docs) == 0
+    assert bare.stats()["index_bytes"] < headed.stats()["index_bytes"]
+    assert bare.stats()["impact_heads"] is False and headed.stats()["impact_heads"] is True
+    full = (qs.to_scipy().astype(np.float64) @ docs.to_scipy().astype(np.float64).T).toarray()
+    oracle = [[ids[i] for i in np.argsort(-row, kind="stable")[:10]] for row in full]
+
+    def check(index):
+        got = index.search(qs, 10)
+        assert [[h.id for h in hs] for hs in got] == oracle
+        for kw in ({}, {"query_mass": 0.7, "rerank": 40}, {"alpha": 0.8}):
+            assert index.search(qs, 10, mode="approx", **kw) == headed.search(qs, 10, mode="approx", **kw)
+        with pytest.raises(ValueError, match="impact_heads=False"):
+            index.search(qs, 10, mode="approx", impact_floor=0.2)
+
+    check(bare)
+    bare.save(tmp_path / "bare")
+    loaded = InvertedIndex.load(tmp_path / "bare")
+    assert not loaded.impact_heads and not loaded._segments[0].has_heads
+    check(loaded)
+    extra = random_batch(30, 80, 0.05, seed=9, zipf=True)
+    loaded.add(extra, [f"x{i}" for i in range(30)])  # a later add follows the built choice
+    assert not loaded._segments[-1].has_heads
+    loaded.delete([f"x{i}" for i in range(30)])
+    loaded.compact()
+    assert len(loaded._segments) == 1 and not loaded._segments[0].has_heads
+    check(loaded)
+    with pytest.raises(ValueError, match="impact_heads must be True or False"):
+        InvertedIndex(80, impact_heads="no")

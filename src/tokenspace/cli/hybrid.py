@@ -90,7 +90,8 @@ def build_dense_index(args, model) -> int:
     model that encodes its queries), for `search --dense-index`."""
     out = Path(args.out)
     given = [f for f, v in (("--top-n", args.top_n), ("--metadata", getattr(args, "metadata", None)),
-                            ("--reorder", getattr(args, "reorder", False))) if v]
+                            ("--reorder", getattr(args, "reorder", False)),
+                            ("--no-impact-heads", not getattr(args, "impact_heads", True))) if v]
     if given:
         raise UsageError(f"{', '.join(given)}: a dense model's rows have no tokens to cut, filter or cluster; "
                          "not with a dense model")

@@ -42,7 +42,8 @@ class InvertedIndex:
     """Embedded sparse inverted index over a fixed dim; implements the SparseIndex protocol."""
 
     def __init__(self, dim: int, vocab: Vocabulary | None = None, *, dense_fraction: float = 0.125,
-                 approx_top_n: int | None = None, deny: Sequence | None = None, allow: Sequence | None = None):
+                 approx_top_n: int | None = None, deny: Sequence | None = None, allow: Sequence | None = None,
+                 impact_heads: bool = True):
         if vocab is not None and len(vocab) != dim:
             raise ValueError(f"vocabulary has {len(vocab)} entries but dim is {dim}")
         if not (isinstance(dense_fraction, (int, float)) and dense_fraction > 0):
@@ -53,6 +54,9 @@ class InvertedIndex:
         self.vocab = vocab
         self.dense_fraction = float(dense_fraction)
         self.approx_top_n = int(approx_top_n) if approx_top_n else 0  # 0: approx reads every term
+        if not isinstance(impact_heads, (bool, np.bool_)):
+            raise ValueError(f"impact_heads must be True or False, got {impact_heads!r}")
+        self.impact_heads = bool(impact_heads)  # for the segments added from now on
         # index-side token blacklist / whitelist (STAIR App. D), applied to every document added
         self.token_filter = TokenFilter.resolve(self.dim, vocab, deny, allow)
         self._segments: list[Segment] = []
@@ -70,7 +74,7 @@ class InvertedIndex:
     def build(cls, batch: SparseBatch, ids: Sequence[str], *, dense_fraction: float = 0.125,
               approx_top_n: int | None = None, vocab: Vocabulary | None = None, deny: Sequence | None = None,
               allow: Sequence | None = None, metadata: Sequence[dict] | None = None,
-              reorder: bool = False) -> "InvertedIndex":
+              reorder: bool = False, impact_heads: bool = True) -> "InvertedIndex":
         """Index ``batch`` (non-negative weights, sorted unique dims per row) under string ``ids``.
 
         dense_fraction: terms in at least this fraction of a segment's docs are stored as dense uint8
@@ -89,6 +93,10 @@ class InvertedIndex:
         reorder: add the documents cluster by cluster (reorder.cluster_order) instead of in the given
             order: block skipping then prunes more (measured: docs/benchmarks.md). Results are the same
             top-k; only ties between equal scores follow the new order, as "earlier insertion" does.
+        impact_heads: also store each term's impact heads (its postings above 1/2, 1/4 and 1/8 of its
+            largest weight, read by search's ``impact_floor``). False saves their space (a third of the
+            index on real-text-967K, docs/benchmarks.md) and refuses ``impact_floor``; every other
+            search is unchanged. Every later ``add`` and ``compact`` follows the choice.
         """
         if not isinstance(batch, SparseBatch):
             raise TypeError(f"build takes a SparseBatch, got {type(batch).__name__}")
@@ -100,7 +108,7 @@ class InvertedIndex:
             metadata = None if metadata is None else [metadata[i] for i in order]
         index = cls(batch.dim, vocab if vocab is not None else batch.vocab,
                     dense_fraction=dense_fraction, deny=deny, allow=allow,
-                    approx_top_n=approx_top_n)
+                    approx_top_n=approx_top_n, impact_heads=impact_heads)
         index.add(batch, ids, metadata=metadata)
         return index
 
@@ -122,7 +130,7 @@ class InvertedIndex:
         if self.token_filter is not None:
             batch = self.token_filter.apply(batch)
         seg = Segment.build(batch, ids, dense_fraction=self.dense_fraction, approx_top_n=self.approx_top_n,
-                            metadata=rows)
+                            impact_heads=self.impact_heads, metadata=rows)
         base = self._total()
         self._segments.append(seg)
         self._deleted.append(None)
@@ -155,7 +163,7 @@ class InvertedIndex:
         ids = self.ids()
         batch = self.get(ids) if ids else None
         fresh = InvertedIndex(self.dim, self.vocab, dense_fraction=self.dense_fraction,
-                              approx_top_n=self.approx_top_n or None)
+                              approx_top_n=self.approx_top_n or None, impact_heads=self.impact_heads)
         fresh.token_filter = self.token_filter
         if batch is not None:
             fresh.add(batch, ids, metadata=self.metadata(ids))
@@ -218,6 +226,9 @@ class InvertedIndex:
         if bad >= 0:
             raise ValueError(f"query row {bad} must have strictly increasing dims and finite weights >= 0")
         qm, al, rr, fl = self._knobs(mode, k, query_mass, alpha, rerank, impact_floor)
+        if fl > 0 and not all(seg.has_heads for seg in self._segments):
+            raise ValueError("impact_floor needs impact heads, and this index was built with "
+                             "impact_heads=False")
         masks = self._masks(must, must_not, where, subset, meta)
         nq = len(queries)
         per_seg = []
@@ -373,6 +384,7 @@ class InvertedIndex:
             "nnz": nnz, "index_bytes": size, "raw_csr_bytes": raw, "size_vs_raw_csr": size / raw if raw else 0.0,
             "dense_terms": [int(seg.dense.shape[0]) for seg in self._segments],
             "dense_fraction": self.dense_fraction, "approx_top_n": self.approx_top_n or None,
+            "impact_heads": all(seg.has_heads for seg in self._segments),
             "token_filter": self.token_filter.to_dict() if self.token_filter else None,
             "path": str(self._path) if self._path else None,
         }
@@ -500,6 +512,7 @@ class InvertedIndex:
             if s.metadata is not None:
                 seg.meta_file = root / s.metadata.file  # parsed on first use (metadata.loads checks it)
             index._segments.append(seg)
+            index.impact_heads = index.impact_heads and seg.has_heads  # later adds follow the built ones
             dele = None
             if s.tombstones:
                 tomb = root / s.tombstones.file
@@ -576,7 +589,9 @@ def _check_segment(seg: Segment, where: Path) -> None:
     expect = {
         "fwd_indptr": (n + 1,), "df": (dim,), "wmax": (dim,), "scale": (dim,), "dense_slot": (dim,),
         "dense": (nd, n), "bmax": (nd, (n + kernels.BLOCK - 1) // kernels.BLOCK), "main_ptr": (cells,),
-        "res_ptr": (cells,), "ids_ptr": (n + 1,), "head_ptr": (len(kernels.HEAD_CODES) * (cells - 1) + 1,),
+        "res_ptr": (cells,), "ids_ptr": (n + 1,),
+        # every level's cells, or one pointer: built without heads (segment.no_heads)
+        "head_ptr": (1,) if "head_ptr" in a and len(a["head_ptr"]) == 1 else (len(kernels.HEAD_CODES) * (cells - 1) + 1,),
         "fwd_indices": (int(a["fwd_indptr"][-1]) if len(a["fwd_indptr"]) else -1,),
         "fwd_values": a["fwd_indices"].shape, "main_docs": (int(a["main_ptr"][-1]),),
         "main_codes": a["main_docs"].shape, "res_docs": (int(a["res_ptr"][-1]),),

@@ -643,7 +643,7 @@ def _pick_list(seg, t, qs, floor, n_chunks):
     full = DENSE if seg.dense_slot[t] >= 0 else MAIN
     if full == MAIN and seg.main_ptr[(t + 1) * n_chunks] == seg.main_ptr[t * n_chunks]:
         return NONE, 0
-    if floor <= 0.0:
+    if floor <= 0.0 or len(seg.head_ptr) == 1:  # (a segment built without heads: whole lists)
         return full, t * n_chunks
     need = floor / qs  # the smallest code worth reading
     if need > 255.0:

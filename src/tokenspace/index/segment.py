@@ -73,7 +73,7 @@ class Segment:
     # ----------------------------------------------------------------- build
     @classmethod
     def build(cls, batch: SparseBatch, ids: list[str], *, dense_fraction: float, approx_top_n: int,
-              metadata: list[dict] | None = None) -> "Segment":
+              impact_heads: bool = True, metadata: list[dict] | None = None) -> "Segment":
         indptr, indices, values = batch.indptr, batch.indices, batch.values
         bad = kernels.check_rows(indptr, indices, values)
         if bad >= 0:
@@ -99,7 +99,8 @@ class Segment:
         main_docs, main_codes, res_docs, res_codes, dense, bmax = kernels.fill_postings(
             indptr, indices, values, scale, is_main, dense_slot, int(is_dense.sum()), main_ptr, res_ptr)
         del is_main
-        head_ptr, head_docs, head_codes = kernels.head_lists(main_ptr, main_docs, main_codes, dense, dense_slot, n)
+        head_ptr, head_docs, head_codes = (kernels.head_lists(main_ptr, main_docs, main_codes, dense, dense_slot, n)
+                                           if impact_heads else no_heads())
         blobs = [s.encode("utf-8") for s in ids]
         ids_ptr = np.zeros(n + 1, np.int64)
         np.cumsum([len(b) for b in blobs], out=ids_ptr[1:])
@@ -117,6 +118,11 @@ class Segment:
         if metadata is not None and not any(metadata):
             metadata = None  # no field anywhere: no file
         return cls(n, dim, approx_top_n, arrays, list(ids), _meta=metadata)
+
+    @property
+    def has_heads(self) -> bool:
+        """Whether the segment holds impact heads (built with impact_heads=False: a one-entry head_ptr)."""
+        return len(self.arrays["head_ptr"]) > 1
 
     # ----------------------------------------------------------------- metadata
     def has_metadata(self) -> bool:
@@ -147,7 +153,7 @@ class Segment:
         nch = n_chunks(n)
         for ptr, items, hi, per in (("fwd_indptr", "fwd_indices", dim, 0), ("main_ptr", "main_docs", n, nch),
                                     ("res_ptr", "res_docs", n, nch), ("head_ptr", "head_docs", n, nch)):
-            if ptr not in a:  # no heads: a segment of format version < 4 (with_heads)
+            if ptr not in a or (ptr == "head_ptr" and len(a[ptr]) == 1):  # no heads: format < 4, or not built
                 continue
             # the kernels walk each list forward (accumulator chunk by accumulator chunk): out-of-order
             # entries would index before the chunk's start, so order is checked with the bounds. A
@@ -284,6 +290,12 @@ class Segment:
         except BaseException:  # the buffers may be left dirty: the next search gets fresh ones
             kernels.drop_scratch()
             raise
+
+
+def no_heads() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The head arrays of a segment built without impact heads: one pointer, no postings. The kernels
+    read whole lists there (kernels._pick_list); InvertedIndex.search refuses an impact floor."""
+    return np.zeros(1, np.int64), np.empty(0, np.uint16), np.empty(0, np.uint8)
 
 
 def with_heads(arrays: dict[str, np.ndarray], n: int) -> dict[str, np.ndarray]:

@@ -74,7 +74,7 @@ def _build(args) -> int:
     # each row carries its source and caption (search --filter source=... / caption~word) and the user's fields
     rows = [{**{k: v for k, v in (("source", r.source), ("caption", r.text)) if v}, **user.get(r.id, {})}
             for r in records]
-    index = InvertedIndex.build(vectors, ids, metadata=rows, reorder=args.reorder)
+    index = InvertedIndex.build(vectors, ids, metadata=rows, reorder=args.reorder, impact_heads=args.impact_heads)
     index.save(args.out)
     pipeline.write_collection_meta(args.out, records, model_reference(args.model))
     print(f"indexed {len(ids)} images into {args.out} (`tokenspace index stats {args.out}` for its statistics)")
