@@ -26,7 +26,7 @@ guarded (a failure or the time budget skips what is left of it, recorded in the 
   and ``local`` (one rank's rows at the per-GPU batch: what each rank computes now), time and peak memory.
 - ``encode``: ``encode_files`` of the release model on the GPU over synthetic 500 x 375 JPEGs: images/s.
 - ``gpu_days``: docs/scale.md's table from measured time instead of an assumed utilisation: per GPU-step
-  = the ``active`` step at the per-GPU batch + the global loss (``active``), times the recipe's steps.
+  = the ``active`` step at the per-GPU batch + one rank's loss (``local``), times the recipe's steps.
 - ``open_clip``: open_clip's ViT-B-32 (random init) trained the same way at the dense baseline's batch,
   for an outside reference of the dense baseline's pairs/s; skipped when open_clip is not installed.
 - ``compile`` (last: its compilation time is the least predictable): the ``active`` arm of each model
