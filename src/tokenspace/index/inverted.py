@@ -591,7 +591,7 @@ def _check_segment(seg: Segment, where: Path) -> None:
         "dense": (nd, n), "bmax": (nd, (n + kernels.BLOCK - 1) // kernels.BLOCK), "main_ptr": (cells,),
         "res_ptr": (cells,), "ids_ptr": (n + 1,),
         # every level's cells, or one pointer: built without heads (segment.no_heads)
-        "head_ptr": (1,) if "head_ptr" in a and len(a["head_ptr"]) == 1 else (len(kernels.HEAD_CODES) * (cells - 1) + 1,),
+        "head_ptr": (1,) if "head_ptr" in a and not seg.has_heads else (len(kernels.HEAD_CODES) * (cells - 1) + 1,),
         "fwd_indices": (int(a["fwd_indptr"][-1]) if len(a["fwd_indptr"]) else -1,),
         "fwd_values": a["fwd_indices"].shape, "main_docs": (int(a["main_ptr"][-1]),),
         "main_codes": a["main_docs"].shape, "res_docs": (int(a["res_ptr"][-1]),),

@@ -154,7 +154,7 @@ class Segment:
         nch = n_chunks(n)
         for ptr, items, hi, per in (("fwd_indptr", "fwd_indices", dim, 0), ("main_ptr", "main_docs", n, nch),
                                     ("res_ptr", "res_docs", n, nch), ("head_ptr", "head_docs", n, nch)):
-            if ptr not in a or (ptr == "head_ptr" and len(a[ptr]) == 1):  # no heads: format < 4, or not built
+            if ptr not in a or (ptr == "head_ptr" and not self.has_heads):  # no heads: format < 4, or not built
                 continue
             # the kernels walk each list forward (accumulator chunk by accumulator chunk): out-of-order
             # entries would index before the chunk's start, so order is checked with the bounds. A

@@ -17,7 +17,7 @@ SLAB_ROWS = {"cpu": 256, "cuda": 4096}
 
 
 def _chunk(B: int, L: int, device: torch.device) -> int:
-    return max(1, min(B, SLAB_ROWS.get(device.type, 256) // max(L, 1)))
+    return max(1, min(B, SLAB_ROWS.get(device.type, SLAB_ROWS["cpu"]) // max(L, 1)))
 
 
 class _MaxProjection(torch.autograd.Function):
