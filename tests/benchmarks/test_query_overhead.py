@@ -33,9 +33,8 @@ def test_overhead_report_on_a_tiny_corpus(qo, load_benchmark, tmp_path):
     # the kernel alone finds what search() finds: the timed calls do the same work
     index, queries = qo.load(tmp_path, tmp_path / "idx", 5)
     for label, setting in qo.SETTINGS.items():
-        exact = setting["mode"] == "exact"
-        options = qo.kernels.search_options(qo.K, qo.K if exact else setting["rerank"], exact,
-                                            setting.get("alpha", 1.0), setting.get("query_mass", 1.0), None)
+        options = qo.kernel_options(setting)
+        assert options.impact_floor == setting.get("impact_floor", 0.0)
         for idx, val in queries:
             docs, _, count = qo.kernel_call(index, options)(idx, val)
             docs = docs[0, :count[0]].tolist()

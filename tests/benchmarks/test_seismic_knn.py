@@ -1,0 +1,65 @@
+"""benchmarks/seismic_knn.py on a tiny corpus: the graph is built once, saved whole, and a race's Seismic
+build takes it back (knn_path) and searches with it."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from benchmarks.peers import common
+from tokenspace.sparse import SparseBatch
+
+pytest.importorskip("seismic")
+
+BUILD = {"n_postings": 200, "centroid_fraction": 0.1, "min_cluster_size": 2}
+
+
+@pytest.fixture(scope="module")
+def knn(load_benchmark):
+    return load_benchmark("seismic_knn")
+
+
+def _corpus(load_benchmark, folder, n=150):
+    rng = np.random.default_rng(4)
+    rows = [{int(t): float(rng.uniform(0.1, 2)) for t in rng.choice(200, size=10, replace=False)} for _ in range(n)]
+    load_benchmark("real_corpus").write_corpus(folder, SparseBatch.from_dicts(rows, dim=common.VOCAB_SIZE),
+                                               SparseBatch.from_dicts(rows[:6], dim=common.VOCAB_SIZE))
+
+
+def test_graph_is_saved_and_a_race_build_loads_it(knn, load_benchmark, tmp_path, monkeypatch, capsys):
+    _corpus(load_benchmark, tmp_path)
+    (tmp_path / "results" / "benchmarks" / "results").mkdir(parents=True)
+    monkeypatch.setattr(knn, "ROOT", tmp_path / "results")
+    knn.main(["--corpus-dir", str(tmp_path), "--nknn", "3", "--name", "tiny", "--build", json.dumps(BUILD)])
+    graph = knn.graph_path(tmp_path, 3)
+    assert graph.exists() and graph.stat().st_size > 0
+    assert not list(graph.parent.glob("*.part*"))  # the partial file was renamed, the work folder removed
+    assert [p for p in graph.parent.iterdir()] == [graph]
+    report = json.loads((tmp_path / "results/benchmarks/results/seismic_knn-tiny.json").read_text())
+    assert report["n_docs"] == 150 and report["nknn"] == 3 and report["build"] == BUILD
+    assert report["knn_build_s"] >= 0 and report["graph_bytes"] == graph.stat().st_size
+
+    # what head_to_head.py does with it: a Seismic build carrying the graph, searched with n_knn
+    from benchmarks.peers.seismic_peer import SeismicPeer
+
+    corpus = common.load_corpus(tmp_path, 150)
+    peer = SeismicPeer(build={**BUILD, "knn_path": str(graph), "nknn": 3})
+    (tmp_path / "w").mkdir()
+    peer.build(corpus, tmp_path / "w")
+    assert peer.index.knn_len == 3
+    idx, val = corpus.query(0)
+    hits = peer.search_one(idx, val, 5, query_cut=10, heap_factor=0.9, n_knn=3)
+    assert hits[0] == 0  # query 0 is document 0
+
+    # a second run keeps the whole graph it finds
+    before = graph.stat().st_mtime_ns
+    capsys.readouterr()
+    knn.main(["--corpus-dir", str(tmp_path), "--nknn", "3", "--build", json.dumps(BUILD)])
+    assert "kept" in capsys.readouterr().out and graph.stat().st_mtime_ns == before
+
+
+def test_bad_arguments_are_clear_errors(knn, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        knn.main(["--corpus-dir", str(tmp_path)])
+    assert "holds no corpus" in capsys.readouterr().err
