@@ -7,7 +7,8 @@ paid per query: building the query's SparseBatch, search()'s checks, the output 
 hits' row numbers into ids. Per query, interleaved so that load shifts hit all three alike, this times
 (1) the kernel alone (kernels.search_batch on prepared options), (2) ``index.search`` on a prepared
 SparseBatch and (3) the caller's whole path (SparseBatch + search + the hit ids as ints, what the
-benchmark peer does), and reports the medians of (2) - (1) and (3) - (1) over all queries and passes.
+benchmark peer does), and reports the medians of (2) - (1) and (3) - (1) over all queries and passes,
+and of (0) the kernel's call searching no row: what crossing into numba costs (part of (1)).
 The index is built once (and saved to --index) when the folder does not hold one. Prints a table and
 writes benchmarks/results/query_overhead-<name>.json.
 """
@@ -51,14 +52,15 @@ def load(corpus_dir: Path, index_dir: Path, n_queries: int):
     return index, [corpus.query(r) for r in range(min(n_queries, len(corpus.q_indptr) - 1))]
 
 
-def kernel_call(index, options):
+def kernel_call(index, options, rows=(0,)):
     """The kernel alone on one query: what search() would run for a one-segment index; returns the
-    (docs, scores, count) arrays it fills."""
-    arrays, one = index._segments[0].kernel_arrays(), np.zeros(1, np.int64)
+    (docs, scores, count) arrays it fills. rows=(): the same call searching no row, i.e. the cost of
+    crossing into numba (typing and unboxing the arguments)."""
+    arrays, rows = index._segments[0].kernel_arrays(), np.array(rows, np.int64)
 
     def run(idx, val):
         out = np.zeros((1, options.k), np.int64), np.zeros((1, options.k), np.float32), np.zeros(1, np.int64)
-        kernels.search_batch(arrays, options, np.array([0, len(idx)], np.int64), idx, val, one, *out,
+        kernels.search_batch(arrays, options, np.array([0, len(idx)], np.int64), idx, val, rows, *out,
                              kernels.scratch(index.dim))
         return out
     return run
@@ -76,6 +78,7 @@ def measure(index, queries, setting: dict, passes: int) -> dict:
         raise SystemExit("the index must be one segment (built in one piece), so the kernel alone is comparable")
     n, dim = len(index), index.dim
     kernel = kernel_call(index, kernel_options(setting))
+    crossing = kernel_call(index, kernel_options(setting), rows=())
     batches = [SparseBatch(np.array([0, len(i)]), i, v, dim) for i, v in queries]
 
     def user(idx, val):
@@ -83,10 +86,13 @@ def measure(index, queries, setting: dict, passes: int) -> dict:
         return [int(h.id) for h in hits]
 
     user(*queries[0]), kernel(*queries[0])  # compile / warm
-    t_kernel, t_search, t_user = [], [], []
+    t_kernel, t_search, t_user, t_cross = [], [], [], []
     clock = time.perf_counter
     for _ in range(passes):
         for (idx, val), batch in zip(queries, batches):
+            t0 = clock()
+            crossing(idx, val)
+            t_cross.append(clock() - t0)
             t0 = clock()
             kernel(idx, val)
             t1 = clock()
@@ -96,7 +102,7 @@ def measure(index, queries, setting: dict, passes: int) -> dict:
             t3 = clock()
             t_kernel.append(t1 - t0), t_search.append(t2 - t1), t_user.append(t3 - t2)
     tk, ts, tu = (np.array(t) * 1e6 for t in (t_kernel, t_search, t_user))
-    return {"docs": n, "queries": len(queries), "passes": passes,
+    return {"docs": n, "queries": len(queries), "passes": passes, "crossing_us": float(np.median(t_cross) * 1e6),
             "kernel_us": float(np.median(tk)), "search_us": float(np.median(ts)), "user_us": float(np.median(tu)),
             "search_overhead_us": float(np.median(ts - tk)), "user_overhead_us": float(np.median(tu - tk))}
 
@@ -120,10 +126,11 @@ def main(argv=None):
     report = {"corpus": name, "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
               "command": "python benchmarks/query_overhead.py " + shlex.join(sys.argv[1:] if argv is None else argv),
               "rows": rows}
-    print("| setting | docs | kernel us | search us | search - kernel us | caller's path us | caller - kernel us |")
-    print("|---|---|---|---|---|---|---|")
+    print("| setting | docs | into numba us | kernel us | search us | search - kernel us | caller's path us | "
+          "caller - kernel us |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['setting']} | {r['docs']:,} | {r['kernel_us']:.1f} | {r['search_us']:.1f} | "
+        print(f"| {r['setting']} | {r['docs']:,} | {r['crossing_us']:.1f} | {r['kernel_us']:.1f} | {r['search_us']:.1f} | "
               f"{r['search_overhead_us']:.1f} | {r['user_us']:.1f} | {r['user_overhead_us']:.1f} |")
     out = a.out or ROOT / "benchmarks/results" / f"query_overhead-{name}.json"
     out.write_text(json.dumps(report, indent=1) + "\n")

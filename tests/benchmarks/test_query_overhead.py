@@ -29,7 +29,7 @@ def test_overhead_report_on_a_tiny_corpus(qo, load_benchmark, tmp_path):
     assert [r["setting"] for r in report["rows"]] == list(qo.SETTINGS)
     for r in report["rows"]:
         assert r["docs"] == 80 and r["queries"] == 5 and r["passes"] == 2
-        assert all(np.isfinite(r[k]) and r[k] > 0 for k in ("kernel_us", "search_us", "user_us"))
+        assert all(np.isfinite(r[k]) and r[k] > 0 for k in ("crossing_us", "kernel_us", "search_us", "user_us"))
     # the kernel alone finds what search() finds: the timed calls do the same work
     index, queries = qo.load(tmp_path, tmp_path / "idx", 5)
     for label, setting in qo.SETTINGS.items():
@@ -37,6 +37,7 @@ def test_overhead_report_on_a_tiny_corpus(qo, load_benchmark, tmp_path):
         assert options.impact_floor == setting.get("impact_floor", 0.0)
         for idx, val in queries:
             docs, _, count = qo.kernel_call(index, options)(idx, val)
+            assert qo.kernel_call(index, options, rows=())(idx, val)[2][0] == 0  # the crossing searches nothing
             docs = docs[0, :count[0]].tolist()
             hits = index.search(SparseBatch(np.array([0, len(idx)]), idx, val, common.VOCAB_SIZE), qo.K, **setting)[0]
             assert [index._segments[0].id_of(d) for d in docs] == [h.id for h in hits], label

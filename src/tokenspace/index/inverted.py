@@ -235,8 +235,9 @@ class InvertedIndex:
         base = 0
         for si, seg in enumerate(self._segments):
             kk = min(int(k), seg.n)
-            out_docs = np.zeros((nq, kk), np.int64)
-            out_scores = np.zeros((nq, kk), np.float32)
+            # only the first out_count[r] entries of a row are written and read: empty is enough there
+            out_docs = np.empty((nq, kk), np.int64)
+            out_scores = np.empty((nq, kk), np.float32)
             out_count = np.zeros(nq, np.int64)
             mask = masks[si]
             if mask is None or mask.any():
@@ -301,6 +302,9 @@ class InvertedIndex:
     # ----------------------------------------------------------------- filters
     def _masks(self, must, must_not, where, subset, meta=None) -> list[np.ndarray | None]:
         """Per segment uint8 mask of searchable docs (None = all): live AND subset AND filters."""
+        if must is None and must_not is None and where is None and subset is None and meta is None \
+                and not any(d is not None for d in self._deleted):
+            return [None] * len(self._segments)  # the common unfiltered search: ~1 us of a one-query call
         trees = filters.token_tree(self.dim, self.vocab, must, must_not, where)
         meta = MetaFilter.resolve(meta)
         allowed = None

@@ -302,8 +302,8 @@ def drop_scratch() -> None:
     _SCRATCH.work = None
 
 
-@njit(cache=True, nogil=True)
-def search_batch(seg, opt, q_indptr, q_indices, q_values, rows, out_docs, out_scores, out_count, work):
+def search_batch(seg: SegmentArrays, opt: SearchOptions, q_indptr, q_indices, q_values, rows, out_docs, out_scores,
+                 out_count, work) -> None:
     """search_one over the query rows `rows` of a CSR batch; results land in row r of the out_* arrays.
     work: scratch(dim) of the calling thread.
 
@@ -311,6 +311,17 @@ def search_batch(seg, opt, q_indptr, q_indices, q_values, rows, out_docs, out_sc
     Approximate queries take the 16-bit first pass where use_u16 says so, all others the float one.
     The cut is done here, not in Python: building a cut SparseBatch cost ~50 us per query.
     """
+    # seg and opt cross into numba as plain tuples and are named again inside: numba's dispatcher types
+    # a plain tuple in C but a NamedTuple field by field in Python, which cost ~3 us of a one-query
+    # search (the two NamedTuples were ~70% of the call's dispatch; docs/benchmarks.md)
+    _search_batch(tuple(seg), tuple(opt), q_indptr, q_indices, q_values, rows, out_docs, out_scores, out_count,
+                  work)
+
+
+@njit(cache=True, nogil=True)
+def _search_batch(seg_fields, opt_fields, q_indptr, q_indices, q_values, rows, out_docs, out_scores, out_count,
+                  work):
+    seg, opt = SegmentArrays(*seg_fields), SearchOptions(*opt_fields)
     qdense, acc, acc16 = work
     for r in rows:
         a, b = q_indptr[r], q_indptr[r + 1]
