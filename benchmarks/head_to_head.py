@@ -101,7 +101,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus-dir", type=Path, required=True, help="a corpus from benchmarks/real_corpus.py")
     ap.add_argument("--peer", nargs=2, action="append", required=True, metavar=("ENGINE", "OPTIONS"),
-                    help="an engine and its constructor options as JSON (build, settings); repeatable")
+                    help="an engine and its constructor options as JSON (build, settings; \"label\": the name "
+                         "of its rows, for a second build of an engine); repeatable")
     ap.add_argument("--passes", type=int, default=5)
     ap.add_argument("--single", type=int, default=1000, help="queries timed one at a time per setting and pass")
     ap.add_argument("--name", default=None)
@@ -112,6 +113,9 @@ def main(argv=None):
         specs = [(engine, json.loads(opts)) for engine, opts in a.peer]
     except json.JSONDecodeError as e:
         ap.error(f"--peer OPTIONS must be JSON: {e}")
+    labels = [opts.get("label", engine) for engine, opts in specs]
+    if len(set(labels)) < len(labels):
+        ap.error(f"two peers are named alike ({', '.join(labels)}): give a second build of an engine a \"label\"")
     # no thread limits: builds may use every core; a single search of each peer runs on the calling thread
     # (Seismic's search, PISA's query, tokenspace's threads=1), so the race is one core per query
     n = corpus_size(a.corpus_dir)
@@ -121,7 +125,8 @@ def main(argv=None):
     peers, builds = [], []
     try:
         for i, (engine, opts) in enumerate(specs):
-            peer = make_peer(engine, opts)
+            peer = make_peer(engine, {key: v for key, v in opts.items() if key != "label"})
+            peer.name = labels[i]
             peer.prepare(corpus)
             (workdir / str(i)).mkdir()
             with Timer() as t:
@@ -136,13 +141,15 @@ def main(argv=None):
             p.close()
         shutil.rmtree(workdir, ignore_errors=True)
     name = a.name or a.corpus_dir.name
-    first, others = peers[0].name, [p.name for p in peers[1:]]
+    # every build of the first engine against every other engine
+    firsts = [p.name for p, (engine, _) in zip(peers, specs) if engine == specs[0][0]]
+    others = [p.name for p, (engine, _) in zip(peers, specs) if engine != specs[0][0]]
     report = {"corpus": name, "n_docs": n, "k": K, "passes": a.passes, "single_queries": a.single,
               "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine(),
               "command": "python benchmarks/head_to_head.py " + shlex.join(sys.argv[1:] if argv is None else argv),
               "load_avg_1min_end": os.getloadavg()[0], "builds": builds, "rows": rows,
               "ratios": {f"{first}/{o} @{t if t else 'exact'}": ratios(rows, first, o, t)
-                         for o in others for t in (*TARGETS, None)}}
+                         for first in firsts for o in others for t in (*TARGETS, None)}}
     print("| engine | setting | recall@10 | QPS (median pass) | passes |\n|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['engine']} | {r['setting']} | {r['recall']:.3f} | {r['qps']:,.0f} | "

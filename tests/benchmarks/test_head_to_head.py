@@ -52,3 +52,26 @@ def test_race_on_a_tiny_corpus(hh, load_benchmark, tmp_path, monkeypatch):
     assert len(report["ratios"]["tokenspace/scipy @0.95"]["per_pass"]) == 3
     assert [b["engine"] for b in report["builds"]] == ["tokenspace", "scipy"]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("head-to-head-")]  # the work folder is removed
+
+
+def test_a_second_build_of_an_engine_races_under_its_label(hh, load_benchmark, tmp_path, monkeypatch):
+    rng = np.random.default_rng(5)
+    rows = [{int(t): float(rng.uniform(0.1, 2)) for t in rng.choice(300, size=8, replace=False)} for _ in range(100)]
+    load_benchmark("real_corpus").write_corpus(tmp_path, SparseBatch.from_dicts(rows, dim=common.VOCAB_SIZE),
+                                               SparseBatch.from_dicts(rows[:10], dim=common.VOCAB_SIZE))
+    (tmp_path / "out" / "benchmarks" / "results").mkdir(parents=True)
+    monkeypatch.setattr(hh, "ROOT", tmp_path / "out")
+    ts = {"settings": [["exact", {"mode": "exact"}]]}
+    hh.main(["--corpus-dir", str(tmp_path), "--name", "two", "--passes", "2", "--single", "10",
+             "--peer", "tokenspace", json.dumps(ts),
+             "--peer", "tokenspace", json.dumps({**ts, "label": "tokenspace-small", "build": {"dense_fraction": 0.5}}),
+             "--peer", "scipy", "{}"])
+    report = json.loads((tmp_path / "out/benchmarks/results/head_to_head-two.json").read_text())
+    assert [b["engine"] for b in report["builds"]] == ["tokenspace", "tokenspace-small", "scipy"]
+    assert report["builds"][1]["options"] == {"dense_fraction": 0.5}
+    assert {r["engine"] for r in report["rows"]} == {"tokenspace", "tokenspace-small", "scipy"}
+    # both builds of the first engine against the other engine, not against each other
+    assert set(report["ratios"]) == {f"{a}/scipy @{t}" for a in ("tokenspace", "tokenspace-small")
+                                     for t in ("0.95", "0.99", "exact")}
+    with pytest.raises(SystemExit):  # two peers named alike: refused before anything is built
+        hh.main(["--corpus-dir", str(tmp_path), "--peer", "tokenspace", "{}", "--peer", "tokenspace", "{}"])
