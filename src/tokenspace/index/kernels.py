@@ -238,8 +238,8 @@ def fill_postings(indptr, indices, values, scale, is_main, dense_slot, n_dense, 
 class SegmentArrays(NamedTuple):
     """The arrays of one segment that search reads (segment.ARRAYS says what they hold), handed to the
     kernels as one value. Built by field name (Segment.kernel_arrays), so no list has to follow an
-    argument order by hand. numba types a NamedTuple of arrays field by field and a field read is free;
-    the call costs ~2 us more than with the 14 arrays as positional arguments (~1 ms a query at 1M)."""
+    argument order by hand. search_batch passes it into numba as a plain tuple and names it again
+    there (a field read is free); a NamedTuple argument costs more to dispatch (search_batch)."""
 
     df: np.ndarray
     scale: np.ndarray
