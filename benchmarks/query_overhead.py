@@ -33,7 +33,7 @@ from tokenspace.index import InvertedIndex, kernels  # noqa: E402
 from tokenspace.sparse import SparseBatch  # noqa: E402
 
 K = 10
-SETTINGS = {  # the 967K race's fastest settings at recall 0.95 and 0.99, and exact mode (docs/benchmarks.md)
+SETTINGS = {  # exact mode, and the 967K race's fastest at recall 0.95 and 0.99 before the retuning of 2026-11-27
     "exact": {"mode": "exact"},
     "approx qm=0.7 rerank=100 floor=0.35": {"mode": "approx", "query_mass": 0.7, "alpha": 1.0, "rerank": 100,
                                             "impact_floor": 0.35},
