@@ -77,8 +77,8 @@ def measure(index, queries, setting: dict, passes: int) -> dict:
     if len(index._segments) != 1:
         raise SystemExit("the index must be one segment (built in one piece), so the kernel alone is comparable")
     n, dim = len(index), index.dim
-    kernel = kernel_call(index, kernel_options(setting))
-    crossing = kernel_call(index, kernel_options(setting), rows=())
+    options = kernel_options(setting)
+    kernel, crossing = kernel_call(index, options), kernel_call(index, options, rows=())
     batches = [SparseBatch(np.array([0, len(i)]), i, v, dim) for i, v in queries]
 
     def user(idx, val):

@@ -303,7 +303,7 @@ class InvertedIndex:
     def _masks(self, must, must_not, where, subset, meta=None) -> list[np.ndarray | None]:
         """Per segment uint8 mask of searchable docs (None = all): live AND subset AND filters."""
         if must is None and must_not is None and where is None and subset is None and meta is None \
-                and not any(d is not None for d in self._deleted):
+                and all(d is None for d in self._deleted):
             return [None] * len(self._segments)  # the common unfiltered search: ~1 us of a one-query call
         trees = filters.token_tree(self.dim, self.vocab, must, must_not, where)
         meta = MetaFilter.resolve(meta)
