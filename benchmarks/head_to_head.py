@@ -13,7 +13,8 @@ order rotating from pass to pass; a noisy minute hits a few settings of one pass
 targets are read per pass: the fastest setting of each engine whose recall@10 reaches the target, and
 the ratio of the two within that pass; the median and range of those per-pass ratios are reported.
 Recall does not depend on timing, so it is computed once. Writes
-benchmarks/results/head_to_head-<name>.json and prints the table.
+benchmarks/results/head_to_head-<name>.json, the recall-vs-QPS plot docs/head_to_head-<name>.png, and
+prints the table.
 """
 from __future__ import annotations
 
@@ -97,6 +98,42 @@ def ratios(rows: list[dict], a: str, b: str, target: float | None) -> dict | Non
     return {"per_pass": [round(r, 3) for r in per], "median": float(np.median(per)), "min": min(per), "max": max(per)}
 
 
+def plot(report: dict, path: Path) -> None:
+    """recall@10 against QPS, one point per (engine, setting) at its median pass with the range of its
+    passes as a bar, and each engine's Pareto front."""
+    import matplotlib  # start-up: only the plot needs it
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # after use("Agg")
+
+    from benchmarks.real_engines import pareto
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    for engine in dict.fromkeys(r["engine"] for r in report["rows"]):
+        rows = [r for r in report["rows"] if r["engine"] == engine]
+        xs, ys = [r["recall"] for r in rows], [r["qps"] for r in rows]
+        lo = [r["qps"] - min(r["qps_passes"]) for r in rows]
+        hi = [max(r["qps_passes"]) - r["qps"] for r in rows]
+        bars = ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o", ms=3, alpha=0.35, elinewidth=0.8)
+        front = pareto([(r["recall"], r["qps"], r["setting"]) for r in rows])
+        ax.plot([f[0] for f in front], [f[1] for f in front], "-o", ms=3, color=bars[0].get_color(), label=engine)
+    # recall on a -log(1 - recall) axis: 0.9, 0.99 and 1.0 apart, 1.0 off the frame's edge
+    ax.set_xscale("function", functions=(lambda r: -np.log10(np.clip(1.002 - r, 1e-3, None)),
+                                         lambda y: 1.002 - 10 ** (-y)))
+    ax.set_xticks([0.8, 0.9, 0.95, 0.99, 1.0])
+    ax.set_xlim(0.8, 1.001)
+    ax.set_yscale("log")
+    ax.set_xlabel("recall@10 (vs exact)")
+    ax.set_ylabel("queries / s, one at a time on one core")
+    ax.set_title(f"{report['corpus']}: {report['n_docs']:,} docs, {report['single_queries']:,} queries, "
+                 f"{report['passes']} interleaved passes ({report['date']})", fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus-dir", type=Path, required=True, help="a corpus from benchmarks/real_corpus.py")
@@ -159,7 +196,9 @@ def main(argv=None):
             print(f"{key}: median {val['median']:.2f}x (passes {', '.join(f'{x:.2f}' for x in val['per_pass'])})")
     out = ROOT / "benchmarks/results" / f"head_to_head-{name}.json"
     out.write_text(json.dumps(report, indent=1) + "\n")
-    print(f"wrote {out}")
+    png = ROOT / "docs" / f"head_to_head-{name}.png"
+    plot(report, png)
+    print(f"wrote {out} and {png}")
 
 
 if __name__ == "__main__":

@@ -37,8 +37,8 @@ def test_race_on_a_tiny_corpus(hh, load_benchmark, tmp_path, monkeypatch):
     load_benchmark("real_corpus").write_corpus(tmp_path, SparseBatch.from_dicts(rows, dim=common.VOCAB_SIZE),
                                                SparseBatch.from_dicts(rows[:12], dim=common.VOCAB_SIZE))
     results = tmp_path / "results"
-    results.mkdir()
     (results / "benchmarks" / "results").mkdir(parents=True)
+    (results / "docs").mkdir()
     monkeypatch.setattr(hh, "ROOT", results)
     ts = {"settings": [["exact", {"mode": "exact"}],
                        ["qm=0.5", {"mode": "approx", "query_mass": 0.5, "alpha": 1.0, "rerank": 10}]]}
@@ -52,6 +52,7 @@ def test_race_on_a_tiny_corpus(hh, load_benchmark, tmp_path, monkeypatch):
     assert len(report["ratios"]["tokenspace/scipy @0.95"]["per_pass"]) == 3
     assert [b["engine"] for b in report["builds"]] == ["tokenspace", "scipy"]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("head-to-head-")]  # the work folder is removed
+    assert (results / "docs/head_to_head-tiny.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_a_second_build_of_an_engine_races_under_its_label(hh, load_benchmark, tmp_path, monkeypatch):
@@ -60,6 +61,7 @@ def test_a_second_build_of_an_engine_races_under_its_label(hh, load_benchmark, t
     load_benchmark("real_corpus").write_corpus(tmp_path, SparseBatch.from_dicts(rows, dim=common.VOCAB_SIZE),
                                                SparseBatch.from_dicts(rows[:10], dim=common.VOCAB_SIZE))
     (tmp_path / "out" / "benchmarks" / "results").mkdir(parents=True)
+    (tmp_path / "out" / "docs").mkdir()
     monkeypatch.setattr(hh, "ROOT", tmp_path / "out")
     ts = {"settings": [["exact", {"mode": "exact"}]]}
     hh.main(["--corpus-dir", str(tmp_path), "--name", "two", "--passes", "2", "--single", "10",
