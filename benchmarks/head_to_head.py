@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import importlib.util
 import json
 import os
 import shlex
@@ -34,8 +35,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # `python benchmarks/head_to_head.py` imports benchmarks.*
 
+from benchmarks.peers import PEERS  # noqa: E402
 from benchmarks.peers.common import Timer, corpus_size, load_corpus  # noqa: E402
-from benchmarks.peers.worker import WARMUP, make_peer, recall_at  # noqa: E402
+from benchmarks.peers.worker import WARMUP, make_peer, peer_class, recall_at  # noqa: E402
 from benchmarks.search_speed import ground_truth, machine  # noqa: E402
 
 K = 10
@@ -153,6 +155,15 @@ def main(argv=None):
     labels = [opts.get("label", engine) for engine, opts in specs]
     if len(set(labels)) < len(labels):
         ap.error(f"two peers are named alike ({', '.join(labels)}): give a second build of an engine a \"label\"")
+    unknown = sorted({engine for engine, _ in specs} - set(PEERS))
+    if unknown:
+        ap.error(f"unknown engine(s) {', '.join(unknown)}: pick from {', '.join(sorted(PEERS))}")
+    # before any build: a missing engine library would otherwise end the race after minutes of building
+    missing = {engine: m for engine, _ in specs for m in peer_class(engine).requires
+               if importlib.util.find_spec(m) is None}
+    if missing:
+        ap.error("not installed: " + ", ".join(f"{m} (for {e})" for e, m in missing.items())
+                 + "; the engines are the bench extra: pip install -e '.[bench]'")
     # no thread limits: builds may use every core; a single search of each peer runs on the calling thread
     # (Seismic's search, PISA's query, tokenspace's threads=1), so the race is one core per query
     n = corpus_size(a.corpus_dir)

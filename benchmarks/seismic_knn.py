@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import importlib.util
 import json
 import os
 import shlex
@@ -193,6 +194,8 @@ def main(argv=None):
         build, search = json.loads(a.build), json.loads(a.search)
     except json.JSONDecodeError as e:
         ap.error(f"--build and --search must be JSON: {e}")
+    if a.via == "seismic" and importlib.util.find_spec("seismic") is None:
+        ap.error("--via seismic needs pyseismic-lsr (the bench extra: pip install -e '.[bench]')")
     out = graph_path(a.corpus_dir, a.nknn, a.via)
     if out.exists():
         print(f"{out} exists: kept (delete it to rebuild)")

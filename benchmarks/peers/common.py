@@ -77,6 +77,7 @@ class Peer:
 
     name = "peer"
     notes = ""
+    requires: tuple[str, ...] = ()  # modules the engine needs (the bench extra), checked before any build
 
     def settings(self) -> list[tuple[str, dict]]:
         return [("default", {})]

@@ -12,6 +12,7 @@ from benchmarks.peers.common import Peer
 
 class FaissPeer(Peer):
     name = "faiss-flat-dense"
+    requires = ("faiss",)
     notes = "dense 512-d twin, exact; recall is vs its own exact answer"
     dense = True
 

@@ -14,6 +14,7 @@ CHUNK = 50_000  # rows converted to SparseBatch per add(): bounds the Python dic
 
 class MilvusPeer(Peer):
     name = "milvus-lite"
+    requires = ("pymilvus", "milvus_lite")
     notes = "exact (drop_ratio 0); server threads not pinned"
 
     def build(self, corpus, workdir):

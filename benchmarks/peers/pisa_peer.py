@@ -25,6 +25,7 @@ SCALE = 1000.0  # x100 (the Anserini habit) cost ~1.5 points of recall@10 here; 
 
 class PisaPeer(Peer):
     name = "pisa"
+    requires = ("pyterrier_pisa",)
     notes = f"impacts quantised x{SCALE:g}; files written directly, compressed by PISA (block_simdbp)"
 
     def settings(self):

@@ -8,6 +8,7 @@ from benchmarks.peers.common import Peer
 
 class SparseDotTopnPeer(Peer):
     name = "sparse_dot_topn"
+    requires = ("sparse_dot_topn",)
     notes = "exact"
 
     def build(self, corpus, workdir):

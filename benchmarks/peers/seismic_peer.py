@@ -18,6 +18,7 @@ BUILD = {"centroid_fraction": 0.1, "min_cluster_size": 2, "summary_energy": 0.4,
 
 class SeismicPeer(Peer):
     name = "seismic"
+    requires = ("seismic",)
     notes = "approximate; RAYON_NUM_THREADS for batches (num_threads is ignored)"
 
     def __init__(self, build: dict | None = None, settings: list | None = None):

@@ -35,10 +35,15 @@ def recall_at(results, gt, k) -> float:
     return float(np.mean(vals)) if vals else float("nan")
 
 
+def peer_class(name: str) -> type:
+    """The Peer class of engine ``name`` (importing it does not import the engine's library)."""
+    module, cls = PEERS[name].split(":")
+    return getattr(importlib.import_module(module), cls)
+
+
 def make_peer(name: str, options: dict | None = None):
     """The peer, built with ``options`` (its constructor's keywords: build parameters, settings to sweep)."""
-    module, cls = PEERS[name].split(":")
-    return getattr(importlib.import_module(module), cls)(**(options or {}))
+    return peer_class(name)(**(options or {}))
 
 
 def measure(peer, corpus, workdir, gt, k, n_single, batch_size, threads, repeats=1) -> dict:

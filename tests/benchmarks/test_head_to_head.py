@@ -77,3 +77,23 @@ def test_a_second_build_of_an_engine_races_under_its_label(hh, load_benchmark, t
                                      for t in ("0.95", "0.99", "exact")}
     with pytest.raises(SystemExit):  # two peers named alike: refused before anything is built
         hh.main(["--corpus-dir", str(tmp_path), "--peer", "tokenspace", "{}", "--peer", "tokenspace", "{}"])
+
+
+def test_a_missing_engine_library_is_refused_before_any_build(hh, load_benchmark, tmp_path, monkeypatch, capsys):
+    rows = [{1: 1.0, 2: 0.5}, {2: 1.0}]
+    load_benchmark("real_corpus").write_corpus(tmp_path, SparseBatch.from_dicts(rows, dim=common.VOCAB_SIZE),
+                                               SparseBatch.from_dicts(rows[:1], dim=common.VOCAB_SIZE))
+    built = []
+    monkeypatch.setattr(hh, "make_peer", lambda *a, **k: built.append(a))
+    from benchmarks.peers.pisa_peer import PisaPeer
+
+    monkeypatch.setattr(PisaPeer, "requires", ("no_such_engine_module",))
+    with pytest.raises(SystemExit):
+        hh.main(["--corpus-dir", str(tmp_path), "--peer", "tokenspace", "{}", "--peer", "pisa", "{}"])
+    err = capsys.readouterr().err
+    assert "not installed: no_such_engine_module (for pisa)" in err and "[bench]" in err
+    with pytest.raises(SystemExit):
+        hh.main(["--corpus-dir", str(tmp_path), "--peer", "tokenspace", "{}", "--peer", "lucene", "{}"])
+    assert "unknown engine(s) lucene" in capsys.readouterr().err
+    assert built == []  # nothing was built
+

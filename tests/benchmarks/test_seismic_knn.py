@@ -111,7 +111,12 @@ def test_graph_via_tokenspace_is_exact_and_seismic_searches_with_it(knn, load_be
     assert peer.search_one(idx, val, 5, query_cut=10, heap_factor=0.9, n_knn=3)[0] == 0
 
 
-def test_bad_arguments_are_clear_errors(knn, tmp_path, capsys):
+def test_bad_arguments_are_clear_errors(knn, load_benchmark, tmp_path, monkeypatch, capsys):
     with pytest.raises(SystemExit):
         knn.main(["--corpus-dir", str(tmp_path)])
     assert "holds no corpus" in capsys.readouterr().err
+    _corpus(load_benchmark, tmp_path, n=20)
+    monkeypatch.setattr(knn.importlib.util, "find_spec", lambda name: None)  # as if pyseismic were missing
+    with pytest.raises(SystemExit):
+        knn.main(["--corpus-dir", str(tmp_path)])
+    assert "needs pyseismic-lsr" in capsys.readouterr().err
