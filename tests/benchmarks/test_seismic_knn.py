@@ -28,6 +28,19 @@ def _corpus(load_benchmark, folder, n=150):
                                                SparseBatch.from_dicts(rows[:6], dim=common.VOCAB_SIZE))
 
 
+def _race_build_searches_with(graph, folder):
+    """What head_to_head.py does with a graph: a Seismic build carrying it, searched with n_knn."""
+    from benchmarks.peers.seismic_peer import SeismicPeer
+
+    corpus = common.load_corpus(folder, 150)
+    peer = SeismicPeer(build={**BUILD, "knn_path": str(graph), "nknn": 3})
+    (folder / "w").mkdir()
+    peer.build(corpus, folder / "w")
+    assert peer.index.knn_len == 3
+    idx, val = corpus.query(0)
+    assert peer.search_one(idx, val, 5, query_cut=10, heap_factor=0.9, n_knn=3)[0] == 0  # query 0 is doc 0
+
+
 def test_graph_is_saved_and_a_race_build_loads_it(knn, load_benchmark, tmp_path, monkeypatch, capsys):
     _corpus(load_benchmark, tmp_path)
     (tmp_path / "results" / "benchmarks" / "results").mkdir(parents=True)
@@ -41,17 +54,7 @@ def test_graph_is_saved_and_a_race_build_loads_it(knn, load_benchmark, tmp_path,
     assert report["n_docs"] == 150 and report["nknn"] == 3 and report["build"] == BUILD
     assert report["knn_build_s"] >= 0 and report["graph_bytes"] == graph.stat().st_size
 
-    # what head_to_head.py does with it: a Seismic build carrying the graph, searched with n_knn
-    from benchmarks.peers.seismic_peer import SeismicPeer
-
-    corpus = common.load_corpus(tmp_path, 150)
-    peer = SeismicPeer(build={**BUILD, "knn_path": str(graph), "nknn": 3})
-    (tmp_path / "w").mkdir()
-    peer.build(corpus, tmp_path / "w")
-    assert peer.index.knn_len == 3
-    idx, val = corpus.query(0)
-    hits = peer.search_one(idx, val, 5, query_cut=10, heap_factor=0.9, n_knn=3)
-    assert hits[0] == 0  # query 0 is document 0
+    _race_build_searches_with(graph, tmp_path)
 
     # a second run keeps the whole graph it finds
     before = graph.stat().st_mtime_ns
@@ -100,15 +103,7 @@ def test_graph_via_tokenspace_is_exact_and_seismic_searches_with_it(knn, load_be
     report = json.loads((tmp_path / "results/benchmarks/results/seismic_knn-tiny-tokenspace.json").read_text())
     assert report["via"] == "tokenspace" and report["graph_recall"] == 1.0 and report["graph_recall_docs"] == 150
 
-    from benchmarks.peers.seismic_peer import SeismicPeer
-
-    corpus = common.load_corpus(tmp_path, 150)
-    peer = SeismicPeer(build={**BUILD, "knn_path": str(graph_file), "nknn": 3})
-    (tmp_path / "w").mkdir()
-    peer.build(corpus, tmp_path / "w")
-    assert peer.index.knn_len == 3
-    idx, val = corpus.query(0)
-    assert peer.search_one(idx, val, 5, query_cut=10, heap_factor=0.9, n_knn=3)[0] == 0
+    _race_build_searches_with(graph_file, tmp_path)
 
 
 def test_bad_arguments_are_clear_errors(knn, load_benchmark, tmp_path, monkeypatch, capsys):
