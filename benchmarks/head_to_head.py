@@ -159,11 +159,10 @@ def main(argv=None):
     if unknown:
         ap.error(f"unknown engine(s) {', '.join(unknown)}: pick from {', '.join(sorted(PEERS))}")
     # before any build: a missing engine library would otherwise end the race after minutes of building
-    missing = {engine: m for engine, _ in specs for m in peer_class(engine).requires
-               if importlib.util.find_spec(m) is None}
+    missing = dict.fromkeys(f"{m} (for {engine})" for engine, _ in specs for m in peer_class(engine).requires
+                            if importlib.util.find_spec(m) is None)
     if missing:
-        ap.error("not installed: " + ", ".join(f"{m} (for {e})" for e, m in missing.items())
-                 + "; the engines are the bench extra: pip install -e '.[bench]'")
+        ap.error(f"not installed: {', '.join(missing)}; the engines are the bench extra: pip install -e '.[bench]'")
     # no thread limits: builds may use every core; a single search of each peer runs on the calling thread
     # (Seismic's search, PISA's query, tokenspace's threads=1), so the race is one core per query
     n = corpus_size(a.corpus_dir)
