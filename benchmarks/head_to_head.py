@@ -108,7 +108,7 @@ def plot(report: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # after use("Agg")
 
-    from benchmarks.real_engines import pareto
+    from benchmarks.real_engines import pareto, recall_qps_axes
 
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     for engine in dict.fromkeys(r["engine"] for r in report["rows"]):
@@ -119,18 +119,9 @@ def plot(report: dict, path: Path) -> None:
         bars = ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o", ms=3, alpha=0.35, elinewidth=0.8)
         front = pareto([(r["recall"], r["qps"], r["setting"]) for r in rows])
         ax.plot([f[0] for f in front], [f[1] for f in front], "-o", ms=3, color=bars[0].get_color(), label=engine)
-    # recall on a -log(1 - recall) axis: 0.9, 0.99 and 1.0 apart, 1.0 off the frame's edge
-    ax.set_xscale("function", functions=(lambda r: -np.log10(np.clip(1.002 - r, 1e-3, None)),
-                                         lambda y: 1.002 - 10 ** (-y)))
-    ax.set_xticks([0.8, 0.9, 0.95, 0.99, 1.0])
-    ax.set_xlim(0.8, 1.001)
-    ax.set_yscale("log")
-    ax.set_xlabel("recall@10 (vs exact)")
-    ax.set_ylabel("queries / s, one at a time on one core")
+    recall_qps_axes(ax, 0.8, "queries / s, one at a time on one core")
     ax.set_title(f"{report['corpus']}: {report['n_docs']:,} docs, {report['single_queries']:,} queries, "
                  f"{report['passes']} interleaved passes ({report['date']})", fontsize=9)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

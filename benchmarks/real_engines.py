@@ -217,6 +217,20 @@ def targets(report) -> str:
     return "\n".join(out)
 
 
+def recall_qps_axes(ax, x_min: float, ylabel: str) -> None:
+    """The axes of a recall-vs-QPS plot: recall@10 from x_min on a -log(1 - recall) scale (0.9, 0.99 and
+    1.0 apart, 1.0 off the frame's edge), QPS on a log scale, grid and legend."""
+    ax.set_xscale("function", functions=(lambda r: -np.log10(np.clip(1.002 - r, 1e-3, None)),
+                                         lambda y: 1.002 - 10 ** (-y)))
+    ax.set_xticks([t for t in (0.5, 0.8, 0.9, 0.95, 0.99, 1.0) if t >= x_min])
+    ax.set_xlim(x_min, 1.001)
+    ax.set_yscale("log")
+    ax.set_xlabel("recall@10 (vs exact)")
+    ax.set_ylabel(ylabel)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+
+
 def plot(report, path: Path) -> None:
     import matplotlib  # start-up: only the report needs it
 
@@ -234,17 +248,8 @@ def plot(report, path: Path) -> None:
             front = pareto(pts)
             ax.plot([r for r, _, _ in front], [q for _, q, _ in front], "-o", ms=3, color=line.get_facecolor()[0],
                     alpha=1.0, label=eng)
-        # recall on a -log(1 - recall) axis: 0.9, 0.99 and 1.0 apart, 1.0 off the frame's edge
-        ax.set_xscale("function", functions=(lambda r: -np.log10(np.clip(1.002 - r, 1e-3, None)),
-                                             lambda y: 1.002 - 10 ** (-y)))
-        ax.set_xticks([0.5, 0.8, 0.9, 0.95, 0.99, 1.0])
-        ax.set_xlim(0.5, 1.001)
-        ax.set_yscale("log")
-        ax.set_xlabel("recall@10 (vs exact)")
-        ax.set_ylabel("queries / s")
+        recall_qps_axes(ax, 0.5, "queries / s")
         ax.set_title(title)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
     fig.suptitle(f"{report['corpus']}: {report['n_docs']:,} docs, {report['n_queries']:,} queries "
                  f"({report['date']})")
     fig.tight_layout()

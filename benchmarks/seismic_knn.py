@@ -51,10 +51,14 @@ PART = 20_000  # documents per resumable part of --via tokenspace
 SEARCH = {"mode": "approx", "query_mass": 0.8, "rerank": 70, "impact_floor": 0.2}
 
 
+def _tag(via: str) -> str:
+    """File-name suffix of a graph (and its results) built another way than Seismic's own."""
+    return "" if via == "seismic" else f"-{via}"
+
+
 def graph_path(corpus_dir: Path, nknn: int, via: str = "seismic") -> Path:
     """Where the graph lands: Seismic's save_knn appends ``.knn.seismic`` to the stem it is given."""
-    tag = "" if via == "seismic" else f"-{via}"
-    return corpus_dir / "work" / f"seismic-knn{nknn}{tag}.knn.seismic"
+    return corpus_dir / "work" / f"seismic-knn{nknn}{_tag(via)}.knn.seismic"
 
 
 # ----------------------------------------------------------------------------- Seismic's file format
@@ -217,8 +221,7 @@ def main(argv=None):
               "threads": os.environ.get("RAYON_NUM_THREADS", f"all ({os.cpu_count()})") if a.via == "seismic"
               else a.threads,
               "load_avg_1min_end": os.getloadavg()[0]}
-    tag = "" if a.via == "seismic" else f"-{a.via}"
-    res = ROOT / "benchmarks/results" / f"seismic_knn-{report['corpus']}{tag}.json"
+    res = ROOT / "benchmarks/results" / f"seismic_knn-{report['corpus']}{_tag(a.via)}.json"
     res.write_text(json.dumps(report, indent=1) + "\n")
     print(f"graph built in {timing['knn_build_s']:.0f} s ({report['graph_bytes'] / 1e6:.0f} MB, recall "
           f"{recall if recall is None else round(recall, 3)} of the exact neighbours): {out}; wrote {res}")
