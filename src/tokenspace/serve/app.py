@@ -108,7 +108,8 @@ def build_app(service: SearchService, max_upload_bytes: int = MAX_UPLOAD_BYTES,
         """Images for a text; ``must``/``must_not``/``where`` filter on tokens, ``filter`` on the rows'
         metadata, ``steer`` reweights the query."""
         return service.search_text(req.text, req.k, req.must, req.must_not, req.where, req.steer,
-                                   filter=req.meta_filter(), fusion=req.fusion, weight=req.weight)
+                                   filter=req.meta_filter(), fusion=req.fusion, weight=req.weight,
+                                   **req.ranking())
 
     @app.post(UPLOAD_PATH, response_model=schemas.SearchResponse,
               responses={400: {"model": schemas.Error, "description": "malformed multipart body"},

@@ -121,6 +121,10 @@ class SearchRequest(BaseModel):
         """``filter`` as the index's filter object (metadata.MetaFilter.resolve reads it)."""
         return {k: v.model_dump(by_alias=True) if isinstance(v, BaseModel) else v for k, v in self.filter.items()}
 
+    def ranking(self) -> dict:
+        """The fields that change how hits are scored, as SearchService.search_text's keywords."""
+        return {}
+
 
 class HeatmapRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
