@@ -35,9 +35,10 @@ from tokenspace import atomic
 
 FORMAT = "tokenspace-inverted"
 # 3: the document count n and per-segment row metadata (manifest.py); 4: the impact heads (segment.HEADS;
-# an older segment gets them computed at load); 2 and 3 are still read
-VERSION = 4
-READABLE = (2, 3, 4)
+# an older segment gets them computed at load); 5: the optional hub prior (a query bank and each segment's
+# per-document prior, manifest.HubPrior); 2, 3 and 4 are still read
+VERSION = 5
+READABLE = (2, 3, 4, 5)
 VOCAB = "vocab.txt"
 # what changed in each version, for the error that asks to rebuild an older index
 _OLDER = {1: "int32 posting doc ids and forward term ids, before the compressed postings of version 2"}
