@@ -141,13 +141,58 @@ def test_round_trip_keeps_the_schema(saved):
     assert _doc(saved)["n"] == 60 and _doc(saved)["version"] == storage.VERSION
 
 
+def _drop_hub_prior(doc) -> None:
+    """Make a manifest look written before the hub prior (format < 5): no such fields."""
+    doc.pop("hub_prior")
+    for seg in doc["segments"]:
+        seg.pop("prior")
+
+
 def _drop_heads(root, doc) -> None:
     """Make a saved index look written before the impact heads (format < 4): no head files."""
+    _drop_hub_prior(doc)
     for seg in doc["segments"]:
         for name in HEADS:
             rel = f"{seg['name']}/{name}.npy"
             del seg["files"][rel]
             (root / rel).unlink()
+
+
+def test_version_4_manifest_still_reads(tmp_path):
+    """Indexes written before the hub prior (format 4) load and search as before, and saved again
+    they gain the format's new fields."""
+    root = tmp_path / "idx"
+    docs = random_batch(40, 30, 0.2, seed=5)
+    fresh = InvertedIndex.build(docs, ids_for(40))
+    fresh.save(root)
+    doc = _doc(root)
+    doc["version"] = 4
+    _drop_hub_prior(doc)
+    _write(root, doc)
+    old = InvertedIndex.load(root)
+    assert old.hub_prior is None and old.search(docs[:3], 5) == fresh.search(docs[:3], 5)
+    old.set_hub_prior(docs[:8], k=2)
+    old.save(root)
+    assert _doc(root)["version"] == storage.VERSION and _doc(root)["hub_prior"]["k"] == 2
+
+
+def test_prior_files_must_match_the_hub_prior(tmp_path):
+    """A segment's prior without the index's hub prior (or the reverse) is a damaged manifest."""
+    root = tmp_path / "idx"
+    docs = random_batch(40, 30, 0.2, seed=5)
+    index = InvertedIndex.build(docs, ids_for(40))
+    index.set_hub_prior(docs[:8], k=2)
+    index.save(root)
+    doc = _doc(root)
+    doc["hub_prior"] = None
+    _write(root, doc)
+    with pytest.raises(IndexCorruptError, match="has a prior file but the index has no hub_prior"):
+        InvertedIndex.load(root)
+    doc = _doc(root)
+    doc["hub_prior"] = {"k": 2, "weight": 0.5, "bank": {}}
+    _write(root, doc)
+    with pytest.raises(IndexCorruptError, match="hub_prior.bank"):
+        InvertedIndex.load(root)
 
 
 def test_version_2_manifest_still_reads(saved, tmp_path):

@@ -3,6 +3,8 @@
     index = InvertedIndex.build(docs, ids)                 # docs: SparseBatch, ids: list[str]
     hits = index.search(queries, k=10)                     # list (one per query) of list[Hit]
     hits = index.search(queries, k=10, where="dog AND (beach OR sand) NOT cat")
+    index.set_hub_prior(bank)                                # CSLS: scores minus 0.5 x each doc's hubness
+    hits = index.search(queries, k=10, idf=0.5)              # query weights x BM25 idf ** 0.5
     index.save("idx/"); index = InvertedIndex.load("idx/")  # memory-mapped, checksummed
 
 An index is a list of immutable segments (segment.py; ``add`` appends one) plus per-segment tombstones
@@ -19,10 +21,10 @@ from typing import Sequence
 
 import numpy as np
 
-from tokenspace.index import filters, kernels, manifest, storage
+from tokenspace.index import filters, hubness, kernels, manifest, storage
 from tokenspace.index import metadata as _metadata
 from tokenspace.index.base import Hit
-from tokenspace.index.manifest import FileEntry, Manifest, SegmentEntry
+from tokenspace.index.manifest import BANK_ARRAYS, FileEntry, HubPrior, Manifest, SegmentEntry
 from tokenspace.index.metadata import MetaFilter
 from tokenspace.index.query import Node
 from tokenspace.index.reorder import cluster_order
@@ -68,6 +70,12 @@ class InvertedIndex:
         self._del_files: list[dict | None] = []  # committed tombstone entry of each segment
         self._next_seg = 1
         self._generation = 0
+        # the hub prior (set_hub_prior): the query bank, K, the default weight; each segment's r_D
+        self._hub: dict | None = None
+        self._priors: list[np.ndarray | None] = []
+        self._prior_files: list[FileEntry | None] = []
+        self._hub_files: dict[str, FileEntry] | None = None  # the bank's committed files
+        self._df: np.ndarray | None = None  # live document frequencies (doc_freq), cached
 
     # ----------------------------------------------------------------- build / add / delete
     @classmethod
@@ -112,9 +120,11 @@ class InvertedIndex:
         index.add(batch, ids, metadata=metadata)
         return index
 
-    def add(self, batch: SparseBatch, ids: Sequence[str], metadata: Sequence[dict] | None = None) -> None:
+    def add(self, batch: SparseBatch, ids: Sequence[str], metadata: Sequence[dict] | None = None, *,
+            prior: np.ndarray | None = None) -> None:
         """Append documents as a new segment (persisted by the next ``save``); ``metadata``: one dict of
-        fields per document, or None."""
+        fields per document, or None. With a hub prior the new documents' r_D is computed from the
+        stored bank (``prior``: given instead, float32 per document, as compact carries it)."""
         if not isinstance(batch, SparseBatch):
             raise TypeError(f"add takes a SparseBatch, got {type(batch).__name__}")
         if batch.dim != self.dim:
@@ -129,6 +139,12 @@ class InvertedIndex:
             return
         if self.token_filter is not None:
             batch = self.token_filter.apply(batch)
+        if prior is not None:
+            if self._hub is None:
+                raise ValueError("prior= is for an index with a hub prior (set_hub_prior)")
+            prior = _check_prior(prior, len(batch))
+        elif self._hub is not None:
+            prior = hubness.csls_hubness(batch, self._hub["bank"], self._hub["k"])
         seg = Segment.build(batch, ids, dense_fraction=self.dense_fraction, approx_top_n=self.approx_top_n,
                             impact_heads=self.impact_heads, metadata=rows)
         base = self._total()
@@ -137,6 +153,9 @@ class InvertedIndex:
         self._live.append(None)
         self._seg_names.append(None)
         self._del_files.append(None)
+        self._priors.append(prior)
+        self._prior_files.append(None)
+        self._df = None
         id_map.update((s, base + j) for j, s in enumerate(ids))
 
     def delete(self, ids: Sequence[str]) -> int:
@@ -156,6 +175,8 @@ class InvertedIndex:
             self._live[si] = None
             self._del_files[si] = None
             count += 1
+        if count:
+            self._df = None
         return count
 
     def compact(self) -> None:
@@ -165,11 +186,99 @@ class InvertedIndex:
         fresh = InvertedIndex(self.dim, self.vocab, dense_fraction=self.dense_fraction,
                               approx_top_n=self.approx_top_n or None, impact_heads=self.impact_heads)
         fresh.token_filter = self.token_filter
+        fresh._hub = self._hub
         if batch is not None:
-            fresh.add(batch, ids, metadata=self.metadata(ids))
-        path, nxt, gen = self._path, self._next_seg, self._generation
+            fresh.add(batch, ids, metadata=self.metadata(ids), prior=self._rows_prior(ids))
+        path, nxt, gen, hub_files = self._path, self._next_seg, self._generation, self._hub_files
         self.__dict__.update(fresh.__dict__)
-        self._path, self._next_seg, self._generation = path, nxt, gen
+        self._path, self._next_seg, self._generation, self._hub_files = path, nxt, gen, hub_files
+
+    # ----------------------------------------------------------------- ranking: hub prior, idf
+    def set_hub_prior(self, bank: SparseBatch, k: int = hubness.DEFAULT_K,
+                      weight: float = hubness.CSLS_WEIGHT) -> None:
+        """Store a hub prior (CSLS, hubness.py): each document's r_D, the mean of its ``k`` largest dot
+        products with the rows of ``bank`` (query vectors of training captions or prompts, never test
+        queries), is computed now and for every later ``add``; search ranks by dot product -
+        ``weight`` x r_D (``prior_weight=`` changes the weight per search, 0 switches it off). The bank
+        is stored with the index (persisted by the next ``save``), so later adds need nothing else."""
+        if not isinstance(bank, SparseBatch):
+            raise TypeError(f"the bank must be a SparseBatch of query vectors, got {type(bank).__name__}")
+        weight = _check_weight(weight, "weight")
+        if bank.dim != self.dim:
+            raise ValueError(f"the bank has dim {bank.dim}, the index has dim {self.dim}")
+        bad = kernels.check_rows(bank.indptr, bank.indices, bank.values)
+        if bad >= 0:
+            raise ValueError(f"bank row {bad} must have strictly increasing dims and finite weights >= 0")
+        bank = SparseBatch(bank.indptr, bank.indices, bank.values, bank.dim)  # stored without its vocabulary
+        priors = [hubness.csls_hubness(seg.rows(np.arange(seg.n)), bank, k) for seg in self._segments]
+        self._hub = {"bank": bank, "k": int(k), "weight": weight}
+        self._priors = priors
+        self._prior_files = [None] * len(self._segments)
+        self._hub_files = None
+
+    def clear_hub_prior(self) -> None:
+        """Drop the hub prior (the next ``save`` stores the index without it)."""
+        self._hub, self._hub_files = None, None
+        self._priors = [None] * len(self._segments)
+        self._prior_files = [None] * len(self._segments)
+
+    @property
+    def hub_prior(self) -> dict | None:
+        """{"k", "weight", "bank_size"} of the stored hub prior, or None."""
+        if self._hub is None:
+            return None
+        return {"k": self._hub["k"], "weight": self._hub["weight"], "bank_size": len(self._hub["bank"])}
+
+    def hubness(self, ids: Sequence[str]) -> np.ndarray:
+        """r_D of these documents (float32, in order); zeros without a hub prior."""
+        return self._rows_prior(ids) if self._hub is not None else np.zeros(len(_check_ids(ids, None)), np.float32)
+
+    def _rows_prior(self, ids) -> np.ndarray | None:
+        if self._hub is None:
+            return None
+        id_map = self._ids()
+        out = np.empty(len(ids), np.float32)
+        for j, s in enumerate(ids):
+            if s not in id_map:
+                raise KeyError(f"unknown id {s!r}")
+            si, local = self._locate(id_map[s])
+            out[j] = self._priors[si][local]
+        return out
+
+    def prior_weight(self, weight: float | None = None) -> float:
+        """The weight a search subtracts r_D with: ``weight`` when given (checked), else the stored one
+        (0 without a hub prior)."""
+        if weight is None:
+            return 0.0 if self._hub is None else self._hub["weight"]
+        weight = _check_weight(weight, "prior_weight")
+        if weight > 0 and self._hub is None:
+            raise ValueError("prior_weight: this index has no hub prior (set_hub_prior, or `tokenspace index "
+                             "build --hub-bank`)")
+        return weight
+
+    def doc_freq(self) -> np.ndarray:
+        """int64[dim]: how many live documents hold each dim (deleted ones not counted), kept current
+        under add, delete and compact."""
+        if self._df is None:
+            df = np.zeros(self.dim, np.int64)
+            for seg, dele in zip(self._segments, self._deleted):
+                df += seg.df
+                if dele is not None and dele.any():
+                    gone = seg.rows(np.nonzero(dele)[0])
+                    df -= np.bincount(gone.indices[gone.values > 0], minlength=self.dim)
+            self._df = df
+        return self._df
+
+    def idf(self) -> np.ndarray:
+        """float32[dim]: BM25's idf of each dim over the live documents (hubness.bm25_idf)."""
+        return hubness.bm25_idf(self.doc_freq(), len(self))
+
+    def weigh(self, queries: SparseBatch, idf: float = 0.0) -> SparseBatch:
+        """The queries with each weight times idf(dim) ** ``idf`` (0: unchanged): what search(idf=)
+        scores with, and what an explanation's query weights are."""
+        if not (isinstance(idf, (int, float, np.floating)) and not isinstance(idf, bool) and 0 <= idf <= 4):
+            raise ValueError(f"idf must be a number in [0, 4] (the power of BM25's idf), got {idf!r}")
+        return hubness.weigh_queries(queries, self.idf(), float(idf)) if idf else queries
 
     # ----------------------------------------------------------------- search
     def search(self, queries: SparseBatch, k: int = 10, *, mode: str = "exact",
@@ -177,7 +286,8 @@ class InvertedIndex:
                where: "str | Node | None" = None, subset: Sequence[str] | None = None,
                meta: "dict | MetaFilter | None" = None,
                query_mass: float | None = None, alpha: float | None = None, rerank: int | None = None,
-               impact_floor: float | None = None, threads: int = 1) -> list[list[Hit]]:
+               impact_floor: float | None = None, threads: int = 1, idf: float = 0.0,
+               prior_weight: float | None = None) -> list[list[Hit]]:
         """Top-k documents by dot product for each query row, best first (ties: earlier insertion).
 
         mode: "exact" returns the exact top-k (candidates from uint8-quantised scores within a proven
@@ -212,7 +322,12 @@ class InvertedIndex:
         meta: a filter on the rows' metadata (metadata.py: {"source": "emoji"}, {"f": {"in": [...]}},
             {"caption": {"word": "dog"}}), applied with the others before top-k.
         threads: queries are split over this many threads (numba kernels release the GIL).
-        Returns one list of Hit per query row; documents with score 0 are never returned.
+        idf: each query weight is multiplied by BM25's idf of its dim ** idf over the live documents
+            (0, the default: off; 1: BM25's idf; ``weigh`` gives the weighted queries).
+        prior_weight: with a hub prior (set_hub_prior), the score is dot product - prior_weight x r_D,
+            inside the kernels (exact mode returns the exact top-k of that score). None: the stored
+            weight; 0: the plain dot product.
+        Returns one list of Hit per query row; documents with dot product 0 are never returned.
         """
         if not isinstance(queries, SparseBatch):
             raise TypeError(f"search takes a SparseBatch of queries, got {type(queries).__name__}")
@@ -226,6 +341,8 @@ class InvertedIndex:
         if bad >= 0:
             raise ValueError(f"query row {bad} must have strictly increasing dims and finite weights >= 0")
         qm, al, rr, fl = self._knobs(mode, k, query_mass, alpha, rerank, impact_floor)
+        queries = self.weigh(queries, idf)
+        pw = self.prior_weight(prior_weight)
         if fl > 0 and not all(seg.has_heads for seg in self._segments):
             raise ValueError("impact_floor needs impact heads, and this index was built with "
                              "impact_heads=False")
@@ -241,7 +358,8 @@ class InvertedIndex:
             out_count = np.zeros(nq, np.int64)
             mask = masks[si]
             if mask is None or mask.any():
-                options = kernels.search_options(kk, min(rr, seg.n), mode == "exact", al, qm, mask, fl)
+                penalty = self._penalty(si, pw) if pw > 0 else None
+                options = kernels.search_options(kk, min(rr, seg.n), mode == "exact", al, qm, mask, fl, penalty)
                 self._run(seg, queries, options, out_docs, out_scores, out_count, threads)
             per_seg.append((base, seg, out_docs, out_scores, out_count))
             base += seg.n
@@ -269,6 +387,15 @@ class InvertedIndex:
         if not (isinstance(fl, (int, float)) and not isinstance(fl, bool) and 0 <= fl < 1):
             raise ValueError(f"impact_floor must be in [0, 1), got {fl!r}")
         return float(qm), float(al), int(rr), float(fl)
+
+    def _penalty(self, si: int, weight: float) -> np.ndarray:
+        """Segment si's weight x r_D as the kernels read it (cached per weight: a sweep changes it)."""
+        seg = self._segments[si]
+        cached = getattr(seg, "_penalty", None)
+        if cached is None or cached[0] != weight or cached[1] is not self._priors[si]:
+            cached = (weight, self._priors[si], (np.float32(weight) * self._priors[si]).astype(np.float32))
+            seg.__dict__["_penalty"] = cached
+        return cached[2]
 
     @staticmethod
     def _run(seg, queries, options, out_docs, out_scores, out_count, threads):
@@ -390,6 +517,7 @@ class InvertedIndex:
             "dense_fraction": self.dense_fraction, "approx_top_n": self.approx_top_n or None,
             "impact_heads": all(seg.has_heads for seg in self._segments),
             "token_filter": self.token_filter.to_dict() if self.token_filter else None,
+            "hub_prior": self.hub_prior,
             "path": str(self._path) if self._path else None,
         }
 
@@ -434,8 +562,10 @@ class InvertedIndex:
                 self._generation = max(self._generation, old.generation)
             names = [None] * len(self._segments)
             del_files = [None] * len(self._segments)
+            prior_files, hub_files = [None] * len(self._segments), None
         else:
             names, del_files = list(self._seg_names), list(self._del_files)
+            prior_files, hub_files = list(self._prior_files), self._hub_files
         gen = self._generation + 1
         segments = []
         for si, seg in enumerate(self._segments):
@@ -464,7 +594,22 @@ class InvertedIndex:
                 rel = f"{names[si]}.del-{gen:06d}.npy"
                 written = storage.write_array(root / rel, self._deleted[si])
                 del_files[si] = FileEntry(rel, written["bytes"], written["crc32"])
-            segments.append(SegmentEntry(names[si], seg.n, seg.approx_top_n, seg.files, del_files[si]))
+            if self._priors[si] is not None and prior_files[si] is None:
+                rel = f"{names[si]}.prior-{gen:06d}.npy"
+                written = storage.write_array(root / rel, self._priors[si])
+                prior_files[si] = FileEntry(rel, written["bytes"], written["crc32"])
+            segments.append(SegmentEntry(names[si], seg.n, seg.approx_top_n, seg.files, del_files[si],
+                                         prior_files[si] if self._hub is not None else None))
+        hub = None
+        if self._hub is not None:
+            if hub_files is None:
+                bank = self._hub["bank"]
+                hub_files = {}
+                for a in BANK_ARRAYS:
+                    rel = f"hub-{gen:06d}.{a}.npy"
+                    written = storage.write_array(root / rel, getattr(bank, a))
+                    hub_files[a] = FileEntry(rel, written["bytes"], written["crc32"])
+            hub = HubPrior(self._hub["k"], self._hub["weight"], hub_files)
         vocab = None
         if self.vocab is not None:
             written = storage.write_text(root / storage.VOCAB, "\n".join(self.vocab.tokens) + "\n")
@@ -473,11 +618,16 @@ class InvertedIndex:
             dim=self.dim, n=self._total(), dense_fraction=self.dense_fraction, top_n=self.approx_top_n,
             generation=gen, next_segment=self._next_seg, segments=tuple(segments), vocab=vocab,
             vocab_name=self.vocab.name if self.vocab is not None else None,
-            token_filter=self.token_filter.to_dict() if self.token_filter else None)
+            token_filter=self.token_filter.to_dict() if self.token_filter else None, hub_prior=hub)
         storage.write_manifest(root, body.to_dict())
-        keep = {s.name for s in segments} | {s.tombstones.file for s in segments if s.tombstones}
+        keep = {s.name for s in segments} | {s.tombstones.file for s in segments if s.tombstones} | {
+            s.prior.file for s in segments if s.prior}
         storage.remove_unreferenced(root, keep)
+        for p in root.glob("hub-*.npy"):  # an earlier bank (set_hub_prior again, or cleared)
+            if hub is None or p.name not in {e.file for e in hub.bank.values()}:
+                p.unlink(missing_ok=True)
         self._path, self._seg_names, self._del_files, self._generation = root, names, del_files, gen
+        self._prior_files, self._hub_files = prior_files, hub_files
 
     @classmethod
     def load(cls, path: str | os.PathLike, mmap: bool = True, verify: bool = True) -> "InvertedIndex":
@@ -505,6 +655,10 @@ class InvertedIndex:
                 raise IndexCorruptError(f"{vocab_file}: {len(vocab)} tokens for dim {man.dim}")
         index = cls(man.dim, vocab, dense_fraction=man.dense_fraction, approx_top_n=man.top_n or None)
         index.token_filter = TokenFilter.from_dict(index.dim, man.token_filter)
+        if man.hub_prior is not None:
+            index._hub = {"bank": _load_bank(root, man.hub_prior.bank, man.dim), "k": man.hub_prior.k,
+                          "weight": man.hub_prior.weight}
+            index._hub_files = man.hub_prior.bank
         for s in man.segments:
             arrays = {a: storage.load_array(root / f"{s.name}/{a}.npy", mmap) for a in ARRAYS
                       if f"{s.name}/{a}.npy" in s.files}
@@ -529,6 +683,8 @@ class InvertedIndex:
             index._live.append(None)
             index._seg_names.append(s.name)
             index._del_files.append(s.tombstones)
+            index._priors.append(None if s.prior is None else _load_prior(root / s.prior.file, s.n))
+            index._prior_files.append(s.prior)
         index._check_live_ids(root)
         index._path, index._next_seg, index._generation = root, man.next_segment, man.generation
         return index
@@ -553,6 +709,41 @@ class InvertedIndex:
 
     def __repr__(self) -> str:
         return f"InvertedIndex(docs={len(self)}, dim={self.dim}, segments={len(self._segments)})"
+
+
+def _check_weight(weight, name: str) -> float:
+    if not (isinstance(weight, (int, float, np.floating)) and not isinstance(weight, bool)
+            and 0 <= weight < float("inf")):
+        raise ValueError(f"{name} must be a finite number >= 0, got {weight!r}")
+    return float(weight)
+
+
+def _check_prior(prior, n: int) -> np.ndarray:
+    prior = np.asarray(prior, np.float32)
+    if prior.shape != (n,) or not bool(np.all(np.isfinite(prior))) or (n and prior.min() < 0):
+        raise ValueError(f"prior must hold {n} finite values >= 0 (one per document)")
+    return prior
+
+
+def _load_prior(path: Path, n: int) -> np.ndarray:
+    """A segment's r_D: float32[n], finite, >= 0 (a negative one would break the kernels' bounds)."""
+    prior = storage.load_array(path, mmap=False)
+    if prior.dtype != np.float32 or prior.shape != (n,):
+        raise IndexCorruptError(f"{path}: dtype {prior.dtype} shape {prior.shape}, expected float32 ({n},)")
+    if not bool(np.all(np.isfinite(prior))) or (n and float(prior.min()) < 0):
+        raise IndexCorruptError(f"{path}: prior values must be finite and >= 0")
+    return prior
+
+
+def _load_bank(root: Path, files: dict[str, FileEntry], dim: int) -> SparseBatch:
+    arrays = {a: storage.load_array(root / e.file, mmap=False) for a, e in files.items()}
+    try:
+        bank = SparseBatch(arrays["indptr"], arrays["indices"], arrays["values"], dim)
+    except ValueError as e:
+        raise IndexCorruptError(f"{root / files['indptr'].file}: the hub bank is damaged ({e})") from None
+    if kernels.check_rows(bank.indptr, bank.indices, bank.values) >= 0 or len(bank) == 0:
+        raise IndexCorruptError(f"{root / files['values'].file}: the hub bank is damaged (bad or no rows)")
+    return bank
 
 
 def _check_ids(ids, n: int | None) -> list[str]:

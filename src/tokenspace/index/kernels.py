@@ -272,15 +272,25 @@ class SearchOptions(NamedTuple):
     impact_floor: float  # approx: read only postings whose impact reaches this fraction of the largest
     mask: np.ndarray  # uint8[n], 1 = searchable; read only when has_mask
     has_mask: bool
+    # a per-document penalty (float32[n], >= 0) subtracted from every score: the ranking is by
+    # dot product - penalty (the hub prior, InvertedIndex.set_hub_prior); read only when has_prior
+    penalty: np.ndarray
+    has_prior: bool
+    penalty_max: float  # the largest penalty: its float32 rounding widens exact mode's window
 
 
 _NO_MASK = np.zeros(0, np.uint8)
+_NO_PENALTY = np.zeros(0, np.float32)
 
 
-def search_options(k, rerank, exact, alpha=1.0, query_mass=1.0, mask=None, impact_floor=0.0) -> SearchOptions:
-    """SearchOptions with fixed field types (mask: uint8[n] or None for every doc)."""
+def search_options(k, rerank, exact, alpha=1.0, query_mass=1.0, mask=None, impact_floor=0.0,
+                   penalty=None) -> SearchOptions:
+    """SearchOptions with fixed field types (mask: uint8[n] or None for every doc; penalty: float32[n]
+    of values >= 0, or None for none)."""
+    pmax = 0.0 if penalty is None or len(penalty) == 0 else float(penalty.max())
     return SearchOptions(int(k), int(rerank), bool(exact), float(alpha), float(query_mass), float(impact_floor),
-                         _NO_MASK if mask is None else mask, mask is not None)
+                         _NO_MASK if mask is None else mask, mask is not None,
+                         _NO_PENALTY if penalty is None else penalty, penalty is not None, pmax)
 
 
 _SCRATCH = threading.local()
@@ -354,14 +364,23 @@ def search_one(seg, opt, q_idx, q_val, f_idx, f_val, qdense, acc, out_docs, out_
     true top-k has a quantised score >= t - 2 err = the final threshold. The running threshold only
     grows towards it, so such a doc was kept as a candidate and survives. Skipped blocks are bounded
     below the running threshold. Candidates are then ranked by their exact score (ties: doc id).
+
+    With a penalty (opt.has_prior) every score above is the dot product minus the doc's penalty, in
+    the first pass (the penalty converted to the accumulator's unit) as in rescoring, so the argument
+    holds unchanged: the penalty is exact in both, and |quantised - exact| is still the dot product's.
+    A penalty is >= 0, so an unpenalised bound (block maxima, a piece's max) still bounds a penalised
+    score from above: skipping stays safe. Docs that share no dim with the query are still never hits.
     """
-    sp_w, sp_cell, sp_src, n_sp, dn_slot, dn_w, n_dn, slack = _query_terms(acc, seg, opt, q_idx, q_val)
+    sp_w, sp_cell, sp_src, n_sp, dn_slot, dn_w, n_dn, slack, unit_inv = _query_terms(acc, seg, opt, q_idx, q_val)
     if n_sp == 0 and n_dn == 0:
         return 0
     n = len(seg.fwd_indptr) - 1
     sp_pos = np.empty(len(sp_w), np.int64)  # each list's next posting and end in the posting chunk
     sp_end = np.empty(len(sp_w), np.int64)
     mask, has_mask = opt.mask, opt.has_mask
+    has_prior = opt.has_prior
+    if has_prior and opt.exact:  # the penalty's float32 rounding, on top of the dot product's window
+        slack += np.float32(4e-7 * opt.penalty_max)
     heap = np.empty(opt.rerank, np.float32)  # min-heap of the best first-pass scores
     hsize = 0
     thr = np.float32(NO_THRESHOLD)  # a doc scoring below it cannot make the top k
@@ -404,6 +423,10 @@ def search_one(seg, opt, q_idx, q_val, f_idx, f_val, qdense, acc, out_docs, out_
                         a[np.uintp(d - c0)] = 0
                         if s < thr or (has_mask and mask[d] == 0):
                             continue
+                        if has_prior:
+                            s = np.float32(s - opt.penalty[d] * unit_inv)
+                            if s < thr:
+                                continue
                         c_doc, c_s, nc, hsize = _add_candidate(c_doc, c_s, nc, thr, heap, hsize, d, s)
                         if hsize == len(heap):
                             thr = np.float32(heap[0] - slack)
@@ -443,13 +466,17 @@ def search_one(seg, opt, q_idx, q_val, f_idx, f_val, qdense, acc, out_docs, out_
                     d = c0 + j
                     if has_mask and mask[d] == 0:
                         continue
+                    if has_prior:
+                        s = np.float32(s - opt.penalty[d] * unit_inv)
+                        if s < thr:
+                            continue
                     c_doc, c_s, nc, hsize = _add_candidate(c_doc, c_s, nc, thr, heap, hsize, d, s)
                     if hsize == len(heap):
                         thr = np.float32(heap[0] - slack)
                         key = _select_key(a, thr, scratch)
         a[:] = 0
     # 5) exact rescoring of the surviving candidates with the full query
-    return _rescore(seg, c_doc, c_s, nc, thr, f_idx, f_val, qdense, opt.k, out_docs, out_scores)
+    return _rescore(seg, opt, c_doc, c_s, nc, thr, f_idx, f_val, qdense, out_docs, out_scores)
 
 
 MAIN, RES, HEAD = 0, 1, 2  # where a query's sparse list lives: main, residual or impact-head lists
@@ -509,9 +536,11 @@ def _block_bounds(seg, u, b0, dn_slot, dn_w, n_dn):
 
 
 @njit(cache=True, nogil=True)
-def _rescore(seg, c_doc, c_s, nc, thr, f_idx, f_val, qdense, k, out_docs, out_scores):
-    """Exact scores (forward store, full query) of the candidates whose first-pass score is >= thr;
-    writes the best k to out_docs/out_scores (ties: smaller doc id) and returns how many."""
+def _rescore(seg, opt, c_doc, c_s, nc, thr, f_idx, f_val, qdense, out_docs, out_scores):
+    """Exact scores (forward store, full query, minus the doc's penalty with opt.has_prior) of the
+    candidates whose first-pass score is >= thr; writes the best opt.k to out_docs/out_scores (ties:
+    smaller doc id) and returns how many. A doc whose dot product is 0 is never a hit."""
+    k = opt.k
     fwd_indptr, fwd_indices, fwd_values = seg.fwd_indptr, seg.fwd_indices, seg.fwd_values
     for j in range(len(f_idx)):
         qdense[f_idx[j]] = f_val[j]
@@ -545,7 +574,7 @@ def _rescore(seg, c_doc, c_s, nc, thr, f_idx, f_val, qdense, k, out_docs, out_sc
         for p in range(start[i], end[i]):
             s += qdense[fwd_indices[p]] * fwd_values[p]
         if s > 0.0:
-            ex[m] = s
+            ex[m] = np.float32(s - opt.penalty[cand[i]]) if opt.has_prior else s
             keep[m] = cand[i]
             m += 1
     for j in range(len(f_idx)):
@@ -711,7 +740,7 @@ def _query_terms_f32(acc, seg, opt, q_idx, q_val):
     # float32 accumulation slack on top of the quantisation bound
     err = err * 1.0001 + bound * 1e-5
     slack = 2.0 * err if opt.exact else 0.0
-    return sp_w, sp_cell, sp_src, n_sp, dn_slot, dn_w, n_dn, slack
+    return sp_w, sp_cell, sp_src, n_sp, dn_slot, dn_w, n_dn, slack, 1.0
 
 
 def _query_terms_u16(acc, seg, opt, q_idx, q_val):
@@ -732,7 +761,7 @@ def _query_terms_u16(acc, seg, opt, q_idx, q_val):
             total += 255.0 * q_val[j] * seg.scale[t]
             nt += 1
     if nt == 0:
-        return sp_w, sp_cell, sp_src, n_sp, dn_slot, dn_w, n_dn, 0.0
+        return sp_w, sp_cell, sp_src, n_sp, dn_slot, dn_w, n_dn, 0.0, 0.0
     # weights round to at most q/unit + 1/2, so the largest score is <= total/unit + 127.5 nt = U16_MAX
     unit = total / (U16_MAX - 127.5 * nt)
     floor = _impact_floor(seg, opt, q_idx, q_val)
@@ -759,13 +788,14 @@ def _query_terms_u16(acc, seg, opt, q_idx, q_val):
         dn_slot[n_pad] = dn_slot[0]
         dn_w[n_pad] = 0
         n_pad += 1
-    return sp_w, sp_cell, sp_src, n_sp, dn_slot, dn_w, n_dn, 0.0
+    return sp_w, sp_cell, sp_src, n_sp, dn_slot, dn_w, n_dn, 0.0, 1.0 / unit
 
 
-# (sp_w, sp_cell, sp_src, n_sp, dn_slot, dn_w, n_dn, slack): the query's sparse lists (weight, first
+# (sp_w, sp_cell, sp_src, n_sp, dn_slot, dn_w, n_dn, slack, unit_inv): the query's sparse lists (weight, first
 # cell of the term in the pointers of sp_src: MAIN, RES or HEAD) and dense columns with weights in the
 # accumulator's type; slack: how far below the heap's minimum a candidate is still kept (2 err in
-# exact mode, else 0)
+# exact mode, else 0); unit_inv: accumulator units per unit of score (1 in float32), which converts a
+# doc's penalty into the first pass's scale
 _query_terms = _by_acc_dtype(_query_terms_f32, _query_terms_u16)
 
 

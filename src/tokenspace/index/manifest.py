@@ -9,7 +9,9 @@ same schema, so reading and writing cannot drift apart.
 
 Format versions: 3 adds the document count ``n`` (so an emptied or repeated segment list is caught)
 and the optional per-segment row metadata file (metadata.py); 4 adds each segment's impact-head files
-(segment.HEADS). Versions 2 (no ``n``, no metadata) and 3 (no heads: computed at load) are still read.
+(segment.HEADS); 5 adds the optional hub prior (``hub_prior``: the query bank's three CSR arrays, its K and
+weight; each segment's ``prior`` file, float32 per row, named like tombstones). Versions 2 (no ``n``, no
+metadata), 3 (no heads: computed at load) and 4 (no hub prior) are still read.
 """
 from __future__ import annotations
 
@@ -42,10 +44,25 @@ class SegmentEntry:
     top_n: int  # approx_top_n the segment was built with (0 = none)
     files: dict[str, FileEntry]  # relative path -> entry: the ARRAYS .npy files (+ metadata.jsonl)
     tombstones: FileEntry | None  # uint8[n], 1 = deleted
+    prior: FileEntry | None = None  # float32[n]: each row's CSLS hubness r_D (hubness.py), with a hub prior
 
     @property
     def metadata(self) -> FileEntry | None:
         return self.files.get(f"{self.name}/{META_FILE}")
+
+
+BANK_ARRAYS = ("indptr", "indices", "values")  # the query bank's CSR arrays (SparseBatch)
+HUB_FILE = re.compile(r"hub-[0-9]{6}\.(indptr|indices|values)\.npy")
+
+
+@dataclass(frozen=True)
+class HubPrior:
+    """The index's hub prior: the query bank (files by BANK_ARRAYS name), its K and the default weight
+    search subtracts weight x r_D with (hubness.py)."""
+
+    k: int
+    weight: float
+    bank: dict[str, FileEntry]
 
 
 @dataclass(frozen=True)
@@ -61,14 +78,18 @@ class Manifest:
     vocab_name: str | None
     token_filter: dict | None  # {"deny": [dims], "allow": [dims] or None}
     version: int = VERSION
+    hub_prior: HubPrior | None = None
 
     def files(self) -> dict[str, dict]:
         """Every file to check: relative path -> {bytes, crc32}."""
         out = {}
         for s in self.segments:
             out.update({rel: {"bytes": e.bytes, "crc32": e.crc32} for rel, e in s.files.items()})
-            if s.tombstones:
-                out[s.tombstones.file] = {"bytes": s.tombstones.bytes, "crc32": s.tombstones.crc32}
+            for e in (s.tombstones, s.prior):
+                if e:
+                    out[e.file] = {"bytes": e.bytes, "crc32": e.crc32}
+        if self.hub_prior:
+            out.update({e.file: {"bytes": e.bytes, "crc32": e.crc32} for e in self.hub_prior.bank.values()})
         if self.vocab:
             out[self.vocab.file] = {"bytes": self.vocab.bytes, "crc32": self.vocab.crc32}
         return out
@@ -85,8 +106,12 @@ class Manifest:
             "vocab": None if self.vocab is None else dict(entry(self.vocab), file=self.vocab.file, name=self.vocab_name),
             "segments": [{"name": s.name, "n": s.n, "top_n": s.top_n,
                           "files": {rel: entry(e) for rel, e in s.files.items()},
-                          "tombstones": None if s.tombstones is None else dict(entry(s.tombstones), file=s.tombstones.file)}
+                          "tombstones": None if s.tombstones is None else dict(entry(s.tombstones), file=s.tombstones.file),
+                          "prior": None if s.prior is None else dict(entry(s.prior), file=s.prior.file)}
                          for s in self.segments],
+            "hub_prior": None if self.hub_prior is None else {
+                "k": self.hub_prior.k, "weight": self.hub_prior.weight,
+                "bank": {a: dict(entry(e), file=e.file) for a, e in self.hub_prior.bank.items()}},
         }
 
 
@@ -143,7 +168,8 @@ def parse(doc, path: Path) -> Manifest:
     f = _Fields(path)
     version = doc["version"]
     top = {"format", "version", "dim", "dense_fraction", "top_n", "generation", "next_segment", "segments",
-           "vocab", "block", "posting_chunk", "token_filter"} | ({"n"} if version >= 3 else set())
+           "vocab", "block", "posting_chunk", "token_filter"} | ({"n"} if version >= 3 else set()) | (
+               {"hub_prior"} if version >= 5 else set())
     f.obj(doc, "", top)
     dim = f.int_(doc["dim"], "dim", 1, 1 << 31)
     frac = doc["dense_fraction"]
@@ -170,6 +196,13 @@ def parse(doc, path: Path) -> Manifest:
     if len(set(names)) != len(names):
         dup = next(x for x in names if names.count(x) > 1)
         f.fail("segments", f"segment {dup} listed twice")
+    hub = _hub_prior(f, doc["hub_prior"]) if version >= 5 else None
+    with_prior = [s.name for s in segments if s.prior is not None]
+    if hub is None and with_prior:
+        f.fail("segments", f"segment {with_prior[0]} has a prior file but the index has no hub_prior")
+    if hub is not None and len(with_prior) != len(segments):
+        missing = next(s.name for s in segments if s.prior is None)
+        f.fail("segments", f"segment {missing} has no prior file but the index has a hub_prior")
     n = None
     if version >= 3:
         n = f.int_(doc["n"], "n")
@@ -177,7 +210,23 @@ def parse(doc, path: Path) -> Manifest:
         if total != n:
             f.fail("segments", f"{len(segments)} segment(s) of {total} rows, the index has n = {n}")
     return Manifest(dim, n, float(frac), top_n, generation, next_segment, segments, vocab, vocab_name,
-                    token_filter, version)
+                    token_filter, version, hub)
+
+
+def _hub_prior(f: _Fields, value) -> HubPrior | None:
+    if value is None:
+        return None
+    v = f.obj(value, "hub_prior", {"k", "weight", "bank"})
+    k = f.int_(v["k"], "hub_prior.k", 1)
+    w = v["weight"]
+    if not isinstance(w, (int, float)) or isinstance(w, bool) or not 0 <= w < float("inf"):
+        f.fail("hub_prior.weight", f"expected a finite number >= 0, got {_show(w)}")
+    bank = f.obj(v["bank"], "hub_prior.bank", set(BANK_ARRAYS))
+    entries = {a: f.entry(bank[a], f"hub_prior.bank.{a}", pattern=HUB_FILE) for a in BANK_ARRAYS}
+    for a, e in entries.items():
+        if not e.file.endswith(f".{a}.npy"):
+            f.fail(f"hub_prior.bank.{a}.file", f"{e.file!r} is not a {a} file")
+    return HubPrior(k, float(w), entries)
 
 
 def _token_filter(f: _Fields, value, dim: int) -> dict | None:
@@ -197,7 +246,7 @@ def _token_filter(f: _Fields, value, dim: int) -> dict | None:
 
 
 def _segment(f: _Fields, value, field: str, version: int, next_segment: int) -> SegmentEntry:
-    v = f.obj(value, field, {"name", "n", "top_n", "files", "tombstones"})
+    v = f.obj(value, field, {"name", "n", "top_n", "files", "tombstones"} | ({"prior"} if version >= 5 else set()))
     name = f.str_(v["name"], f"{field}.name", pattern=SEGMENT_NAME)
     if int(name[4:]) >= next_segment:
         f.fail(f"{field}.name", f"{name} is not below next_segment {next_segment}")
@@ -212,7 +261,10 @@ def _segment(f: _Fields, value, field: str, version: int, next_segment: int) -> 
     tomb = None
     if v["tombstones"] is not None:
         tomb = f.entry(v["tombstones"], f"{field}.tombstones", pattern=re.compile(re.escape(name) + r"\.del-[0-9]{6}\.npy"))
-    return SegmentEntry(name, n, top_n, files, tomb)
+    prior = None
+    if version >= 5 and v["prior"] is not None:
+        prior = f.entry(v["prior"], f"{field}.prior", pattern=re.compile(re.escape(name) + r"\.prior-[0-9]{6}\.npy"))
+    return SegmentEntry(name, n, top_n, files, tomb, prior)
 
 
 def read(root: Path) -> Manifest:
