@@ -26,16 +26,28 @@ Images are decoded and preprocessed in DataLoader worker processes (data/loader.
 few batches ahead of the model, so the main thread only runs the model: decode overlaps compute.
 On the CPU the image tower runs in ONNX Runtime when it is installed (``tower="auto"``; checked against
 PyTorch to 1e-4 before use, ~5x faster than PyTorch's tower here: docs/scale.md).
+
+On a GPU (``decode="auto"`` on a CUDA model, or ``decode="device"``) the workers only read bytes: JPEGs
+are decoded on the GPU by nvJPEG, letterboxed there exactly as the host path does it
+(data/device_decode.py), each row's top-n tokens are picked on the device and only those come back,
+one batch behind the device so that the host's work overlaps the next batch's, and ``encode_parts``
+writes each part in a thread while the next part encodes. ``precision="bf16"`` / ``"fp16"`` autocasts
+the image tower and runs the heads' vocabulary products in that type (models/capabilities.py:
+LowPrecisionHeads); the default, fp32, keeps the rows the host path gives.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
 import logging
+import time
 import weakref
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -43,10 +55,12 @@ import torch
 from tqdm.auto import tqdm
 
 from tokenspace import atomic
+from tokenspace.data import device_decode
 from tokenspace.data.loader import Preprocess, SkipCounter, TarRows, files_loader, map_loader
 from tokenspace.data.webdataset import TarCollection
 from tokenspace.index import InvertedIndex
 from tokenspace.index.storage import MANIFEST
+from tokenspace.models.capabilities import LowPrecisionHeads
 from tokenspace.models.onnx_export import export_module, missing_runtime, session
 from tokenspace.sparse import SparseBatch
 
@@ -129,10 +143,11 @@ def image_tower(model, kind: str = "torch"):
     return tower
 
 
-def encode_pixels(model, x, channels_last: bool = True, tower=None) -> SparseBatch:
+def encode_pixels(model, x, channels_last: bool = True, tower=None, precision: str = "fp32") -> SparseBatch:
     """Normalised pixels [b, 3, S, S] (a loader batch, pinned when the model is on a GPU) -> encoded
     rows: copied to the model's device without blocking, NHWC (the layout ``model.encode_images``
-    feeds its tower too), the tower (or ``tower``, e.g. an OnnxImageTower) and heads in inference mode."""
+    feeds its tower too), the tower (or ``tower``, e.g. an OnnxImageTower) and heads in inference mode
+    (``precision``: see the module doc)."""
     model.eval()
     with torch.inference_mode():
         if tower is not None:
@@ -141,21 +156,209 @@ def encode_pixels(model, x, channels_last: bool = True, tower=None) -> SparseBat
             x = x.to(model.device, non_blocking=True)
             if channels_last:
                 x = x.contiguous(memory_format=torch.channels_last)
-            grid = model.image_grid(x)  # [b, C, h, w]
-    return model.encode_image_grids(grid, batch_size=max(1, len(grid)))
+            with _autocast(model, precision):
+                grid = model.image_grid(x)  # [b, C, h, w]
+    with _head_dtype(model, precision):
+        return model.encode_image_grids(grid.float(), batch_size=max(1, len(grid)))
 
 
-def encode_files(model, paths, batch_size: int = 256, workers: int | None = None, tower: str = "torch"):
+PRECISIONS = ("fp32", "bf16", "fp16")
+DECODES = ("auto", "host", "device")
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def _check_precision(precision: str) -> None:
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(map(repr, PRECISIONS))}, not {precision!r}")
+
+
+def _autocast(model, precision: str):
+    """The image tower's autocast for ``precision`` (none for fp32)."""
+    _check_precision(precision)
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(model.device.type, dtype=_DTYPES[precision])
+
+
+@contextlib.contextmanager
+def _head_dtype(model, precision: str):
+    """The vocabulary products of the model's heads (and of a fused model's parts) in ``precision``; put
+    back after."""
+    _check_precision(precision)
+    heads = [m for m in (model, *getattr(model, "parts", ())) if isinstance(m, LowPrecisionHeads)]
+    saved = [m.compute_dtype for m in heads]
+    if precision != "fp32":
+        for m in heads:
+            m.compute_dtype = _DTYPES[precision]
+    try:
+        yield
+    finally:
+        for m, d in zip(heads, saved):
+            m.compute_dtype = d
+
+
+def decode_path(model, decode: str = "auto") -> str:
+    """Where images are decoded and letterboxed: ``host`` (DataLoader workers: data/loader.py) or
+    ``device`` (on the model's device: data/device_decode.py); ``auto`` is ``device`` for a CUDA model."""
+    if decode not in DECODES:
+        raise ValueError(f"decode must be one of {', '.join(map(repr, DECODES))}, not {decode!r}")
+    if decode == "auto":
+        return "device" if model.device.type == "cuda" else "host"
+    return decode
+
+
+def _jpeg_bytes(model) -> bool:
+    """Whether JPEGs travel as bytes to be decoded on the device (nvJPEG there); else workers decode them."""
+    return model.device.type == "cuda" and device_decode.nvjpeg_available()
+
+
+class _Stages:
+    """Seconds per stage of the device path (``profile``): each stage's device work is waited for before
+    its clock stops, so the stages do not overlap while profiled (a profiled run is slower)."""
+
+    def __init__(self, into: dict | None, device: torch.device):
+        self.into, self.device, self.t = into, device, time.perf_counter()
+
+    def __call__(self, stage: str) -> None:
+        if self.into is None:
+            return
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        now = time.perf_counter()
+        self.into[stage] = self.into.get(stage, 0.0) + now - self.t
+        self.t = now
+
+
+class _DeviceEncoder:
+    """The device path's model side: raw batches (device_decode.collate_raw) -> (SparseBatch or dense
+    rows, kept batch positions), one batch behind the device."""
+
+    def __init__(self, model, tower=None, precision: str = "fp32", channels_last: bool = True,
+                 profile: dict | None = None):
+        _check_precision(precision)
+        self.model, self.tower, self.precision, self.channels_last = model, tower, precision, channels_last
+        self.prep = Preprocess.for_model(model)
+        self.device = model.device
+        self.profile = profile
+
+    def run(self, batches: Iterable[dict], count: SkipCounter) -> Iterator[tuple[object, dict, list[int]]]:
+        """Per raw batch, in order: (rows or None when no image of it was readable, the batch, the
+        positions in it that the rows are)."""
+        clock = _Stages(self.profile, self.device)
+        pending = None
+        it = iter(batches)
+        while True:
+            clock.t = time.perf_counter()
+            b = next(it, None)
+            if b is None:
+                break
+            clock("read")
+            imgs, keep, failed = device_decode.decode_batch(b, self.device)
+            b["skipped"] = int(b["skipped"]) + len(failed)
+            count(b)
+            clock("decode")
+            finish = self._submit(imgs, clock) if imgs else None
+            if pending is not None:
+                yield self._finish(*pending, clock)
+            pending = (finish, b, keep)
+        if pending is not None:
+            yield self._finish(*pending, clock)
+
+    def _finish(self, finish, b, keep, clock):
+        rows = finish() if finish is not None else None
+        clock("top-n")
+        return rows, b, keep
+
+    def _submit(self, imgs: list[torch.Tensor], clock: _Stages) -> Callable[[], object]:
+        """Enqueue one batch's device work; return what waits for its rows and builds them on the host."""
+        m, p = self.model, self.prep
+        m.eval()
+        cudnn = torch.backends.cudnn.benchmark
+        torch.backends.cudnn.benchmark = True  # one input shape per batch size: tuned once, kept
+        try:
+            with torch.inference_mode():
+                x = device_decode.letterbox(imgs, p.image_size, p.mean, p.std)  # NHWC float32
+                if not self.channels_last:
+                    x = x.contiguous()
+                clock("resize")
+                if self.tower is not None:
+                    grid = self.tower(x).to(self.device)
+                else:
+                    with _autocast(m, self.precision):
+                        grid = m.image_grid(x)
+                clock("tower")
+                with _head_dtype(m, self.precision):
+                    emb = m.image_embed(grid.float())
+                clock("heads")
+                return _rows_from_device(m, emb)
+        finally:
+            torch.backends.cudnn.benchmark = cudnn
+
+
+def _rows_from_device(model, emb: torch.Tensor) -> Callable[[], object]:
+    """``model._to_output(emb, model.image_top_n)`` with the top-n picked on the device: only each row's
+    n heaviest (value, column) pairs come back, copied without blocking; the returned callable waits for
+    them and builds the rows (the same SparseBatch, to the bit: the same values, non-zeros in column
+    order). Models without a top-n or with dense rows take the plain road."""
+    rows = model.rows(emb, model.image_top_n)  # keep_top + normalise: the host path's own arithmetic
+    k = model.image_top_n
+    if not model.sparse:
+        dense = rows.to("cpu", non_blocking=True)
+        done = _event(rows.device)
+        return lambda: (done(), dense.numpy())[1]
+    if not k or k >= rows.shape[1]:
+        return lambda: SparseBatch.from_torch(rows, vocab=model.vocab)
+    vals, cols = rows.topk(k, dim=1)  # a row has at most k non-zeros (keep_top), so all are among its top k
+    cols, order = cols.sort(dim=1)
+    vals = vals.gather(1, order)
+    hv, hc = vals.to("cpu", non_blocking=True), cols.to(torch.int32).to("cpu", non_blocking=True)
+    done = _event(rows.device)
+
+    def build() -> SparseBatch:
+        done()
+        v, c = hv.numpy(), hc.numpy()
+        keep = v > 0  # SparseBatch.from_torch's threshold
+        indptr = np.zeros(len(v) + 1, np.int64)
+        np.cumsum(keep.sum(1), out=indptr[1:])
+        return SparseBatch(indptr, c[keep], v[keep], rows.shape[1], model.vocab)
+
+    return build
+
+
+def _event(device: torch.device) -> Callable[[], None]:
+    """A wait for the work enqueued so far on ``device`` (nothing to wait for on a CPU)."""
+    if device.type != "cuda":
+        return lambda: None
+    ev = torch.cuda.Event()
+    ev.record()
+    return ev.synchronize
+
+
+def encode_files(model, paths, batch_size: int = 256, workers: int | None = None, tower: str = "torch",
+                 decode: str = "auto", precision: str = "fp32", profile: dict | None = None):
     """Image files -> (SparseBatch, kept positions): decoded and preprocessed in DataLoader workers
-    while the model encodes the previous batch; unreadable files are skipped, counted and logged."""
+    while the model encodes the previous batch (``decode="host"``), or on the model's device
+    (``"device"``; ``"auto"``: on a CUDA model; module doc); unreadable files are skipped, counted and
+    logged. ``profile``: a dict that gets the device path's seconds per stage (slower: each stage waits
+    for the device)."""
     run = image_tower(model, tower)
+    _check_precision(precision)
     outs, kept = [], []
     count = SkipCounter("images")
-    for b in files_loader(paths, Preprocess.for_model(model), batch_size, workers=workers, device=model.device):
-        count(b)
-        if len(b["index"]):
-            outs.append(encode_pixels(model, b["pixels"], tower=run))
-            kept += b["index"].tolist()
+    if decode_path(model, decode) == "device":
+        ds = device_decode.RawFiles(paths, jpeg_bytes=_jpeg_bytes(model))
+        batches = [list(range(s, min(s + batch_size, len(paths)))) for s in range(0, len(paths), batch_size)]
+        loader = device_decode.raw_loader(ds, batches, workers=workers, device=model.device)
+        for rows, b, keep in _DeviceEncoder(model, run, precision, profile=profile).run(loader, count):
+            if rows is not None:
+                outs.append(rows)
+                kept += [int(b["index"][p]) for p in keep]
+    else:
+        for b in files_loader(paths, Preprocess.for_model(model), batch_size, workers=workers, device=model.device):
+            count(b)
+            if len(b["index"]):
+                outs.append(encode_pixels(model, b["pixels"], tower=run, precision=precision))
+                kept += b["index"].tolist()
     return (SparseBatch.concat(outs) if outs else model.encode_images([])), kept
 
 
@@ -293,7 +496,8 @@ def _read_part(npz: Path, ids_file: Path, vocab, rows: set[str]) -> tuple[Sparse
 
 def encode_parts(model, collection, work_dir, part_size: int = 8192, batch_size: int = 256,
                  on_part: Callable[[int, SparseBatch, list[str]], None] | None = None,
-                 workers: int | None = None, tower: str = "torch", progress: bool = False) -> int:
+                 workers: int | None = None, tower: str = "torch", progress: bool = False,
+                 decode: str = "auto", precision: str = "fp32", profile: dict | None = None) -> int:
     """Encode ``collection`` (a TarCollection: ``keys`` and ``image(i)``) part by part into
     ``work_dir``; ``on_part(k, batch, ids)`` runs after each part is on disk. Returns the part count.
     One DataLoader (``workers`` processes, data/loader.py) decodes the rows of every part still to do,
@@ -301,9 +505,13 @@ def encode_parts(model, collection, work_dir, part_size: int = 8192, batch_size:
     ``tower="onnx"``: the image tower runs in ONNX Runtime (OnnxImageTower). Parts already in
     ``work_dir`` are reused only when its record says they come from these shards, this part size and
     this model, or from shards these extend (module doc); otherwise ValueError, nothing changed.
-    ``progress``: a tqdm bar of the samples done (parts found on disk count at once)."""
+    ``progress``: a tqdm bar of the samples done (parts found on disk count at once). ``decode``,
+    ``precision``, ``profile``: as for ``encode_files``; on the device path the parts are written (and
+    ``on_part`` runs) in one thread, in order, while the next part encodes (``profile["write"]``)."""
     if part_size < 1 or batch_size < 1:
         raise ValueError(f"part_size and batch_size must be >= 1, got {part_size} and {batch_size}")
+    _check_precision(precision)
+    on_device = decode_path(model, decode) == "device"
     work = Path(work_dir)
     work.mkdir(parents=True, exist_ok=True)
     n_parts = (len(collection) + part_size - 1) // part_size
@@ -323,8 +531,13 @@ def encode_parts(model, collection, work_dir, part_size: int = 8192, batch_size:
         return [rows[s:s + batch_size] for s in range(0, len(rows), batch_size)]
 
     def loader(batches: list[list[int]]):
+        if not batches:
+            return iter(())
+        if on_device:
+            raw = device_decode.RawTarRows(collection, jpeg_bytes=_jpeg_bytes(model))
+            return iter(device_decode.raw_loader(raw, batches, workers=workers, device=model.device))
         return iter(map_loader(TarRows(collection, Preprocess.for_model(model)), batches, workers=workers,
-                               device=model.device)) if batches else iter(())
+                               device=model.device))
 
     run = functools.cache(lambda: image_tower(model, tower))  # built once, and only if a part is encoded
     count = SkipCounter("images")
@@ -333,13 +546,32 @@ def encode_parts(model, collection, work_dir, part_size: int = 8192, batch_size:
 
     def encode_part(stream, batches: list[list[int]]) -> tuple[SparseBatch, list[str]]:
         outs, ids = [], []
-        for rows in batches:
-            b = count(next(stream))
-            bar.update(len(rows))
-            if len(b["index"]):
-                outs.append(encode_pixels(model, b["pixels"], tower=run()))
-                ids += b["keys"]
+        if on_device:
+            enc = _DeviceEncoder(model, run(), precision, profile=profile)
+            for rows, (got, b, keep) in zip(batches, enc.run(islice(stream, len(batches)), count)):
+                bar.update(len(rows))
+                if got is not None:
+                    outs.append(got)
+                    ids += [b["keys"][p] for p in keep]
+        else:
+            for rows in batches:
+                b = count(next(stream))
+                bar.update(len(rows))
+                if len(b["index"]):
+                    outs.append(encode_pixels(model, b["pixels"], tower=run(), precision=precision))
+                    ids += b["keys"]
         return (SparseBatch.concat(outs) if outs else model.encode_images([])), ids
+
+    def finish(k: int, batch: SparseBatch, ids: list[str], write: bool) -> None:
+        t0 = time.perf_counter()
+        if write:
+            npz, ids_file = files(k)
+            atomic.write_text(ids_file, "".join(f"{i}\n" for i in ids))
+            batch.save(npz)
+        if on_part is not None:
+            on_part(k, batch, ids)
+        if profile is not None:
+            profile["write"] = profile.get("write", 0.0) + time.perf_counter() - t0
 
     todo = [k for k in range(n_parts) if not all(f.exists() for f in files(k))]
     # batches never cross a part boundary, so each part is a whole number of loader batches
@@ -348,10 +580,14 @@ def encode_parts(model, collection, work_dir, part_size: int = 8192, batch_size:
         per_part[k] = batches_of(k)
         batches += per_part[k]
     stream = loader(batches)
-    with bar:
+    # the device path writes in one thread while the next part encodes: in order, one part at a time, and
+    # a failed write stops the run at the next part (its error raised here)
+    writer = ThreadPoolExecutor(1, thread_name_prefix="tokenspace-encode-write") if on_device else None
+    last: Future | None = None
+    with bar, writer or contextlib.nullcontext():
         for k in range(n_parts):
             npz, ids_file = files(k)
-            batch = None
+            batch, write = None, False
             if k not in per_part:
                 try:
                     batch, ids = _read_part(npz, ids_file, model.vocab, {collection.keys[r] for r in rows_of(k)})
@@ -365,10 +601,15 @@ def encode_parts(model, collection, work_dir, part_size: int = 8192, batch_size:
                 else:  # a damaged part was not in the shared loader's plan: it gets a loader of its own
                     own = batches_of(k)
                     batch, ids = encode_part(loader(own), own)
-                atomic.write_text(ids_file, "".join(f"{i}\n" for i in ids))
-                batch.save(npz)
-            if on_part is not None:
-                on_part(k, batch, ids)
+                write = True
+            if last is not None:
+                last.result()
+            if writer is None:
+                finish(k, batch, ids, write)
+            else:
+                last = writer.submit(finish, k, batch, ids, write)
+        if last is not None:
+            last.result()
     return n_parts
 
 
@@ -383,9 +624,10 @@ def check_index_dir(index_dir) -> None:
 
 
 def encode_to_index(model, collection, index_dir, work_dir, part_size: int = 8192, batch_size: int = 256,
-                    workers: int | None = None, tower: str = "torch", progress: bool = False):
+                    workers: int | None = None, tower: str = "torch", progress: bool = False,
+                    decode: str = "auto", precision: str = "fp32"):
     """Encode and ingest incrementally (see the module doc); returns the InvertedIndex. ``index_dir``
-    must be new, empty or an index (``check_index_dir``)."""
+    must be new, empty or an index (``check_index_dir``). ``decode``, ``precision``: as for ``encode_files``."""
     index_dir = Path(index_dir)
     check_index_dir(index_dir)
     if (index_dir / MANIFEST).exists():
@@ -408,7 +650,7 @@ def encode_to_index(model, collection, index_dir, work_dir, part_size: int = 819
         present.update(ids)
 
     encode_parts(model, collection, work_dir, part_size, batch_size, on_part=ingest, workers=workers, tower=tower,
-                 progress=progress)
+                 progress=progress, decode=decode, precision=precision)
     return index
 
 
