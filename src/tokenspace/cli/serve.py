@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import argparse
 
-from tokenspace.cli.common import DEVICE_HELP, tcp_port
+from tokenspace.cli.common import DEVICE_HELP, positive_int, tcp_port
+
+# serve/uploads.py's UPLOAD_PIXEL_BUDGET and MAX_UPLOAD_PIXELS (this module imports no library)
+UPLOAD_PIXELS = 50_000_000
+MAX_UPLOAD_PIXELS = 25_000_000
 
 
 def add_arguments(sv: argparse.ArgumentParser) -> None:
@@ -20,3 +24,8 @@ def add_arguments(sv: argparse.ArgumentParser) -> None:
                     help="hybrid search: a dense index of the same images (`index build` with a dense model); "
                          "requests then may set \"fusion\"")
     sv.add_argument("--dense-model", default=None, help="--dense-index: default the model it was built with")
+    sv.add_argument("--upload-pixels", type=positive_int, default=UPLOAD_PIXELS, metavar="N",
+                    help="memory bound: image uploads in flight decode at most N pixels at once, about 9 bytes "
+                         "each at the peak (default 50,000,000: two 25-megapixel uploads, about 0.45 GB); "
+                         "an upload that does not fit waits for none: 503 with Retry-After. Below "
+                         f"{MAX_UPLOAD_PIXELS:,} it also caps one upload's pixels")

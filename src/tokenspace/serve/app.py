@@ -2,7 +2,8 @@
 
 Each route parses its request, calls one SearchService method and turns the service's errors into
 status codes (400 bad tokens or boolean query, 404 unknown id, 413 too large, 415 not an image; 422
-for requests outside the schema's limits; 408 for a body that does not arrive in time). OpenAPI docs
+for requests outside the schema's limits; 408 for a body that does not arrive in time; 503 with
+Retry-After for an image upload that does not fit in the pixel budget of the uploads in flight). OpenAPI docs
 are at /docs. Every GET route also answers HEAD (uptime checks, ``curl -I``).
 """
 from __future__ import annotations
@@ -28,7 +29,15 @@ from tokenspace.serve.body_timeout import BODY_TIMEOUT, BodyTimeout
 from tokenspace.serve.head import HeadAsGet
 from tokenspace.serve.header_timeout import HEADER_TIMEOUT, with_header_timeout
 from tokenspace.serve.service import SearchService, ServiceError
-from tokenspace.serve.uploads import MAX_UPLOAD_BYTES, UploadError, decode_image
+from tokenspace.serve.uploads import (
+    MAX_UPLOAD_BYTES,
+    MAX_UPLOAD_PIXELS,
+    UPLOAD_PIXEL_BUDGET,
+    PixelBudget,
+    UploadError,
+    decode_within,
+    open_upload,
+)
 
 STATIC = Path(__file__).parent / "static"
 # collection images are served from our own origin; an SVG opened directly could run script, so
@@ -42,10 +51,12 @@ MULTIPART_SLACK = 64 * 1024  # bytes of multipart framing (boundaries, part head
 UPLOAD_PATH = "/search/image"
 
 
-def create_app(model, index_dir=None, *, index=None, items=None, dense=None) -> FastAPI:
+def create_app(model, index_dir=None, *, index=None, items=None, dense=None,
+               upload_pixels: int = UPLOAD_PIXEL_BUDGET) -> FastAPI:
     """The app over a model (object or path) and an index folder written by `tokenspace index build`
     (``index``/``items`` inject an already-open index and metadata instead, e.g. in tests); ``dense``:
-    (a dense model, a DenseIndex of the same images) turns on hybrid search (the ``fusion`` field)."""
+    (a dense model, a DenseIndex of the same images) turns on hybrid search (the ``fusion`` field);
+    ``upload_pixels``: the decoded pixels of image uploads in flight at once (build_app)."""
     dense_kw = {} if dense is None else {"dense_model": dense[0], "dense_index": dense[1]}
     if isinstance(model, (str, Path)):
         from tokenspace.models.registry import load  # start-up: torch, only for a model given by path
@@ -57,17 +68,22 @@ def create_app(model, index_dir=None, *, index=None, items=None, dense=None) -> 
         if items is None and index_dir is not None:
             items = read_collection_meta(index_dir).get("items", {})
         service = SearchService(model, index, items, base_dir=index_dir, **dense_kw)
-    return build_app(service)
+    return build_app(service, upload_pixels=upload_pixels)
 
 
 def build_app(service: SearchService, max_upload_bytes: int = MAX_UPLOAD_BYTES,
-              body_timeout: float = BODY_TIMEOUT, max_json_bytes: int = schemas.MAX_JSON_BYTES) -> FastAPI:
+              body_timeout: float = BODY_TIMEOUT, max_json_bytes: int = schemas.MAX_JSON_BYTES,
+              upload_pixels: int = UPLOAD_PIXEL_BUDGET) -> FastAPI:
     """The FastAPI app over a service; uploads larger than ``max_upload_bytes`` and other request bodies
     larger than ``max_json_bytes`` are refused (413, while they arrive), a request body that has not
-    fully arrived ``body_timeout`` seconds after it started gets a 408."""
+    fully arrived ``body_timeout`` seconds after it started gets a 408. Image uploads in flight decode at
+    most ``upload_pixels`` pixels at once (serve/uploads.py: about 9 bytes each at the peak); one that does
+    not fit gets a 503 with Retry-After, one larger than the whole budget a 413."""
+    budget = PixelBudget(upload_pixels)
     app = FastAPI(title="tokenspace", version="1",
                   description="Search images by text in a sparse token space; every hit explained token by token.")
     app.state.service = service
+    app.state.upload_budget = budget
     app.add_middleware(BodyTimeout, seconds=body_timeout)
     upload_body = max_upload_bytes + MULTIPART_SLACK
     app.add_middleware(BodyLimit, limit_for=lambda path: upload_body if path == UPLOAD_PATH else max_json_bytes)
@@ -79,7 +95,7 @@ def build_app(service: SearchService, max_upload_bytes: int = MAX_UPLOAD_BYTES,
 
     @app.exception_handler(UploadError)
     async def _upload_error(request: Request, exc: UploadError):
-        return JSONResponse({"detail": str(exc)}, status_code=exc.status)
+        return JSONResponse({"detail": str(exc)}, status_code=exc.status, headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError):
@@ -113,18 +129,26 @@ def build_app(service: SearchService, max_upload_bytes: int = MAX_UPLOAD_BYTES,
 
     @app.post(UPLOAD_PATH, response_model=schemas.SearchResponse,
               responses={400: {"model": schemas.Error, "description": "malformed multipart body"},
-                         413: {"model": schemas.Error}, 415: {"model": schemas.Error}, **SLOW_BODY})
+                         413: {"model": schemas.Error}, 415: {"model": schemas.Error},
+                         503: {"model": schemas.Error, "description": "the uploads in flight fill the server's "
+                               "pixel budget: retry after the seconds its Retry-After header says"},
+                         **SLOW_BODY})
     def search_image(file: Annotated[UploadFile, File(description="a PNG, JPEG, WebP or GIF image",
                                                       json_schema_extra={"minLength": 1})],
                      k: Annotated[int, Query(ge=1, le=schemas.MAX_K)] = 10):
         """Images similar to an uploaded one."""
-        data = file.file.read(max_upload_bytes + 1)  # one byte past the cap is enough to refuse it
-        if not data:
+        upload = file.file  # read from where the multipart parser put it (memory, then disk): never copied
+        upload.seek(0, os.SEEK_END)
+        if not upload.tell():
             # outside the schema (minLength 1), so a 422 in the shape of every other one (it was a 415
             # the schema allowed)
             raise RequestValidationError([{"type": "string_too_short", "loc": ("body", "file"),
                                            "msg": "the upload is empty (0 bytes)", "ctx": {"min_length": 1}}])
-        return service.search_image(decode_image(data, max_bytes=max_upload_bytes), k)
+        # the header alone, checked against the caps; its pixels are held from before they are decoded
+        # until the query vector is computed (uploads.py), so the uploads in flight never decode more than
+        # the budget: one that does not fit gets a 503
+        opened = open_upload(upload, max_bytes=max_upload_bytes, max_pixels=min(MAX_UPLOAD_PIXELS, budget.capacity))
+        return decode_within(budget, opened, lambda image: service.search_image(image, k))
 
     @app.get("/explain/{id:path}", response_model=schemas.ExplainResponse, responses=ERRORS)
     def explain(id: str, top_k: Annotated[int, Query(ge=1, le=200)] = 20):
@@ -176,10 +200,11 @@ def server_settings(header_timeout: float = HEADER_TIMEOUT) -> dict:
     return {"http": with_header_timeout(header_timeout), "log_level": "warning"}
 
 
-def run(model, index, host: str = "127.0.0.1", port: int = 8000, dense=None) -> None:
+def run(model, index, host: str = "127.0.0.1", port: int = 8000, dense=None,
+        upload_pixels: int = UPLOAD_PIXEL_BUDGET) -> None:
     """Serve the API and page with uvicorn (what `tokenspace serve` calls)."""
     _check_port_free(host, port)  # before loading anything: uvicorn would log "serving", then fail
-    app = create_app(model, index, dense=dense)
+    app = create_app(model, index, dense=dense, upload_pixels=upload_pixels)
     logging.getLogger(__name__).info("serving %d images on http://%s:%d  (API docs at /docs)",
                                      app.state.service.stats()["size"], host, port)
     uvicorn.run(app, host=host, port=port, **server_settings())

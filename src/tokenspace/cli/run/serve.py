@@ -27,7 +27,8 @@ def run(args) -> int:
         raise UsageError("--dense-model: only with --dense-index (hybrid search)")
     # hybrid search; the service checks that both indexes hold the same number of images
     dense = open_dense(args.dense_index, args.dense_model, args.device) if args.dense_index else None
-    app.run(model=load_model(model_ref, args.device), index=args.index, host=args.host, port=args.port, dense=dense)
+    app.run(model=load_model(model_ref, args.device), index=args.index, host=args.host, port=args.port, dense=dense,
+            upload_pixels=args.upload_pixels)
     return 0
 
 
