@@ -3,6 +3,8 @@ argument types, and the one-line form of an exception."""
 from __future__ import annotations
 
 import argparse
+import tempfile
+from pathlib import Path
 
 
 class CLIError(Exception):
@@ -75,6 +77,23 @@ def text(value: str) -> str:
 
 
 text.__name__ = "text"
+
+def check_writable_place(path: str | Path, what: str) -> None:
+    """``path`` (a file or folder still to be written, maybe under folders still to be made) can be made:
+    its nearest existing folder is a folder this process can create files in. Called before any model
+    loads or data is read, so that `index build --out /proc/version/idx` fails in a second, not after
+    encoding every image. Raises CLIError naming ``what`` (the option) and the folder."""
+    p = Path(path).absolute()
+    start = p if p.is_dir() else p.parent
+    place = next(a for a in (start, *start.parents) if a.exists())
+    if not place.is_dir():
+        raise CLIError(f"{what} {path}: {place} is a file, not a folder")
+    try:  # a file made and removed: permission bits do not tell for root, or for /proc
+        with tempfile.TemporaryFile(dir=place):
+            pass
+    except OSError as e:
+        raise CLIError(f"{what} {path}: cannot write in {place} ({e.strerror or e})") from None
+
 
 DEVICE_HELP = "torch device for the model: cpu (default), cuda, cuda:N or mps"
 

@@ -15,4 +15,5 @@ def add_arguments(dm: argparse.ArgumentParser) -> None:
                     help="markdown file for the results table (default DIR/results.md; docs/results.md updates "
                          "the docs page: a clone's tracked files stay as they are unless asked)")
     dm.add_argument("--serve", action="store_true", help="then serve the page on the demo index (Ctrl-C stops)")
-    dm.add_argument("--port", type=tcp_port, default=8000, help="--serve: TCP port (default 8000)")
+    dm.add_argument("--port", type=tcp_port, default=None,
+                    help="--serve: TCP port (default 8000; refused without --serve)")

@@ -33,8 +33,9 @@ def add_arguments(i: argparse.ArgumentParser) -> None:
                      help="jsonl: float impacts (Seismic); jsonl-int: integer impacts (Anserini/pyserini); "
                           "opensearch: index mapping + bulk files (default jsonl)")
     iex.add_argument("--out", required=True, help="output file (jsonl formats) or folder (opensearch)")
-    iex.add_argument("--scale", type=positive_float, default=100.0,
-                     help="jsonl-int: integer impact = max(1, round(weight x scale)) (default 100)")
+    iex.add_argument("--scale", type=positive_float, default=None,
+                     help="jsonl-int: integer impact = max(1, round(weight x scale)) (default 100; refused "
+                          "with the float formats)")
     iex.add_argument("--queries", default=None, metavar="FILE",
                      help="also encode these query texts (one a line) into a query file: queries.jsonl "
                           "beside --out (jsonl, Seismic) or queries.tsv beside --out's folder (jsonl-int, "
@@ -53,4 +54,6 @@ def add_arguments(i: argparse.ArgumentParser) -> None:
                           "queries.msearch.ndjson in --out (default neural_sparse)")
     iex.add_argument("--k", type=positive_int, default=None,
                      help="opensearch --queries: results per query (default 10)")
-    iex.add_argument("--model", default=None, help="--queries: model folder (default: the index's own)")
+    iex.add_argument("--model", default=None,
+                     help="--queries: the model that encodes them (default: the index's own; refused without "
+                          "--queries)")

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import zlib
 from concurrent.futures import ThreadPoolExecutor
@@ -201,6 +202,45 @@ def remove_unreferenced(root: Path, keep: set[str]) -> None:
                 shutil.rmtree(p, ignore_errors=True)
             else:
                 p.unlink(missing_ok=True)
+
+
+_SEGMENT_TEMP = re.compile(r"\.tmp-seg-\d+-(\d+)")  # write_segment's .tmp-<segment>-<pid>
+
+
+def sweep_temporary(root: str | os.PathLike) -> list[str]:
+    """Remove the segment folders half-written by saves whose process is gone (``.tmp-seg-NNNNNN-<pid>``:
+    a save killed before its commit), so they do not stay until the next complete save. A folder of a
+    live process (a save running now, in this process or another) is left alone, and so is anything the
+    folder's owner may not remove (a read-only index: nothing is swept, nothing fails). For a load to call
+    before it reads the manifest; returns the names removed."""
+    removed = []
+    try:
+        entries = list(Path(root).iterdir())
+    except OSError:
+        return removed
+    for p in entries:
+        m = _SEGMENT_TEMP.fullmatch(p.name)
+        try:
+            if m is None or p.is_symlink() or not p.is_dir() or _alive(int(m[1])):
+                continue
+        except OSError:  # gone meanwhile
+            continue
+        shutil.rmtree(p, ignore_errors=True)
+        if not p.exists():
+            removed.append(p.name)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):  # another user's; or no pid at all: leave it
+        return True
+    return True
 
 
 def _atomic_temp(name: str) -> bool:

@@ -17,6 +17,12 @@ VOCAB_FILE = "vocab.txt"
 TOKENIZER_FILE = "tokenizer.json"
 
 
+# the integer fields: (key, least value, what it counts); head_hidden may also be null
+INT_FIELDS = (("max_text_len", 3, "text tokens with [CLS] and [SEP]: room for one word piece at least"),
+              ("embed_dim", 1, "the dense width"), ("expansion", 1, "Sparse CLIP's width multiplier"),
+              ("head_hidden", 1, "the image transform's width, or null for the text hidden size"))
+
+
 @dataclass
 class ModelConfig:
     name: str
@@ -38,12 +44,28 @@ class ModelConfig:
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self):
+        for key, kind in (("name", str), ("family", str), ("image_tower", dict), ("text_tower", dict),
+                          ("extra", dict)):
+            if not isinstance(getattr(self, key), kind):
+                raise ValueError(f"{key}: expected {json_kind(kind())}, not {json_kind(getattr(self, key))}")
+        if self.vocab is not None and not isinstance(self.vocab, str):
+            raise ValueError(f"vocab: expected a string (a vocab.txt path or asset:NAME) or null, not "
+                             f"{json_kind(self.vocab)}")
+        # sizes: a negative one reached the tokenizer or torch and failed there, in their words ("can't
+        # convert negative int to unsigned")
+        for key, least, meaning in INT_FIELDS:
+            value = getattr(self, key)
+            if value is None and key == "head_hidden":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                shown = json.dumps(value) if isinstance(value, (int, float, str, bool)) or value is None else json_kind(value)
+                raise ValueError(f"{key}: expected an integer >= {least} ({meaning}), got {shown}")
         if self.logit_scale_init <= 0 or self.logit_scale_max <= 0:
             raise ValueError("logit scales must be positive")
         if self.logit_scale_init > self.logit_scale_max:
             raise ValueError("logit_scale_init exceeds logit_scale_max")
-        if self.expansion < 1:
-            raise ValueError("expansion must be >= 1")
+        if not (math.isfinite(self.logit_scale_init) and math.isfinite(self.logit_scale_max)):
+            raise ValueError("logit scales must be finite numbers")
         if self.image_pool not in ("max", "mean"):
             raise ValueError("image_pool must be 'max' or 'mean'")
         if self.family in FAMILY_OPTIONS:  # an unknown family is refused by the registry, which names them

@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
+from typing import NamedTuple
 
 from tokenspace import pipeline
-from tokenspace.cli.common import CLIError, UsageError
+from tokenspace.cli.common import CLIError, UsageError, check_writable_place
 from tokenspace.cli.hybrid import DENSE_IDS, build_dense_index
 from tokenspace.cli.index_loading import load_index
 from tokenspace.cli.model_loading import load_model, model_reference
@@ -13,25 +15,28 @@ from tokenspace.index import InvertedIndex, export
 from tokenspace.index.metadata import read_jsonl as read_metadata_jsonl
 from tokenspace.index.storage import MANIFEST
 
+OPENSEARCH_QUERIES = "queries.msearch.ndjson"  # the _msearch file an OpenSearch export holds with --queries
+
 
 def run(args) -> int:
     if args.action == "build":
         return _build(args)
-    index = load_index(args.index, nonempty=args.action != "stats")
     if args.action == "stats":
-        print(json.dumps(index.stats(), indent=2, default=str))
+        print(json.dumps(load_index(args.index, nonempty=False).stats(), indent=2, default=str))
         return 0
-    for out in (args.out, args.queries_out):
-        _outside_index(out)
-    if args.queries_out and not args.queries:
-        raise UsageError("--queries-out names the query file of --queries: give --queries FILE too")
-    _check_export_out(args)  # before any query is encoded or file written
-    if args.format != "opensearch" and Path(args.out).is_dir():
-        raise CLIError(f"--out {args.out} is a folder; the {args.format} format writes one file: give its path")
-    _check_opensearch_options(args)
+    return _export(args)
+
+
+def _export(args) -> int:
+    # before the index is read, any query encoded or any file written: options the format or mode would
+    # ignore, then every path the export would write (collisions, index folders, files already there)
+    _check_export_options(args)
+    targets = _export_targets(args)
+    _check_export_targets(args, targets)
+    index = load_index(args.index)
     ids = list(index.ids())
     vectors = index.get(ids)
-    queries = _export_queries(args) if args.queries else None
+    queries = _export_queries(args, targets.queries) if args.queries else None
     try:
         if args.format == "jsonl":
             out = export.write_jsonl(vectors, ids, args.out)
@@ -86,6 +91,7 @@ def _check_build_out(out: Path, overwrite: bool) -> None:
     into another folder, nor replaces an index by accident."""
     if out.exists() and not out.is_dir():
         raise CLIError(f"--out {out} is a file; give a folder for the index")
+    check_writable_place(out, "--out")  # under a file, or a folder we cannot write in: before the model loads
     if not out.is_dir() or not any(out.iterdir()):
         return
     if not ((out / MANIFEST).exists() or (out / DENSE_IDS).exists()):
@@ -94,26 +100,104 @@ def _check_build_out(out: Path, overwrite: bool) -> None:
         raise CLIError(f"--out {out} already holds an index: pass --overwrite to replace it, or choose another folder")
 
 
-def _check_export_out(args) -> None:
-    """An export replaces nothing that is there unless --overwrite says so (it overwrote a user's file):
-    a jsonl --out must be new, an OpenSearch --out folder new, empty or (with --overwrite) an export; a
-    --queries-out file new, whatever the format."""
-    if args.queries_out:
-        _new_or_overwrite(Path(args.queries_out), args.overwrite, "the query file")
+class ExportTargets(NamedTuple):
+    """What an export writes: ``out`` (a file, or the OpenSearch folder) and the query file (None without
+    --queries), as given (for messages)."""
+
+    out: Path
+    queries: Path | None
+
+
+def _export_targets(args) -> ExportTargets:
     out = Path(args.out)
+    if not args.queries:
+        return ExportTargets(out, None)
+    if args.queries_out:
+        return ExportTargets(out, Path(args.queries_out))
+    if args.format == "jsonl":  # Seismic: beside the documents
+        return ExportTargets(out, out.with_name("queries.jsonl"))
+    if args.format == "opensearch":  # an _msearch file in the export
+        return ExportTargets(out, out / OPENSEARCH_QUERIES)
+    # Anserini parses every file of the collection folder: the topics go beside that folder
+    return ExportTargets(out, out.absolute().parent.parent / "queries.tsv")
+
+
+def _check_export_options(args) -> None:
+    """Every option the format or mode would ignore is refused (a documented option is never ignored)."""
+    if args.queries_out and not args.queries:
+        raise UsageError("--queries-out names the query file of --queries: give --queries FILE too")
+    if args.model and not args.queries:
+        raise UsageError("--model encodes the --queries texts (the documents are the index's own vectors): "
+                         "give --queries FILE too, or leave --model out")
+    if args.scale is not None and args.format != "jsonl-int":
+        raise UsageError(f"--scale: only with --format jsonl-int (the {args.format} format writes the float "
+                         "weights as they are)")
+    args.scale = 100.0 if args.scale is None else args.scale
+    _check_opensearch_options(args)
+    if args.queries and not Path(args.queries).is_file():
+        raise CLIError(f"--queries {args.queries}: no such file (one query text a line)")
+
+
+def _check_export_targets(args, targets: ExportTargets) -> None:
+    """No path the export writes lies in an index folder (writing MANIFEST.json or a segment file there
+    destroyed the index), equals another path it writes or the --queries file it reads (the second write
+    replaced the first), or replaces anything that is there unless --overwrite says so: a jsonl --out
+    must be new, an OpenSearch --out folder new, empty or (with --overwrite) an export; a query file new,
+    whatever the format. And each can be written (its folder is a folder we may write in)."""
+    out, qpath = targets
+    written = [("--out", out)] + ([("the query file", qpath)] if qpath is not None else [])
+    for what, path in written:
+        _outside_index(path, args.index)
+        if args.queries and _same(path, Path(args.queries)):
+            raise CLIError(f"{what} {path} is the --queries file the export reads: write it somewhere else")
+    if qpath is not None:
+        _query_file_apart(args, out, qpath)
     if args.format != "opensearch":
-        if not out.is_dir():  # a folder is refused below: these formats write one file
-            _new_or_overwrite(out, args.overwrite, "--out")
-        return
-    if out.exists() and not out.is_dir():
+        if out.is_dir():
+            raise CLIError(f"--out {out} is a folder; the {args.format} format writes one file: give its path")
+        _new_or_overwrite(out, args.overwrite, "--out")
+    elif out.exists() and not out.is_dir():
         raise CLIError(f"--out {out} is a file; the opensearch format writes a folder")
-    if out.is_dir() and any(out.iterdir()):
+    elif out.is_dir() and any(out.iterdir()):
         if not (out / "mapping.json").is_file():
             raise CLIError(f"--out {out} is a folder that is not empty and holds no OpenSearch export: choose a "
                            "new or empty folder")
         if not args.overwrite:
             raise CLIError(f"--out {out} already holds an OpenSearch export: pass --overwrite to replace it, or "
                            "choose another folder")
+    if qpath is not None and (args.queries_out or args.format != "opensearch"):
+        # (the _msearch file in an OpenSearch export is part of it: replaced with the export)
+        if qpath.is_dir():
+            raise CLIError(f"the query file {qpath} is a folder: give a file path with --queries-out")
+        _new_or_overwrite(qpath, args.overwrite, "the query file")
+    for what, path in written:
+        check_writable_place(path, what)
+
+
+def _query_file_apart(args, out: Path, qpath: Path) -> None:
+    """The query file is none of the export's own files (nor, for Anserini, in its collection folder)."""
+    named = "--queries-out" if args.queries_out else "the default query file"
+    fix = "give the query file its own path with --queries-out" if not args.queries_out else "give it another path"
+    if args.format != "opensearch":
+        if _same(qpath, out):
+            where = "" if args.queries_out else f" ({qpath.name} beside --out)"
+            raise CLIError(f"{named} {qpath}{where} is --out itself: the query file would replace the export; {fix}")
+        if args.format == "jsonl-int" and _same(qpath.absolute().parent, out.absolute().parent):
+            raise CLIError(f"{named} {qpath} is in --out's folder {out.parent}, which Anserini indexes whole "
+                           f"(every file of it is read as documents); {fix}")
+        return
+    if _same(qpath, out) or _inside(out, qpath):
+        raise CLIError(f"{named} {qpath} is the OpenSearch --out folder or holds it: {fix}")
+    if _same(qpath.absolute().parent, out) and (qpath.name == "mapping.json" or re.fullmatch(r"bulk-\d+\.ndjson", qpath.name)):
+        raise CLIError(f"{named} {qpath} is a file of the OpenSearch export in {out}: {fix}")
+
+
+def _same(a: Path, b: Path) -> bool:
+    return a.resolve() == b.resolve()
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path.resolve().is_relative_to(folder.resolve())
 
 
 def _new_or_overwrite(path: Path, overwrite: bool, what: str) -> Path:
@@ -122,13 +206,14 @@ def _new_or_overwrite(path: Path, overwrite: bool, what: str) -> Path:
     return path
 
 
-def _outside_index(path: str | None) -> None:
-    """An export never writes into an index folder (writing MANIFEST.json there destroyed the index)."""
-    if path is None:
-        return
-    p = Path(path).resolve()
-    for folder in (p, p.parent):
-        if (folder / MANIFEST).exists():
+def _outside_index(path: Path, index: str) -> None:
+    """An export never writes into an index folder, at any depth (writing MANIFEST.json or a segment's
+    .npy there destroyed the index): neither the exported index's folder nor any folder holding an index."""
+    p = path.resolve()
+    if p.is_relative_to(Path(index).resolve()):
+        raise CLIError(f"{path} is in the index folder {index}: write the export somewhere else")
+    for folder in (p, *p.parents):
+        if (folder / MANIFEST).exists() or (folder / DENSE_IDS).exists():
             raise CLIError(f"{path} is in the index folder {folder}: write the export somewhere else")
 
 
@@ -147,13 +232,15 @@ def _check_opensearch_options(args) -> None:
                        "field with neural_sparse")
 
 
-def _export_queries(args):
-    """--queries FILE: one text a line, encoded with the index's model, written beside --out (OpenSearch:
-    into it, as an _msearch file). Returns the encoded queries."""
+def _export_queries(args, path: Path):
+    """--queries FILE: one text a line, encoded with the index's model, written to ``path`` (checked by
+    _check_export_targets). Returns the encoded queries."""
     try:
         texts = [t.strip() for t in Path(args.queries).read_text(encoding="utf-8").splitlines() if t.strip()]
     except UnicodeDecodeError as e:  # its own message names the codec, not the file
         raise CLIError(f"--queries {args.queries}: not UTF-8 text (byte {e.start}: {e.reason})") from None
+    except OSError as e:
+        raise CLIError(f"--queries {args.queries}: cannot read it ({e.strerror or e})") from None
     if not texts:
         raise CLIError(f"--queries {args.queries}: no query text in the file")
     model_ref = args.model or pipeline.read_collection_meta(args.index).get("model")
@@ -162,16 +249,11 @@ def _export_queries(args):
     queries = load_model(model_ref).encode_texts(texts)
     qids = [f"q{n}" for n in range(1, len(texts) + 1)]
     if args.format == "jsonl":
-        path = _new_or_overwrite(Path(args.queries_out or Path(args.out).with_name("queries.jsonl")),
-                                 args.overwrite, "the query file")
         export.write_queries_jsonl(queries, qids, path)
     elif args.format == "opensearch":  # _msearch answers in file order: q1, q2, ...
-        path = Path(args.queries_out or Path(args.out) / "queries.msearch.ndjson")
         export.write_opensearch_queries(queries, path, field_type=args.opensearch_field,
                                         query_type=args.opensearch_query, k=args.k or 10)
-    else:  # Anserini parses every file of the collection folder: the topics go beside that folder
-        path = _new_or_overwrite(Path(args.queries_out or Path(args.out).resolve().parent.parent / "queries.tsv"),
-                                 args.overwrite, "the query file")
+    else:
         export.write_queries_tsv(queries, qids, path, scale=args.scale)
     print(f"wrote {len(texts)} queries (q1..q{len(texts)}, in file order) to {path}")
     return queries

@@ -6,14 +6,20 @@ import json
 from pathlib import Path
 
 from tokenspace import pipeline
-from tokenspace.cli.common import CLIError
+from tokenspace.cli.common import CLIError, check_writable_place
 from tokenspace.cli.sparsify import RECIPE
 from tokenspace.models.config import CONFIG_FILE, TOKENIZER_FILE, VOCAB_FILE
 from tokenspace.models.registry import release_path
 from tokenspace.train.recipe import Recipe, parse_overrides
+from tokenspace.train.trainer import check_run_folder
+
+# what a training run folder holds (train/trainer.py): a folder holding none of them and other files is a
+# user's folder, which a run would fill with its own beside them
+RUN_ENTRIES = ("recipe.json", "log.jsonl", "model", "checkpoint", "checkpoint.tmp", "checkpoint.old")
 
 
 def run(args) -> int:
+    _check_run_out(Path(args.out), args.resume)  # before the data and the dense model are read
     folder = Path(args.dense) if (Path(args.dense) / CONFIG_FILE).is_file() else release_path(args.dense)
     if folder is None:
         raise CLIError(f"--dense {args.dense}: no trained model folder (with {CONFIG_FILE}) there, nor a release name")
@@ -30,3 +36,17 @@ def run(args) -> int:
     pipeline.train(recipe, args.out, home=args.home, resume=args.resume)
     print(f"sparsified {args.dense}: {Path(args.out) / 'model'}")
     return 0
+
+
+def _check_run_out(out: Path, resume: bool) -> None:
+    """--out is new, empty, or a run folder (a run there is refused without --resume, as `train` does)."""
+    check_writable_place(out, "--out")
+    try:
+        check_run_folder(out, resume)
+    except ValueError as e:
+        raise CLIError(f"--out {e}") from None
+    if out.is_dir():
+        entries = {p.name for p in out.iterdir()}
+        if entries and not entries & set(RUN_ENTRIES):
+            raise CLIError(f"--out {out} is a folder that is not empty and holds no training run: choose a new "
+                           "or empty folder")
