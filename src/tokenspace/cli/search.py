@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from tokenspace.cli.common import positive_int, text, unit_fraction
+from tokenspace.cli.ranking import add_ranking_arguments
 
 
 def steer_pair(value: str) -> tuple[str, float]:
@@ -51,3 +52,4 @@ def add_arguments(s: argparse.ArgumentParser) -> None:
                    help="--dense-index: rrf (reciprocal ranks, default) or weighted (min-max normalised scores)")
     s.add_argument("--weight", type=unit_fraction, default=None,
                    help="--dense-index: the sparse index's share of the fused score, 0..1 (default 0.5)")
+    add_ranking_arguments(s, "the index's ranking, chosen when it was built")

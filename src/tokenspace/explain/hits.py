@@ -57,8 +57,10 @@ def caption(text: str, width: int = 60) -> str:
 
 
 def format_hit(rank: int, hit_id: str, score: float, parts: list[Contribution], text: str | None = None,
-               top: int = 6) -> str:
-    """One line per hit for terminals: rank, score, id, and the tokens that made the score."""
+               top: int = 6, penalty: float = 0.0) -> str:
+    """One line per hit for terminals: rank, score, id, and the tokens that made the score (and the hub
+    prior's penalty, when there is one)."""
     toks = ", ".join(f"{c.token} {c.contribution:.3f}" for c in parts[:top])
     label = f"  ({caption(text)})" if text else ""
-    return f"{rank:>3}. {score:.4f}  {hit_id}{label}\n       matched: {toks or '-'}"
+    hub = f"; hub penalty -{penalty:.3f}" if penalty else ""
+    return f"{rank:>3}. {score:.4f}  {hit_id}{label}\n       matched: {toks or '-'}{hub}"

@@ -6,12 +6,16 @@
 ``search_options`` turns what a user typed (token names, a boolean query on tokens, a metadata filter)
 into the index's search options, with one-line ValueErrors that name the option; ``explained_search``
 runs the search, reads the hits' rows and splits each score into per-token contributions (they sum to
-it). A hybrid search (index/hybrid.py) brings its fused ranking as ``hits``: only the explanation runs.
+it, less the hit's hub penalty when the index has a hub prior). ``idf`` and ``prior_weight`` are the
+index-side levers of explain/ranking.py: the contributions are those of the idf-weighted query. A hybrid
+search (index/hybrid.py) brings its fused ranking as ``hits``: only the explanation runs.
 """
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from tokenspace.explain.hits import Contribution, contributions
 from tokenspace.explain.steer import resolve_tokens
@@ -24,7 +28,8 @@ from tokenspace.sparse import SparseBatch
 class ExplainedHit:
     id: str
     score: float
-    parts: list[Contribution]  # shared tokens, largest contribution first; they sum to ``score``
+    parts: list[Contribution]  # shared tokens, largest contribution first; they sum to ``score`` + penalty
+    penalty: float = 0.0  # the hub prior's part: prior_weight x the image's hubness (0 without a prior)
 
 
 def search_options(index, vocab, *, must: Sequence[str] = (), must_not: Sequence[str] = (),
@@ -55,18 +60,26 @@ def search_options(index, vocab, *, must: Sequence[str] = (), must_not: Sequence
     return options
 
 
-def explained_search(index, query: SparseBatch, k: int = 10, *, hits=None, vocab=None,
-                     **options) -> list[ExplainedHit]:
+def explained_search(index, query: SparseBatch, k: int = 10, *, hits=None, vocab=None, idf: float = 0.0,
+                     prior_weight: float | None = None, **options) -> list[ExplainedHit]:
     """The top ``k`` hits of one query row, each with its score split into per-token contributions.
     ``hits``: an already ranked list (a hybrid search's), explained as given. ``vocab`` names the rows'
-    dimensions when the index stores none. An empty query matches nothing: no hits."""
+    dimensions when the index stores none. An empty query matches nothing: no hits. ``idf`` /
+    ``prior_weight``: as InvertedIndex.search takes them (an index without them refuses them)."""
     if len(query) != 1:
         raise ValueError("explained_search takes a single query row")
-    if hits is None:
-        hits = index.search(query, k=k, **options)[0] if query.nnz else []
+    ranked = hits is None
+    if idf:
+        query = index.weigh(query, idf)
+    weight = index.prior_weight(prior_weight) if hasattr(index, "prior_weight") else 0.0
+    if ranked:
+        extra = {"prior_weight": weight} if weight else {}
+        hits = index.search(query, k=k, **extra, **options)[0] if query.nnz else []
     if not hits:
         return []
     docs = index.get([h.id for h in hits])
     if vocab is not None:
         docs = docs.with_vocab(vocab)
-    return [ExplainedHit(h.id, float(h.score), parts) for h, parts in zip(hits, contributions(query, docs))]
+    penalty = weight * index.hubness([h.id for h in hits]) if ranked and weight else np.zeros(len(hits))
+    return [ExplainedHit(h.id, float(h.score), parts, float(p))
+            for h, parts, p in zip(hits, contributions(query, docs), penalty)]

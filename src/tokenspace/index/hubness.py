@@ -64,3 +64,27 @@ def weigh_queries(queries: SparseBatch, weights: np.ndarray, power: float) -> Sp
         return queries
     factor = np.power(weights[queries.indices].astype(np.float64), power).astype(np.float32)
     return SparseBatch(queries.indptr, queries.indices, queries.values * factor, queries.dim, queries.vocab)
+
+
+def generic_factors(docs: SparseBatch, share: float) -> np.ndarray:
+    """float32[dim]: 1 for a dim held by at most ``share`` of the documents, share / (its share) above
+    that, so a token in every image keeps ``share`` of its weight (generic image tokens: a token most
+    images carry matches most queries' expansions and explains nothing)."""
+    if not (isinstance(share, (int, float)) and not isinstance(share, bool) and 0 < share <= 1):
+        raise ValueError(f"share must be in (0, 1], got {share!r}")
+    held = np.bincount(docs.indices[docs.values > 0], minlength=docs.dim) / max(1, len(docs))
+    return np.where(held > share, share / np.maximum(held, 1e-12), 1.0).astype(np.float32)
+
+
+def down_weight_generic(docs: SparseBatch, share: float, factors: np.ndarray | None = None,
+                        normalize: bool = True) -> SparseBatch:
+    """The documents with their generic tokens down-weighted (``factors``, default generic_factors of
+    the documents themselves) and, with ``normalize``, each row L2-normalised again: an image made
+    mostly of generic tokens then weighs its specific ones more."""
+    factors = generic_factors(docs, share) if factors is None else factors
+    values = docs.values * factors[docs.indices]
+    if normalize and len(values):
+        rows = np.repeat(np.arange(len(docs)), docs.row_nnz())
+        norms = np.sqrt(np.bincount(rows, weights=values.astype(np.float64) ** 2, minlength=len(docs)))
+        values = values / np.where(norms > 0, norms, 1.0)[rows]
+    return SparseBatch(docs.indptr, docs.indices, values.astype(np.float32), docs.dim, docs.vocab)

@@ -114,6 +114,19 @@ class SearchRequest(BaseModel):
                     '{"source": "emoji-noto"} equality, {"source": {"in": ["a", "b"]}} any of them, '
                     '{"caption": {"word": "heart"}} the text holds the word; `where` / `must` filter on tokens')
 
+    # ranking (explain/ranking.py): null keeps the server's (the index's, chosen when it was built)
+    idf: float | None = Field(None, ge=0, le=4, allow_inf_nan=False,
+                              description="query weights x BM25 idf ** idf over the indexed images (0 off)")
+    prior_weight: float | None = Field(None, ge=0, le=100, allow_inf_nan=False,
+                                       description="subtract prior_weight x each image's hubness (the index's hub "
+                                                   "prior; 0 off)")
+    expansion: float | None = Field(None, ge=0, le=10, allow_inf_nan=False,
+                                    description="weight of the tokens the text encoder adds, against the query's "
+                                                "own words")
+    expansion_floor: float | None = Field(None, ge=0, le=1, allow_inf_nan=False,
+                                          description="drop added tokens below this fraction of the query's top "
+                                                      "weight (its own words always stay)")
+
     _text = field_validator("text", mode="before")(_not_blank)
     _filter = field_validator("filter", mode="before")(_check_field_names)
 
@@ -123,7 +136,8 @@ class SearchRequest(BaseModel):
 
     def ranking(self) -> dict:
         """The fields that change how hits are scored, as SearchService.search_text's keywords."""
-        return {}
+        return {f: getattr(self, f) for f in ("idf", "prior_weight", "expansion", "expansion_floor")
+                if getattr(self, f) is not None}
 
 
 class HeatmapRequest(BaseModel):
@@ -155,6 +169,7 @@ class SearchHit(BaseModel):
     text: str | None
     label: str | None
     tokens: list[TokenContribution]
+    hub_penalty: float = Field(0.0, description="the hub prior's part: score = sum of contributions - hub_penalty")
 
 
 class SearchResponse(BaseModel):
@@ -181,6 +196,7 @@ class StatsResponse(BaseModel):
     collection: int = Field(description="ids with metadata (image file, text)")
     index: dict = Field(description="the engine's own statistics")
     dense_index: dict | None = Field(None, description="the dense index's statistics when hybrid search (fusion) is on")
+    ranking: dict = Field(default_factory=dict, description="the default ranking of a search (each request may change it)")
 
 
 class Health(BaseModel):

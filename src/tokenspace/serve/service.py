@@ -17,6 +17,7 @@ import numpy as np
 
 from tokenspace.data.images import ImageLoadError, load_image
 from tokenspace.explain.heatmap import has_cell_scores, heatmap_png
+from tokenspace.explain.ranking import Ranking, encode_queries
 from tokenspace.explain.search import explained_search, search_options
 from tokenspace.explain.steer import steer
 from tokenspace.index import InvertedIndex
@@ -62,9 +63,11 @@ class SearchService:
     """A model (to encode queries), an index (to search) and the collection's metadata (to show hits)."""
 
     def __init__(self, model, index, items: Mapping[str, Mapping] | None = None, base_dir=None,
-                 model_name: str | None = None, cache_size: int = 1024, dense_model=None, dense_index=None):
+                 model_name: str | None = None, cache_size: int = 1024, dense_model=None, dense_index=None,
+                 ranking: Ranking | None = None):
         """``dense_model`` / ``dense_index``: a dense model and a DenseIndex of the same images, for
-        hybrid search (``fusion``); without them a request that asks for fusion is refused."""
+        hybrid search (``fusion``); without them a request that asks for fusion is refused. ``ranking``:
+        the default ranking of a search (explain/ranking.py; a request may change each field)."""
         if not getattr(model, "sparse", True):
             raise TypeError(f"{model.family} models produce dense vectors: the token API needs a sparse model")
         self.model = model
@@ -76,7 +79,10 @@ class SearchService:
         # one model call at a time: the CPU is the bottleneck, and torch's own threads already use every
         # core, so concurrent calls would only thrash (the index itself is read-only and lock-free)
         self._model_lock = threading.Lock()
-        self._cache: OrderedDict[str, SparseBatch] = OrderedDict()  # repeated queries skip the model
+        self.ranking = ranking or Ranking()
+        if self.ranking.prior_weight is not None:  # a prior weight needs an index with a hub prior
+            self.index.prior_weight(self.ranking.prior_weight)
+        self._cache: OrderedDict[tuple, SparseBatch] = OrderedDict()  # repeated queries skip the model
         self._cache_size = cache_size
         self._nnz: int | None = None
         if (dense_model is None) != (dense_index is None):
@@ -91,21 +97,28 @@ class SearchService:
         """Load the index and the collection metadata (``collection.json``) from an index folder
         (``kwargs``: the constructor's other options)."""
         meta = read_collection_meta(index_dir)
+        kwargs.setdefault("ranking", Ranking.from_dict(meta.get("ranking")))
         return cls(model, open_index(index_dir), meta.get("items", {}), base_dir=index_dir, **kwargs)
 
     # ------------------------------------------------------------------ encoding
-    def encode_text(self, text: str) -> SparseBatch:
-        """The query vector of a text (one row), cached by text."""
+    def encode_text(self, text: str, ranking: Ranking | None = None) -> SparseBatch:
+        """The query vector of a text (one row) shaped by ``ranking`` (default: the service's), cached
+        by text and shaping."""
         text = text.strip()
         if not text:
             raise ServiceError("the query text is empty")
+        ranking = ranking or self.ranking
+        key = (text, ranking.expansion, ranking.expansion_floor)
         with self._model_lock:
-            hit = self._cache.get(text)
+            hit = self._cache.get(key)
             if hit is not None:
-                self._cache.move_to_end(text)
+                self._cache.move_to_end(key)
                 return hit
-            q = self.model.encode_texts([text]).with_vocab(self.vocab)
-            self._cache[text] = q
+            try:
+                q = encode_queries(self.model, [text], ranking).with_vocab(self.vocab)
+            except ValueError as e:  # shaping a model whose dims are not its tokens
+                raise ServiceError(f"expansion: {e}") from None
+            self._cache[key] = q
             if len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
             return q
@@ -123,18 +136,23 @@ class SearchService:
     # ------------------------------------------------------------------ search
     def search_text(self, text: str, k: int = 10, must: Sequence[str] = (), must_not: Sequence[str] = (),
                     where: str | None = None, steer: Mapping[str, float] | None = None,
-                    filter: Mapping | None = None, fusion: str | None = None, weight: float = 0.5) -> dict:
-        """Images for a text query, each hit explained token by token (contributions sum to its score).
-        ``filter``: a metadata filter (index/metadata.py), applied by the index before top-k."""
+                    filter: Mapping | None = None, fusion: str | None = None, weight: float = 0.5,
+                    **ranking) -> dict:
+        """Images for a text query, each hit explained token by token (contributions sum to its score,
+        less its hub penalty). ``filter``: a metadata filter (index/metadata.py), applied by the index
+        before top-k. ``ranking``: fields of explain/ranking.py's Ranking that change the service's."""
         t0 = time.perf_counter()
         try:
             options = search_options(self.index, self.vocab, must=must, must_not=must_not, where=where, meta=filter)
-        except ValueError as e:
+            chosen = self.ranking.with_(**ranking)
+            if chosen.prior_weight is not None:
+                self.index.prior_weight(chosen.prior_weight)
+        except (TypeError, ValueError) as e:
             raise ServiceError(str(e)) from None
-        query = self.steer(self.encode_text(text), steer)
+        query = self.steer(self.encode_text(text, chosen), steer)
         if fusion is not None:  # hybrid search (index/hybrid.py): the scores are the fused ones
             return self._search(query, k, options, t0, self._hybrid_hits(text, query, k, options, fusion, weight))
-        return self._search(query, k, options, t0)
+        return self._search(query, k, {**options, "idf": chosen.idf, **chosen.index_options()}, t0)
 
     def _hybrid_hits(self, text: str, query: SparseBatch, k: int, options: dict, fusion: str, weight: float):
         if self.dense_index is None:
@@ -157,13 +175,14 @@ class SearchService:
     def _search(self, query: SparseBatch, k: int, options: dict, t0: float, hits=None) -> dict:
         # (a hybrid search brings its fused hits)
         found = explained_search(self.index, query, k, hits=hits, vocab=self.vocab, **options)
+        shown = self.index.weigh(query, options["idf"]) if options.get("idf") else query  # as scored
         return {
-            "query": [{"token": t, "weight": w} for t, w in self.vocab.decode(query, top_k=None)[0]],
-            "hits": [self._hit(h.id, h.score, h.parts) for h in found],
+            "query": [{"token": t, "weight": w} for t, w in self.vocab.decode(shown, top_k=None)[0]],
+            "hits": [self._hit(h.id, h.score, h.parts, h.penalty) for h in found],
             "took_ms": (time.perf_counter() - t0) * 1000.0,
         }
 
-    def _hit(self, doc_id: str, score: float, parts) -> dict:
+    def _hit(self, doc_id: str, score: float, parts, penalty: float = 0.0) -> dict:
         item = self.items.get(doc_id, {})
         return {
             "id": doc_id,
@@ -172,6 +191,7 @@ class SearchService:
             "text": item.get("text"),
             "label": item.get("label"),
             "tokens": [c.to_dict() for c in parts],
+            "hub_penalty": float(penalty),
         }
 
     # ------------------------------------------------------------------ items
@@ -243,4 +263,5 @@ class SearchService:
             # the engine's figures, without where its folder is on the server (not the client's business)
             "index": _jsonable({k: v for k, v in self.index.stats().items() if k != "path"}),
             "dense_index": None if self.dense_index is None else _jsonable(self.dense_index.stats()),
+            "ranking": self.ranking.to_dict(),
         }

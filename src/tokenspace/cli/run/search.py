@@ -6,7 +6,9 @@ from tokenspace.cli.common import CLIError, UsageError
 from tokenspace.cli.hybrid import DenseHalf
 from tokenspace.cli.index_loading import load_index
 from tokenspace.cli.model_loading import load_model
+from tokenspace.cli.ranking import ranking_changes
 from tokenspace.explain.hits import format_hit
+from tokenspace.explain.ranking import Ranking, encode_queries
 from tokenspace.explain.search import explained_search, search_options
 from tokenspace.explain.steer import steer
 from tokenspace.index.metadata import parse_cli as parse_filters
@@ -31,11 +33,19 @@ def run(args) -> int:
     model_path = args.model or meta.get("model")
     if not model_path:
         raise CLIError(f"no --model given and the index at {args.index} does not name one")
+    try:
+        ranking = Ranking.from_dict(meta.get("ranking")).with_(**ranking_changes(args))
+        index.prior_weight(ranking.prior_weight)  # refused here when the index has no hub prior
+    except ValueError as e:
+        raise CLIError(str(e).replace("prior_weight:", "--prior-weight:", 1)) from None
     model = load_model(model_path)
     if args.image:
         queries = model.encode_images([args.image])
     else:
-        queries = model.encode_texts(args.query)
+        try:
+            queries = encode_queries(model, args.query, ranking)
+        except ValueError as e:
+            raise CLIError(f"--expansion: {e}") from None
     dense_queries = dense.encode(args.query, args.image) if dense is not None else None
     try:
         options = search_options(index, model.vocab, must=args.must or (), must_not=args.must_not or (),
@@ -53,11 +63,13 @@ def run(args) -> int:
         q = queries[qi]
         hits = None if dense is None else dense.search(index, q, dense_queries[qi : qi + 1], args.k)[0]
         # a hybrid search's scores are the fused ones; the tokens still explain the sparse side's dot product
-        found = explained_search(index, q, args.k, hits=hits, vocab=model.vocab, **options)  # (no options with --dense-index: refused above)
+        ranked = {} if dense is not None else {"idf": ranking.idf, **ranking.index_options()}
+        found = explained_search(index, q, args.k, hits=hits, vocab=model.vocab, **ranked, **options)  # (no options with --dense-index: refused above)
         print(f"\nquery: {q_text}" + (f"  (hybrid, {dense.fusion} fusion)" if dense is not None else ""))
-        print("  query tokens: " + ", ".join(f"{t} {w:.2f}" for t, w in model.decode(q, top_k=8)[0]))
+        shown = q if dense is not None else index.weigh(q, ranking.idf)  # the weights the hits were scored with
+        print("  query tokens: " + ", ".join(f"{t} {w:.2f}" for t, w in model.decode(shown, top_k=8)[0]))
         if not found:
             print("  no hits")
         for rank, h in enumerate(found, 1):
-            print(format_hit(rank, h.id, h.score, h.parts, meta["items"].get(h.id, {}).get("text")))
+            print(format_hit(rank, h.id, h.score, h.parts, meta["items"].get(h.id, {}).get("text"), penalty=h.penalty))
     return 0

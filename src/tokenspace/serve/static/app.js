@@ -2,6 +2,9 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
+// the ranking inputs and the request fields they set (explain/ranking.py)
+const RANKING = [["idf", "idf"], ["prior-weight", "prior_weight"], ["expansion", "expansion"],
+  ["expansion-floor", "expansion_floor"]];
 
 // "a, b c" -> ["a", "b", "c"]: filters are typed as token lists
 function tokenList(s) {
@@ -116,6 +119,12 @@ function card(hit, text) {
     chips.appendChild(chip(`${t.token} +${t.contribution.toFixed(3)}`,
       `query ${t.query_weight.toFixed(3)} x image ${t.doc_weight.toFixed(3)}`, top > 0 ? t.contribution / top : 0));
   }
+  if (hit.hub_penalty) {
+    const hub = chip(`hub penalty −${hit.hub_penalty.toFixed(3)}`,
+      "this image matches many queries (its hubness x the prior's weight), so it is ranked lower", 0);
+    hub.classList.add("penalty");
+    chips.appendChild(hub);
+  }
   el.append(thumb, meta, caption, chips);
   return el;
 }
@@ -132,6 +141,10 @@ async function search(ev) {
     };
     const filter = filterMap($("filter").value);
     if (Object.keys(filter).length) body.filter = filter;
+    for (const [id, field] of RANKING) {  // empty: the index's default
+      const v = $(id).value.trim();
+      if (v !== "") body[field] = Number(v);
+    }
   } catch (e) { showError(e.message); return; }
   const res = await fetch("/search", {method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify(body)});
   const data = await res.json().catch(() => null);
@@ -147,6 +160,12 @@ async function loadStats() {
   if (!res.ok) return;
   const s = await res.json();
   $("stats").textContent = `${s.size} images · ${s.nnz} weights · model ${s.model}`;
+  const r = s.ranking || {};
+  const hub = s.index && s.index.hub_prior;
+  for (const [id, field] of RANKING) {
+    const v = field === "prior_weight" ? (r[field] ?? (hub ? hub.weight : 0)) : r[field];
+    if (v !== undefined && v !== null) $(id).placeholder = String(v);
+  }
 }
 
 $("search-form").addEventListener("submit", search);

@@ -1,0 +1,132 @@
+"""How a search ranks beyond the plain dot product: the query-time levers, one object for the CLI, the
+service and the demo.
+
+    ranking = Ranking(idf=0.5, expansion=0.5, expansion_floor=0.1)       # prior_weight: the index's
+    q = encode_queries(model, ["a black cat"], ranking)                   # shaped query rows
+    hits = index.search(index.weigh(q, ranking.idf), k=10, **ranking.index_options())
+
+The levers (each 'off' at its default, so a Ranking() search is the model's own dot product):
+- ``expansion``: the weight of a query's *expansion* tokens (the ones the text encoder adds, not the
+  query's own content word pieces) against its own words, which always keep theirs. A learned expansion
+  holds the recall (a query word no image carries still finds images through its neighbours) and the
+  noise ("a black cat" -> x, code, co, brain...): it needs weighting, not removal.
+- ``expansion_floor``: expansion tokens below this fraction of the query's largest weight are dropped.
+- ``idf``: each query weight times BM25's idf ** idf over the index's live documents (index.weigh): a
+  token most images hold (def, sun, x on the demo's index) says little about any one of them.
+- ``prior_weight``: the hub prior's weight (index.set_hub_prior; None: the weight stored with the index).
+Shaped rows are L2-normalised again for a cosine model, so scores stay cosines and a prior's weight
+means the same whatever the shaping. None of these is in the three papers: results label them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from tokenspace.models.classwords import emitted
+from tokenspace.sparse import SparseBatch
+
+RANKING_FILE = "ranking.json"  # in a model folder: the ranking chosen for it on validation data
+
+
+@dataclass(frozen=True)
+class Ranking:
+    idf: float = 0.0
+    prior_weight: float | None = None
+    expansion: float = 1.0
+    expansion_floor: float = 0.0
+
+    def __post_init__(self):
+        for name, lo, hi in (("idf", 0, 4), ("expansion", 0, 10), ("expansion_floor", 0, 1)):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and not isinstance(v, bool) and lo <= v <= hi):
+                raise ValueError(f"{name} must be a number in [{lo}, {hi}], got {v!r}")
+        w = self.prior_weight
+        if w is not None and not (isinstance(w, (int, float)) and not isinstance(w, bool) and 0 <= w < math.inf):
+            raise ValueError(f"prior_weight must be a finite number >= 0 (or null: the index's), got {w!r}")
+
+    @classmethod
+    def from_dict(cls, d: Mapping | None) -> "Ranking":
+        """A Ranking from a JSON object (ranking.json, collection.json, an HTTP request); unknown keys are
+        an error naming them."""
+        if d is None:
+            return cls()
+        if not isinstance(d, Mapping):
+            raise ValueError(f"a ranking is an object of {', '.join(cls.fields())}, got {type(d).__name__}")
+        unknown = sorted(set(d) - set(cls.fields()))
+        if unknown:
+            raise ValueError(f"unknown ranking field {unknown[0]!r} (known: {', '.join(cls.fields())})")
+        return cls(**d)
+
+    @staticmethod
+    def fields() -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(Ranking))
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def with_(self, **changes) -> "Ranking":
+        """This ranking with the given fields changed; a None value keeps the field as it is."""
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    def index_options(self) -> dict:
+        """The index's search keywords for the index-side levers (idf is applied by index.weigh)."""
+        return {} if self.prior_weight is None else {"prior_weight": self.prior_weight}
+
+    def shapes_queries(self) -> bool:
+        return self.expansion != 1.0 or self.expansion_floor > 0
+
+
+def own_tokens(model, texts: Sequence[str]) -> list[np.ndarray]:
+    """Each text's own content word pieces (ids in the model's vocabulary): no stop words, specials or
+    punctuation (classwords.emitted), as the fused model's lexical anchor reads them."""
+    vocab = model.tokenizer.vocab
+    out = []
+    for text in texts:
+        ids = sorted({i for i in model.tokenizer.token_ids(text) if emitted(vocab.token(i))})
+        out.append(np.asarray(ids, np.int64))
+    return out
+
+
+def shape(queries: SparseBatch, own: Sequence[np.ndarray], expansion: float = 1.0, floor: float = 0.0,
+          normalize: bool = True) -> SparseBatch:
+    """Query rows with their expansion tokens (dims not in ``own[r]``) scaled by ``expansion`` and those
+    below ``floor`` x the row's largest weight (after scaling) dropped; own tokens are kept as they are.
+    ``normalize``: each row L2-normalised again."""
+    if len(own) != len(queries):
+        raise ValueError(f"{len(own)} own-token lists for {len(queries)} query rows")
+    rows_i, rows_v = [], []
+    for r in range(len(queries)):
+        idx, val = queries.row(r)
+        val = val.astype(np.float32).copy()
+        is_own = np.isin(idx, own[r])
+        val[~is_own] *= np.float32(expansion)
+        if floor > 0 and len(val):
+            keep = is_own | (val >= np.float32(floor) * val.max())
+            idx, val = idx[keep], val[keep]
+        keep = val > 0
+        idx, val = idx[keep], val[keep]
+        if normalize and len(val):
+            val = val / np.float32(np.sqrt(np.sum(val.astype(np.float64) ** 2)))
+        rows_i.append(idx)
+        rows_v.append(val.astype(np.float32))
+    indptr = np.concatenate([[0], np.cumsum([len(i) for i in rows_i])])
+    indices = np.concatenate(rows_i) if rows_i else np.zeros(0, np.int32)
+    values = np.concatenate(rows_v) if rows_v else np.zeros(0, np.float32)
+    return SparseBatch(indptr, indices, values, queries.dim, queries.vocab)
+
+
+def encode_queries(model, texts: Sequence[str], ranking: Ranking | None = None) -> SparseBatch:
+    """The model's text vectors shaped by ``ranking``'s expansion and floor (idf and the prior are the
+    index's: index.weigh, ranking.index_options)."""
+    queries = model.encode_texts(list(texts))
+    if ranking is None or not ranking.shapes_queries():
+        return queries
+    if model.vocab.tokens != model.tokenizer.vocab.tokens:
+        raise ValueError(f"expansion / expansion_floor need a model whose dims are its tokenizer's tokens; "
+                         f"{model.family}'s are learned features")
+    return shape(queries, own_tokens(model, texts), ranking.expansion, ranking.expansion_floor,
+                 normalize=getattr(model, "similarity", "cosine") == "cosine")
