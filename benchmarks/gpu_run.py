@@ -1,8 +1,9 @@
-"""Every GPU measurement of issue 31 in one run (< 8 minutes on one H100 / H200), into one JSON file.
+"""Every GPU measurement in one run (under 10 minutes on one H100 / H200), into one JSON file.
 
     python benchmarks/gpu_run.py                      # one CUDA GPU -> benchmarks/results/gpu_run.json
     python benchmarks/gpu_run.py --tiny               # the same code paths on the CPU at toy width (~1 min)
     python benchmarks/gpu_run.py --sections smoke throughput --budget 300
+    python benchmarks/gpu_run.py --sections encode compile stair_step --out $OUT/gpu_run.json
 
 Needs no network: models are built at random init from the paper configs with a synthetic 30,522-entry
 vocabulary, data are synthetic tensors (throughput) or shards / JPEGs the script writes (smoke, encode),
@@ -24,17 +25,30 @@ guarded (a failure or the time budget skips what is left of it, recorded in the 
   synthetic vectors, Zipf-distributed tokens; Sparse CLIP 32,768 x 16,384 dense): ``before`` (all
   columns, the [B, B] logits every rank computed before issue 31), ``active`` (the active columns)
   and ``local`` (one rank's rows at the per-GPU batch: what each rank computes now), time and peak memory.
-- ``encode``: ``encode_files`` of the release model on the GPU over synthetic 500 x 375 JPEGs: images/s.
+- ``encode``: the release model's ``encode_files`` over 4,096 synthetic 500 x 375 JPEGs. Where the time
+  goes: the host path's stages per image on one core (read, decode, resize) and its loader alone, the
+  tower alone per precision and memory format, the device path's stages (read, decode, resize, tower,
+  heads, top-n; profiled: each waits for the device); then end to end, the host path (today's, 8 decode
+  workers) against the device path (data/device_decode.py: nvJPEG, the exact letterbox on the GPU, top-n
+  on the device) at batch 256 / 512 in fp32, fp16, bf16; whether they agree (pixels, rows); writing the
+  rows (part file, index); ``encode_to_index`` over tar shards; a ViT-B/16 STAIR (stair-paper's towers,
+  random init, top 100 tokens) on the device path.
 - ``gpu_days``: docs/scale.md's table from measured time instead of an assumed utilisation: per GPU-step
   = the ``active`` step at the per-GPU batch + one rank's loss (``local``), times the recipe's steps.
 - ``open_clip``: open_clip's ViT-B-32 (random init) trained the same way at the dense baseline's batch,
   for an outside reference of the dense baseline's pairs/s; skipped when open_clip is not installed.
-- ``compile`` (last: its compilation time is the least predictable): the ``active`` arm of each model
-  with torch.compile of the towers' forward (--tiny: dynamo with the eager backend; the CPU's inductor
-  takes minutes), into the throughput results.
-Each section gets a share of ``--budget`` (390 s, leaving room for start-up and an arm that overruns;
-the last takes what is left) and the JSON is written after each, so a run cut short keeps what it
-measured.
+- ``compile``: regional compilation (``compile_blocks``: the towers' repeated transformer blocks, one
+  compiled graph per kind of block; the heads' slab loops stay eager) of the ``active`` arm of
+  stair-paper and sparse-clip-vitb32, against an eager step of the same run: compile seconds and step
+  seconds apart (--tiny: dynamo with the eager backend; the CPU's inductor takes minutes).
+- ``stair_step`` (last): STAIR's step at the paper's per-GPU batch: where the time goes (device and host
+  time per phase from CUDA events, then a torch.profiler summary: kernel time by kind, top kernels, the
+  device's busy share, launches and syncs per step), then the step with a multi-tensor LAMB
+  (``foreach_lamb``), the head's max taken in bf16 (``low_precision_max``), both, and both with
+  ``compile_blocks``; model-FLOPs utilisation of each.
+Each section gets a share of ``--budget`` (500 s, leaving room for start-up and an arm that overruns
+inside a 600 s call; the last takes what is left) and the JSON is written after each, so a run cut
+short keeps what it measured.
 """
 from __future__ import annotations
 
@@ -62,9 +76,10 @@ MODELS = {"stair-paper": ("stair-paper", "stair-paper", 256, 64),
           "sparse-clip-vitb32": ("sparse-clip-vitb32", "sparse-clip-vitb32", 512, 64),
           "dense-clip-vitb32": ("sparse-clip-vitb32", "sparse-clip-vitb32", 512, 64)}
 # in this order; each section's share of the time budget (a section ends early when its share is spent)
-SECTIONS = ["throughput", "global_loss", "gpu_days", "encode", "open_clip", "smoke", "compile"]
-SHARE = {"throughput": 0.5, "global_loss": 0.12, "gpu_days": 0.01, "encode": 0.12, "open_clip": 0.1, "smoke": 0.3,
-         "compile": 1.0}
+SECTIONS = ["throughput", "global_loss", "gpu_days", "encode", "open_clip", "smoke", "compile", "stair_step"]
+SHARE = {"throughput": 0.25, "global_loss": 0.06, "gpu_days": 0.01, "encode": 0.24, "open_clip": 0.03,
+         "smoke": 0.09, "compile": 0.32, "stair_step": 1.0}
+BUDGET = 500  # seconds: every section in one call of a lent GPU machine (its limit: 600 s a command)
 RELEASE = ROOT / "models" / "tokenspace-stair-drawings"
 
 
@@ -269,13 +284,22 @@ def throughput(device, tiny, clock, out: dict) -> None:
 
 
 def compiled(device, tiny, clock, results: dict, save) -> None:
-    """The ``active`` arm with torch.compile of the towers' forward, per model, into the throughput results."""
-    warm, steps = (1, 2) if tiny else (3, 8)
-    for name in MODELS:
+    """Regional compilation (``compile_blocks``: each repeated transformer block of both towers compiled,
+    one compiled graph reused by every block of a kind; the heads' slab loops stay eager) of the ``active``
+    arm, per model: the seconds the first steps spend compiling apart from the steady step. (The whole
+    towers' forward under torch.compile, ``ScaleTrainer(compile=True)``, was still compiling its first
+    model after ~300 s on 2026-11-27.) Into the throughput results, next to an eager step of this run."""
+    for name in ("stair-paper", "sparse-clip-vitb32"):
         res = results.setdefault("throughput", {}).setdefault(name, {"batch": 4 if tiny else MODELS[name][2]})
-        clock.check(90)
-        res["compile"] = run_arm(name, tiny, res["batch"], device, "compile", warm, steps)
-        print(f"throughput {name} compile: {res['compile']}", flush=True)
+        clock.check(20)
+        res["eager (compile section)"] = step_arm(name, tiny, res["batch"], device, set(), 1 if tiny else 3,
+                                                  2 if tiny else 8)
+        print(f"compile {name} eager: {res['eager (compile section)']}", flush=True)
+        save()
+        clock.check(60)
+        res["compile_blocks"] = step_arm(name, tiny, res["batch"], device, {"compile"}, 1 if tiny else 3,
+                                         2 if tiny else 8)
+        print(f"compile {name} blocks: {res['compile_blocks']}", flush=True)
         save()  # a compilation that runs past the machine's limit must not take the others' numbers along
 
 
@@ -294,6 +318,372 @@ def largest_batch(name, tiny, device, clock, res: dict, warm: int, steps: int) -
         clock.check(20)
         res["active_at_largest"] = run_arm(name, tiny, res["largest_batch"], device, "active", warm, steps)
         print(f"throughput {name} largest: {res['active_at_largest']}", flush=True)
+
+
+# ---------------------------------------------------------------------------------------------- the step
+def foreach_lamb(opt):
+    """``opt`` (train/optim.py's Lamb: its groups, defaults and state) as a LAMB whose step runs multi-tensor
+    (``torch._foreach``) kernels: a few launches per parameter group instead of ~15 per tensor. The same
+    update; the norms sum in another order, so steps agree with Lamb's to float rounding, not to the bit."""
+    from tokenspace.train.optim import Lamb
+
+    class ForeachLamb(Lamb):
+        @torch.no_grad()
+        def step(self, closure=None):
+            for group in self.param_groups:
+                ps = [p for p in group["params"] if p.grad is not None]
+                if not ps:
+                    continue
+                b1, b2 = group["betas"]
+                wd, eps, lr = group["weight_decay"], group["eps"], group["lr"]
+                gs = [p.grad.float() for p in ps]
+                for p in ps:
+                    state = self.state[p]
+                    if not state:
+                        state["step"] = torch.zeros((), dtype=torch.float32)
+                        state["exp_avg"] = torch.zeros_like(p, dtype=torch.float32)
+                        state["exp_avg_sq"] = torch.zeros_like(p, dtype=torch.float32)
+                    state["step"] += 1
+                t = float(self.state[ps[0]]["step"])
+                ms = [self.state[p]["exp_avg"] for p in ps]
+                vs = [self.state[p]["exp_avg_sq"] for p in ps]
+                torch._foreach_mul_(ms, b1)
+                torch._foreach_add_(ms, gs, alpha=1 - b1)
+                torch._foreach_mul_(vs, b2)
+                torch._foreach_addcmul_(vs, gs, gs, value=1 - b2)
+                denom = torch._foreach_div(vs, 1 - b2 ** t)
+                torch._foreach_sqrt_(denom)
+                torch._foreach_add_(denom, eps)
+                update = torch._foreach_div(ms, 1 - b1 ** t)
+                torch._foreach_div_(update, denom)
+                ws = [p.float() for p in ps]
+                if wd:
+                    torch._foreach_add_(update, ws, alpha=wd)
+                if wd or group["always_adapt"]:
+                    w_norm = torch.stack(torch._foreach_norm(ws))
+                    u_norm = torch.stack(torch._foreach_norm(update))
+                    ratio = torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, torch.ones_like(w_norm))
+                    torch._foreach_mul_(update, list(ratio.unbind()))
+                if all(p.dtype == torch.float32 for p in ps):
+                    torch._foreach_add_(ps, update, alpha=-lr)
+                else:
+                    for p, u in zip(ps, update):
+                        p.add_(u.to(p.dtype), alpha=-lr)
+
+    new = ForeachLamb.__new__(ForeachLamb)
+    new.__dict__.update(opt.__dict__)  # the same groups, defaults and (empty) state
+    return new
+
+
+class _LowPrecisionMax(torch.autograd.Function):
+    """models/maxproj.py's _MaxProjection whose forward takes each slab's max in the products' own dtype
+    (bf16 under a bf16 recipe) instead of a float32 copy of the slab: the same values (widening is exact and
+    keeps the order), a third of the slab's bytes. The backward is maxproj's own."""
+
+    @staticmethod
+    def forward(ctx, h, weight, bias, valid, compute_dtype):
+        from tokenspace.models import maxproj
+
+        B, L, _ = h.shape
+        hc, wc = h.to(compute_dtype), weight.to(compute_dtype)
+        best = torch.empty(B, weight.shape[0], dtype=compute_dtype, device=h.device)
+        arg = torch.empty(B, weight.shape[0], dtype=torch.long, device=h.device)
+        step = maxproj._chunk(B, L, h.device)
+        for a in range(0, B, step):
+            s = hc[a:a + step] @ wc.T  # [b, L, V] in compute_dtype
+            if valid is not None:
+                s.masked_fill_(~valid[a:a + step, :, None], float("-inf"))
+            torch.max(s, dim=1, out=(best[a:a + step], arg[a:a + step]))
+        ctx.save_for_backward(h, weight, arg)
+        ctx.compute_dtype = compute_dtype
+        return best.float() + bias.float()
+
+    @staticmethod
+    def backward(ctx, grad):
+        from tokenspace.models import maxproj
+
+        return maxproj._MaxProjection.backward(ctx, grad)
+
+
+@contextlib.contextmanager
+def low_precision_max():
+    """STAIR's heads with _LowPrecisionMax in training (inference keeps max_projection)."""
+    from tokenspace.models import stair
+
+    saved = stair.max_projection
+
+    def head(h, weight, bias, valid=None, compute_dtype=torch.float32):
+        if torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad or bias.requires_grad):
+            return _LowPrecisionMax.apply(h, weight, bias, None if valid is None else valid.bool(), compute_dtype)
+        return saved(h, weight, bias, valid, compute_dtype)
+
+    stair.max_projection = head
+    try:
+        yield
+    finally:
+        stair.max_projection = saved
+
+
+def compile_blocks(model, tiny: bool) -> int:
+    """Regional compilation: every repeated block of the two towers (the members of each ModuleList of
+    modules of one class: the ViT's layers, the text transformer's layers) compiled in place;
+    one compiled graph serves every block of a kind. Returns how many blocks. --tiny: dynamo with the
+    eager backend (the CPU's inductor takes minutes)."""
+    import torch._dynamo
+    from torch import nn
+
+    torch._dynamo.config.cache_size_limit = max(64, torch._dynamo.config.cache_size_limit)
+    blocks = []
+    for tower in (model.image_tower, model.text_tower):
+        for m in tower.modules():
+            if isinstance(m, nn.ModuleList) and len(m) and len({type(b) for b in m}) == 1:
+                blocks += list(m)
+    for b in blocks:
+        # the bound forward, not Module.compile: dynamo skips a top frame inside torch itself, so
+        # nn.TransformerEncoderLayer.compile() would stay eager (seen on the CPU, torch 2.13)
+        b.forward = torch.compile(b.forward, **({"backend": "eager"} if tiny else {}))
+    return len(blocks)
+
+
+def _unique_graphs() -> int:
+    """Graphs dynamo has compiled in this process so far (-1 if its counter moved)."""
+    try:
+        from torch._dynamo.utils import counters
+
+        return int(counters["stats"]["unique_graphs"])
+    except Exception:  # noqa: BLE001 - a counter's name moved: not worth failing the arm
+        return -1
+
+
+def forward_flops(name: str) -> dict:
+    """Forward FLOPs per pair of each part (paper_costs.model_costs: counted on the meta device)."""
+    from paper_costs import model_costs
+
+    return model_costs(MODELS[name][0])["forward_flops"]
+
+
+def step_arm(name, tiny, batch, device, changes: set, warm: int, steps: int) -> dict:
+    """One fresh model's ``active`` training step with ``changes`` from {"foreach-lamb", "low-precision-max",
+    "compile"}: the first ``warm`` steps timed one by one (a compilation shows there), then the median of
+    ``steps``. Out of memory is a result."""
+    t = opt = model = None
+    graphs = _unique_graphs()
+    try:
+        model, recipe = build(name, tiny)
+        with low_precision_max() if "low-precision-max" in changes else contextlib.nullcontext():
+            t, stage, opt = trainer_for(model, recipe, batch, device)
+            if "foreach-lamb" in changes:
+                opt = foreach_lamb(opt)
+            n_blocks = compile_blocks(model, tiny) if "compile" in changes else 0
+            idx = np.arange(batch)
+            reset_peak(device)
+            first, losses = [], []
+            for s in range(warm):
+                sync(device)
+                t0 = time.perf_counter()
+                losses.append(t.step(idx, stage, s, opt)["loss"])
+                first.append(time.perf_counter() - t0)
+            times = []
+            for s in range(steps):
+                sync(device)
+                t0 = time.perf_counter()
+                losses.append(t.step(idx, stage, warm + s, opt)["loss"])
+                times.append(time.perf_counter() - t0)
+            step = float(np.median(times))
+            res = {"batch": batch, "changes": sorted(changes), "precision": t.precision, "step_s": step,
+                   "pairs_per_s": batch / step, "first_steps_s": [round(x, 3) for x in first],
+                   "peak_mib": peak_mib(device), "losses": [round(v, 5) for v in losses],
+                   "finite": bool(np.isfinite(losses).all())}
+            if n_blocks:
+                # what the first steps spent beyond a steady step: compiling (forward, then backward)
+                res.update(compiled_blocks=n_blocks, compile_s=round(sum(first) - len(first) * step, 2),
+                           compiled_graphs=_unique_graphs() - graphs)
+            return res
+    except oom_errors() as e:
+        return {"batch": batch, "changes": sorted(changes), "error": f"out of memory: {str(e)[:200]}"}
+    finally:
+        model = t = opt = None
+        gc.collect()
+        reset_peak(device)
+
+
+def mfu(flops: dict, batch: int, step_s: float, peak: float = 989e12) -> dict:
+    """Model-FLOPs utilisation of a training step in which every part learns: 3 x the forward FLOPs per pair
+    x the batch (the per-GPU loss is left out: ~0.1% at this batch) over the step time and the dense bf16
+    peak (989 TFLOP/s for an H100 / H200 SXM, paper_costs.PEAK)."""
+    per_step = 3 * sum(v for k, v in flops.items() if k != "text_head_restricted") * batch
+    return {"model_tflop_per_step": round(per_step / 1e12, 2), "tflop_per_s": round(per_step / step_s / 1e12, 1),
+            "mfu": round(per_step / step_s / peak, 4)}
+
+
+def phase_profile(name, tiny, batch, device, steps: int) -> dict:
+    """Where a STAIR step's time goes: device time and host time per phase (towers + heads, active columns +
+    loss, backward, optimiser, the rest: metrics and their host syncs) from CUDA events and host clocks at the
+    phase boundaries, then torch.profiler over two steps: kernel time by kind, the top kernels, the device's
+    busy share, kernel launches and host syncs per step."""
+    from torch.profiler import ProfilerActivity, profile
+
+    model, recipe = build(name, tiny)
+    t, stage, opt = trainer_for(model, recipe, batch, device)
+    cuda = device.type == "cuda"
+    marks: list = []
+
+    def mark(label: str) -> None:
+        ev = None
+        if cuda:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+        marks.append((label, ev, time.perf_counter()))
+
+    forward, loss_fn, real_step, scaler = t._forward, t.loss_fn, opt.step, t.scaler
+
+    def fwd(*a, **k):
+        mark("start")
+        out = forward(*a, **k)
+        mark("towers + heads")
+        return out
+
+    def loss(*a, **k):
+        out = loss_fn(*a, **k)
+        mark("active columns + loss")
+        return out
+
+    class Scaled:
+        def __init__(self, x):
+            self.x = x
+
+        def backward(self):
+            scaler.scale(self.x).backward()
+            mark("backward")
+
+    class Scaler:
+        scale = staticmethod(Scaled)
+
+        @staticmethod
+        def step(o):
+            scaler.step(o)
+
+        @staticmethod
+        def update():
+            scaler.update()
+
+    def opt_step(*a, **k):
+        out = real_step(*a, **k)
+        mark("optimizer")
+        return out
+
+    t._forward, t.loss_fn, t.scaler, opt.step = fwd, loss, Scaler(), opt_step
+    idx = np.arange(batch)
+    for s in range(2):
+        t.step(idx, stage, s, opt)
+    marks.clear()
+    for s in range(steps):
+        t.step(idx, stage, 2 + s, opt)
+        mark("rest: metrics, host syncs")
+    sync(device)
+    phases: dict[str, dict[str, list]] = {}
+    for (_, e0, h0), (label, e1, h1) in zip(marks, marks[1:]):
+        if label == "start":
+            continue
+        p = phases.setdefault(label, {"device_ms": [], "host_ms": []})
+        p["host_ms"].append(1e3 * (h1 - h0))
+        if cuda:
+            p["device_ms"].append(e0.elapsed_time(e1))
+    out = {"batch": batch, "steps": steps,
+           "phases": {k: {m: round(float(np.median(v)), 2) for m, v in p.items() if v} for k, p in phases.items()}}
+    # the profiler: two steps
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    t._forward, t.loss_fn, t.scaler, opt.step = forward, loss_fn, scaler, real_step
+    sync(device)
+    w0 = time.perf_counter()
+    with profile(activities=acts) as prof:
+        for s in range(2):
+            t.step(idx, stage, 10 + s, opt)
+        sync(device)
+    wall_us = 1e6 * (time.perf_counter() - w0)
+    out["profiler"] = trace_summary(prof, wall_us, 2)
+    model = t = opt = None
+    gc.collect()
+    reset_peak(device)
+    return out
+
+
+def trace_summary(prof, wall_us: float, steps: int) -> dict:
+    """torch.profiler's trace (its Chrome-trace export: a stable format) summed per step: kernel time by
+    kind and the top kernels, the share of the wall time some kernel ran (device busy), kernel launches,
+    scalar reads (``.item()`` / ``float()``: of CPU tensors too) and stream synchronisations."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        events = json.loads(path.read_text()).get("traceEvents", [])
+    kinds: dict[str, float] = {}
+    per_name: dict[str, float] = {}
+    spans = []
+    launches = items = syncs = 0
+    for e in events:
+        cat, name, dur = e.get("cat", ""), e.get("name", ""), float(e.get("dur", 0) or 0)
+        if cat in ("kernel", "gpu_memcpy", "gpu_memset"):
+            n = name.lower()
+            kind = ("memcpy / memset" if cat != "kernel" else
+                    "matmul" if any(k in n for k in ("gemm", "cutlass", "nvjet", "xmma", "sm90_", "cublas")) else
+                    "attention" if any(k in n for k in ("flash", "fmha", "attention", "efficient")) else
+                    "multi-tensor (foreach)" if "multi_tensor" in n or "foreach" in n else
+                    "elementwise / reduction / other")
+            kinds[kind] = kinds.get(kind, 0.0) + dur
+            per_name[name] = per_name.get(name, 0.0) + dur
+            spans.append((float(e["ts"]), float(e["ts"]) + dur))
+        elif cat == "cuda_runtime" or cat == "cuda_driver":
+            launches += "launchkernel" in name.lower().replace("_", "")
+            syncs += name in ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
+        elif name == "aten::_local_scalar_dense":
+            items += 1
+    busy, end = 0.0, None
+    for a, b in sorted(spans):
+        if end is None or a > end:
+            busy, end = busy + b - a, b
+        elif b > end:
+            busy, end = busy + b - end, b
+    ms = 1e3 * steps
+    return {"steps": steps, "wall_ms_per_step": round(wall_us / ms, 2),
+            "kernel_ms_per_step": round(sum(kinds.values()) / ms, 2),
+            "device_busy_share": round(busy / wall_us, 4) if spans else None,
+            "by_kind_ms_per_step": {k: round(v / ms, 3) for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])},
+            "top_kernels_ms_per_step": [[n[:100], round(v / ms, 3)] for n, v in
+                                        sorted(per_name.items(), key=lambda kv: -kv[1])[:15]],
+            "kernel_launches_per_step": launches / steps, "scalar_reads_per_step": items / steps,
+            "stream_syncs_per_step": syncs / steps}
+
+
+def stair_step(device, tiny, clock, out: dict, save) -> None:
+    """STAIR's training step at the paper's per-GPU batch (256): where its time goes (``phase_profile``),
+    then the step with each change and all together, with model-FLOPs utilisation."""
+    name, batch = "stair-paper", 4 if tiny else MODELS["stair-paper"][2]
+    warm, steps = (1, 2) if tiny else (3, 8)
+    flops = forward_flops(name)
+    out["forward_gflop_per_pair"] = {k: round(v / 1e9, 3) for k, v in flops.items()}
+    clock.check(20)
+    try:
+        out["profile"] = phase_profile(name, tiny, batch, device, 2 if tiny else 5)
+    except TimeoutError:
+        raise
+    except Exception as e:  # noqa: BLE001 - recorded: the arms still run
+        out["profile"] = {"error": f"{type(e).__name__}: {e}"}
+    print(f"stair step profile: {out['profile']}", flush=True)
+    save()
+    arms = [("eager", set()), ("foreach-lamb", {"foreach-lamb"}), ("low-precision-max", {"low-precision-max"}),
+            ("foreach-lamb + low-precision-max", {"foreach-lamb", "low-precision-max"}),
+            ("all: + compile_blocks", {"foreach-lamb", "low-precision-max", "compile"})]
+    for label, changes in arms:
+        clock.check(45 if "compile" in changes else 15)
+        r = out[label] = step_arm(name, tiny, batch, device, changes, warm, steps)
+        if "step_s" in r:
+            r.update(mfu(flops, batch, r["step_s"]))
+        print(f"stair step {label}: {r}", flush=True)
+        save()
+    base = out.get("eager", {}).get("pairs_per_s")
+    if base:
+        out["speed-up vs eager"] = {k: round(v["pairs_per_s"] / base, 3) for k, v in out.items()
+                                    if isinstance(v, dict) and "pairs_per_s" in v}
 
 
 # ---------------------------------------------------------------------------------------------- loss
@@ -377,37 +767,283 @@ def global_loss(device, tiny, clock, out: dict) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- encode
-def encode(device, tiny, clock, out: dict, work: Path) -> None:
+def _jpegs(folder: Path, n: int) -> list[Path]:
+    """``n`` synthetic 500 x 375 JPEGs (quality 90): smooth random images (a noise field compresses badly
+    and decodes slowly), the ImageNet-size photos of docs/scale.md's encode tables."""
     from PIL import Image
 
-    import tokenspace
-    from tokenspace.encode import encode_files
-
-    clock.check(30)
-    n = 64 if tiny else 2048
-    folder = work / "jpegs"
     folder.mkdir(parents=True, exist_ok=True)
     paths = [folder / f"{i:05d}.jpg" for i in range(n)]
 
-    def write(i: int) -> None:  # smooth random images (a noise field compresses badly and decodes slowly)
-        small = np.random.default_rng(i).integers(0, 256, (12, 16, 3), dtype=np.uint8)
-        Image.fromarray(small).resize((500, 375), Image.BICUBIC).save(paths[i], quality=90)
+    def write(i: int) -> None:
+        if not paths[i].exists():
+            small = np.random.default_rng(i).integers(0, 256, (12, 16, 3), dtype=np.uint8)
+            Image.fromarray(small).resize((500, 375), Image.BICUBIC).save(paths[i], quality=90)
 
-    with ThreadPoolExecutor(min(8, os.cpu_count() or 1)) as pool:  # PIL encodes outside the GIL
+    with ThreadPoolExecutor(min(16, os.cpu_count() or 1)) as pool:  # PIL encodes outside the GIL
         list(pool.map(write, range(n)))
-    model = tokenspace.load(str(RELEASE)).to(device)
-    workers = 0 if tiny else min(8, (os.cpu_count() or 2) - 1)
-    encode_files(model, paths[:64], batch_size=64, workers=workers)  # warm-up (cudnn, workers)
-    for batch in ([32] if tiny else [128, 256]):
-        clock.check(20)
+    return paths
+
+
+def _rate(n: int, seconds: float) -> dict:
+    return {"images": n, "seconds": round(seconds, 4), "images_per_s": round(n / seconds, 1) if seconds else None}
+
+
+def host_stages(paths, prep, n: int) -> dict:
+    """The host path's per-image stages on one core (what each DataLoader worker does): read the file,
+    decode it (Pillow), letterbox + resize + normalise (data/preprocess.py)."""
+    from tokenspace.data.images import load_image
+    from tokenspace.data.webdataset import decode_image_bytes
+
+    sub = paths[:n]
+    t0 = time.perf_counter()
+    blobs = [Path(p).read_bytes() for p in sub]
+    t1 = time.perf_counter()
+    imgs = [decode_image_bytes(b, str(p)) for b, p in zip(blobs, sub)]
+    t2 = time.perf_counter()
+    for im in imgs:
+        prep(im)
+    t3 = time.perf_counter()
+    load_image(sub[0])
+    return {"images": len(sub), "read_ms": 1e3 * (t1 - t0) / len(sub), "decode_ms": 1e3 * (t2 - t1) / len(sub),
+            "resize_ms": 1e3 * (t3 - t2) / len(sub),
+            "one_core_images_per_s": round(len(sub) / (t3 - t0), 1)}
+
+
+def tower_rates(model, device, batch: int, reps: int) -> dict:
+    """The image tower alone (``model.image_grid``: for the release model both of its sizes) on random
+    pixels already on the device, per precision and memory format (cudnn.benchmark on): images/s."""
+    out = {}
+    size = model.image_tower.image_size
+    x = torch.randn(batch, 3, size, size, device=device)
+    saved = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = True
+    try:
+        for prec in ("fp32", "bf16", "fp16"):
+            for layout in ("channels_last", "nchw"):
+                xx = x.contiguous(memory_format=torch.channels_last) if layout == "channels_last" else x
+                dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(prec)
+                with torch.inference_mode(), torch.autocast(device.type, dtype=dtype or torch.float32,
+                                                            enabled=dtype is not None):
+                    for _ in range(2):
+                        model.image_grid(xx)
+                    sync(device)
+                    t0 = time.perf_counter()
+                    for _ in range(reps):
+                        model.image_grid(xx)
+                    sync(device)
+                out[f"{prec} {layout}"] = round(batch * reps / (time.perf_counter() - t0), 1)
+    finally:
+        torch.backends.cudnn.benchmark = saved
+    return out
+
+
+def rows_agreement(a, b) -> dict:
+    """Two encodings of the same images: mean / min Jaccard of each row's token set, and the largest
+    weight difference on the tokens both keep."""
+    jac, diff = [], 0.0
+    for i in range(len(a)):
+        ia, va = a.row(i)
+        ib, vb = b.row(i)
+        sa, sb = set(ia.tolist()), set(ib.tolist())
+        jac.append(len(sa & sb) / max(1, len(sa | sb)))
+        common, xa, xb = np.intersect1d(ia, ib, return_indices=True)
+        if len(common):
+            diff = max(diff, float(np.abs(va[xa] - vb[xb]).max()))
+    return {"rows": len(a), "jaccard_mean": round(float(np.mean(jac)), 5), "jaccard_min": round(float(np.min(jac)), 5),
+            "identical_rows": int(sum(j == 1.0 for j in jac)), "max_weight_diff_common": diff}
+
+
+def pixel_agreement(model, paths, device) -> dict:
+    """The device path's model inputs (nvJPEG on a GPU, then device_decode.letterbox) against the host
+    path's (Pillow + data/preprocess.py), on the 0..255 scale."""
+    from tokenspace.data import device_decode as dd
+    from tokenspace.data.images import load_image
+    from tokenspace.data.loader import Preprocess
+
+    prep = Preprocess.for_model(model)
+    ds = dd.RawFiles(paths, jpeg_bytes=True)
+    batch = dd.collate_raw([ds[i] for i in range(len(ds))])
+    imgs, keep, failed = dd.decode_batch(batch, device)
+    got = dd.letterbox(imgs, prep.image_size, prep.mean, prep.std).cpu()
+    want = torch.stack([prep(load_image(batch["keys"][p])) for p in keep])
+    std = torch.tensor(prep.std, dtype=torch.float32)[None, :, None, None]
+    d = ((got - want) * std).abs()
+    return {"images": len(keep), "failed": len(failed), "nvjpeg": device.type == "cuda" and dd.nvjpeg_available(),
+            "max_abs_levels": round(float(d.max()), 3), "mean_abs_levels": round(float(d.mean()), 5),
+            "share_of_values_differing": round(float((d > 0.01).float().mean()), 5)}
+
+
+def attempt(out: dict, key: str, fn, *args, **kw):
+    """``out[key] = fn(...)``, or the error it raised (the budget's TimeoutError goes on up), printed."""
+    try:
+        out[key] = fn(*args, **kw)
+    except TimeoutError:
+        raise
+    except Exception as e:  # noqa: BLE001 - recorded: the next measurements still run
+        out[key] = {"error": f"{type(e).__name__}: {e}"}
+    print(f"encode {key}: {out[key]}", flush=True)
+    return out[key]
+
+
+def timed_encode(model, paths, runs: int, device, **kw) -> tuple[dict, object]:
+    """``encode_files(model, paths, **kw)`` ``runs`` times: the fastest run's images/s and the rows."""
+    from tokenspace.encode import encode_files
+
+    times = []
+    for _ in range(runs):
         sync(device)
         t0 = time.perf_counter()
-        rows, kept = encode_files(model, paths, batch_size=batch, workers=workers)
+        rows, kept = encode_files(model, paths, **kw)
         sync(device)
-        dt = time.perf_counter() - t0
-        out[f"batch {batch}"] = {"images": len(kept), "seconds": dt, "images_per_s": len(kept) / dt,
-                                 "workers": workers, "nnz_mean": float(np.diff(rows.indptr).mean())}
-        print(f"encode batch {batch}: {out[f'batch {batch}']}", flush=True)
+        times.append(time.perf_counter() - t0)
+    return {**_rate(len(kept), min(times)), "runs_s": [round(x, 3) for x in times],
+            "nnz_mean": float(np.diff(rows.indptr).mean()) if len(rows) else 0.0}, rows
+
+
+def profiled_encode(model, paths, **kw) -> dict:
+    """The device path's seconds per stage (``encode_files(..., profile=)``: each stage waits for the device)."""
+    from tokenspace.encode import encode_files
+
+    prof = {}
+    t0 = time.perf_counter()
+    encode_files(model, paths, decode="device", profile=prof, **kw)
+    wall = time.perf_counter() - t0
+    return {**_rate(len(paths), wall), "seconds_per_stage": {k: round(v, 4) for k, v in prof.items()},
+            "stage_images_per_s": {k: round(len(paths) / v, 1) for k, v in prof.items() if v}}
+
+
+def encode(device, tiny, clock, out: dict, work: Path) -> None:
+    """The release model's ``encode_files`` from JPEG files: where the time goes on each path, then end to
+    end, old (host decode) against new (device decode), and a ViT-B/16 STAIR (stair-paper's towers)."""
+    import tokenspace
+    from tokenspace.data import device_decode as dd
+    from tokenspace.data.loader import Preprocess, files_loader
+    from tokenspace.encode import encode_files, encode_to_index
+    from tokenspace.index import InvertedIndex
+
+    clock.check(30)
+    try:
+        import torchvision
+        tv = torchvision.__version__
+    except Exception as e:  # noqa: BLE001 - recorded: the device path then decodes JPEGs in the workers
+        tv = f"not importable: {type(e).__name__}: {e}"
+    out["env"] = {"torchvision": tv, "nvjpeg": dd.nvjpeg_available(), "cpu_cores": os.cpu_count()}
+    n = 24 if tiny else 4096
+    paths = _jpegs(work / "jpegs", n)
+    model = tokenspace.load(str(RELEASE)).to(device)
+    prep = Preprocess.for_model(model)
+    workers = 0 if tiny else min(8, (os.cpu_count() or 2) - 1)
+    big = 8 if tiny else 512
+    out["setup"] = {"images": n, "jpeg": "500 x 375, quality 90", "workers": workers, "model": RELEASE.name}
+    print(f"encode env: {out['env']}", flush=True)
+
+    # 1. where the time goes: the host path's stages per image on one core, its loader alone (workers),
+    # the tower alone per precision / layout, and the device path's stages (profiled: synchronised)
+    attempt(out, "host_stages", host_stages, paths, prep, 8 if tiny else 256)
+
+    def loader_alone():
+        m = 8 if tiny else 2048
+        t0 = time.perf_counter()
+        got = sum(len(b["index"]) for b in files_loader(paths[:m], prep, 256, workers=workers, device=device))
+        return {**_rate(got, time.perf_counter() - t0), "workers": workers}
+
+    clock.check(15)
+    attempt(out, "host_loader_alone", loader_alone)
+    clock.check(15)
+    attempt(out, "tower_alone images_per_s", tower_rates, model, device, 4 if tiny else 256, 1 if tiny else 5)
+    attempt(out, "device warm-up", lambda: len(encode_files(model, paths[:big], batch_size=big, workers=workers,
+                                                            decode="device")[1]))
+    for bs in ([8] if tiny else [256, 512]):
+        clock.check(10)
+        attempt(out, f"device_stages batch {bs}", profiled_encode, model, paths[:16 if tiny else 2048],
+                batch_size=bs, workers=workers)
+
+    # 2. end to end (not profiled), the old path first: today's measurement repeated on this machine
+    arms = [("host", 256, "fp32", 8 if tiny else 2048, 1)] + [
+        ("device", bs, prec, n, 1 if tiny else 2) for bs, prec in
+        ([(8, "fp32"), (8, "bf16")] if tiny else [(256, "fp32"), (512, "fp32"), (512, "fp16"), (512, "bf16")])]
+    rows = {}
+    for path, bs, prec, m, runs in arms:
+        key = f"{path} batch {bs} {prec}"
+        clock.check(10 if path == "device" else 15)
+
+        def arm():
+            res, rows[key] = timed_encode(model, paths[:m], runs, device, batch_size=bs, workers=workers,
+                                          decode=path, precision=prec)
+            return res
+
+        attempt(out, f"end_to_end {key}", arm)
+
+    # 3. do the paths agree: pixels (nvJPEG + device letterbox against Pillow + preprocess) and rows
+    clock.check(5)
+    agree = out["agreement"] = {}
+    attempt(agree, "pixels", pixel_agreement, model, paths[:8 if tiny else 64], device)
+    host = rows.get("host batch 256 fp32")
+    first = next((k for k in rows if k.startswith("device") and k.endswith("fp32")), None)
+    if host is not None and first is not None:
+        attempt(agree, "device fp32 vs host fp32", rows_agreement, rows[first][:len(host)], host)
+        for k in rows:
+            if k.startswith("device") and not k.endswith("fp32"):
+                attempt(agree, f"{k} vs {first}", rows_agreement, rows[k], rows[first])
+
+    # 4. writing: the rows as a part file, then into an index (what encode_parts does per part)
+    def write():
+        r = rows[first]
+        ids = [f"img{i}" for i in range(len(r))]
+        t0 = time.perf_counter()
+        r.save(work / "rows.npz")
+        t1 = time.perf_counter()
+        index = InvertedIndex(len(model.vocab), model.vocab)
+        index.add(r, ids)
+        index.save(work / "index")
+        t2 = time.perf_counter()
+        return {"rows": len(r), "part_file_s": round(t1 - t0, 4), "index_add_save_s": round(t2 - t1, 4),
+                "images_per_s": round(len(r) / (t2 - t0), 1)}
+
+    clock.check(5)
+    if first is not None:
+        attempt(out, "write", write)
+
+    # 5. a collection in shards into an index (tokenspace encode's road): parts written while the next encodes
+    def to_index():
+        from tokenspace.data.webdataset import TarCollection, write_shards
+
+        write_shards(((f"k{i:05d}", p.read_bytes(), "a photo") for i, p in enumerate(paths)),
+                     str(work / "shards" / "s-%03d.tar"), per_shard=max(1, n // 4), image_ext="jpg")
+        c = TarCollection.open(str(work / "shards" / "s-*.tar"))
+        t0 = time.perf_counter()
+        idx = encode_to_index(model, c, work / "idx", work / "parts", part_size=max(8, n // 4), batch_size=big,
+                              workers=workers, decode="device")
+        return {**_rate(len(idx), time.perf_counter() - t0), "part_size": max(8, n // 4), "batch": big}
+
+    clock.check(15)
+    attempt(out, "encode_to_index device batch 512 fp32", to_index)
+
+    # 6. a ViT-B/16 STAIR (stair-paper's towers and heads, random init; rows cut to their 100 heaviest
+    # tokens as the release model's): the device path, bf16 (the recipe's precision) and fp32
+    model = None
+    gc.collect()
+    reset_peak(device)
+    clock.check(25)
+    vit, _ = build("stair-paper", tiny)
+    vit = vit.to(device).eval()
+    vit.image_top_n = 100
+    m = 8 if tiny else 4096
+    attempt(out, "vit-b16 stair warm-up", lambda: len(encode_files(
+        vit, paths[:big], batch_size=big, workers=workers, decode="device", precision="bf16")[1]))
+    for bs, prec in ([(8, "bf16")] if tiny else [(256, "bf16"), (512, "bf16"), (256, "fp32")]):
+        clock.check(10)
+
+        def vit_arm():
+            res, _ = timed_encode(vit, paths[:m], 1, device, batch_size=bs, workers=workers, decode="device",
+                                  precision=prec)
+            return {**res, "peak_mib": peak_mib(device)}
+
+        attempt(out, f"vit-b16 stair device batch {bs} {prec}", vit_arm)
+    clock.check(10)
+    attempt(out, "vit-b16 stair device_stages batch 256 bf16", profiled_encode, vit, paths[:16 if tiny else 2048],
+            batch_size=256 if not tiny else 8, workers=workers, precision="bf16")
 
 
 # ---------------------------------------------------------------------------------------------- GPU-days
@@ -498,7 +1134,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tiny", action="store_true", help="toy width on the CPU: the same code paths, about a minute")
     ap.add_argument("--sections", nargs="+", default=SECTIONS, choices=SECTIONS)
-    ap.add_argument("--budget", type=float, default=None, help="seconds for the whole run (default 390; tiny 300)")
+    ap.add_argument("--budget", type=float, default=None,
+                    help=f"seconds for the whole run (default {BUDGET}; tiny 300)")
     ap.add_argument("--merge", type=Path, default=None,
                     help="start from this results JSON: sections not run keep its numbers (a rerun of some)")
     ap.add_argument("--out", type=Path, default=None,
@@ -508,7 +1145,7 @@ def main(argv=None) -> int:
         print("gpu_run: no CUDA GPU here; run with --tiny for the CPU check", file=sys.stderr)
         return 2
     device = torch.device("cpu") if a.tiny else torch.device("cuda", 0)
-    budget = a.budget or (300 if a.tiny else 390)  # tiny: a cap for a loaded machine (~1 min on an idle one)
+    budget = a.budget or (300 if a.tiny else BUDGET)  # tiny: a cap for a loaded machine
     end = time.time() + budget
     threads = torch.get_num_threads()
     if a.tiny:
@@ -518,6 +1155,13 @@ def main(argv=None) -> int:
                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "torch": torch.__version__,
                "cuda": torch.version.cuda, "device": torch.cuda.get_device_name(0) if not a.tiny else
                f"cpu ({platform.machine()}, {os.cpu_count()} cores)", "sections": {}}
+    try:
+        import torchvision
+        results["torchvision"] = torchvision.__version__
+    except Exception as e:  # noqa: BLE001 - the CPU machines have none; the device decode then falls back
+        results["torchvision"] = f"not importable: {type(e).__name__}"
+    print(f"gpu_run: torch {results['torch']} (CUDA {results['cuda']}), torchvision {results['torchvision']}, "
+          f"{results['device']}, {os.cpu_count()} CPU cores", flush=True)
     if a.merge is not None:
         earlier = json.loads(a.merge.read_text())
         results["sections"] = {k: v for k, v in earlier["sections"].items() if k not in a.sections}
@@ -555,8 +1199,10 @@ def main(argv=None) -> int:
                         gpu_days(results["sections"], part)
                     elif section == "open_clip":
                         open_clip_reference(device, a.tiny, clock, results["sections"], part)
-                    else:
+                    elif section == "compile":
                         compiled(device, a.tiny, clock, results["sections"], save)
+                    else:
+                        stair_step(device, a.tiny, clock, part, save)
                 except TimeoutError as e:
                     part["skipped"] = str(e)
                 except Exception as e:  # noqa: BLE001 - recorded; the next sections still run

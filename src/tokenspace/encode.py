@@ -625,9 +625,10 @@ def check_index_dir(index_dir) -> None:
 
 def encode_to_index(model, collection, index_dir, work_dir, part_size: int = 8192, batch_size: int = 256,
                     workers: int | None = None, tower: str = "torch", progress: bool = False,
-                    decode: str = "auto", precision: str = "fp32"):
+                    decode: str = "auto", precision: str = "fp32", profile: dict | None = None):
     """Encode and ingest incrementally (see the module doc); returns the InvertedIndex. ``index_dir``
-    must be new, empty or an index (``check_index_dir``). ``decode``, ``precision``: as for ``encode_files``."""
+    must be new, empty or an index (``check_index_dir``). ``decode``, ``precision``, ``profile``: as for
+    ``encode_parts``."""
     index_dir = Path(index_dir)
     check_index_dir(index_dir)
     if (index_dir / MANIFEST).exists():
@@ -650,7 +651,7 @@ def encode_to_index(model, collection, index_dir, work_dir, part_size: int = 819
         present.update(ids)
 
     encode_parts(model, collection, work_dir, part_size, batch_size, on_part=ingest, workers=workers, tower=tower,
-                 progress=progress, decode=decode, precision=precision)
+                 progress=progress, decode=decode, precision=precision, profile=profile)
     return index
 
 

@@ -311,6 +311,15 @@ def fit(h: int, w: int, size: int) -> tuple[int, int]:
 GROUP = 64  # images resized in one product: 64 of 500 x 375 are 288 MB in float64
 
 
+@functools.lru_cache(maxsize=64)
+def _stats_on(mean: tuple, std: tuple, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """mean and std as [1, 3, 1, 1] float32 on ``device``, made once (a copy from the host per batch would
+    wait for the device's queue)."""
+    m = torch.tensor(mean, dtype=torch.float32)[None, :, None, None].to(device)
+    s = torch.tensor(std, dtype=torch.float32)[None, :, None, None].to(device)
+    return m, s
+
+
 def letterbox(images: Sequence[torch.Tensor], size: int, mean, std) -> torch.Tensor:
     """[3, h, w] uint8 images (one device) -> [n, 3, size, size] float32, NHWC in memory: each fitted into a
     white square keeping its aspect ratio (bicubic), then (x - mean) / std. Equals the host path's
@@ -328,9 +337,11 @@ def letterbox(images: Sequence[torch.Tensor], size: int, mean, std) -> torch.Ten
         top, left = (size - nh) // 2, (size - nw) // 2
         for s in range(0, len(members), GROUP):
             part = members[s:s + GROUP]
-            x = torch.stack([images[p] for p in part]).double()
-            idx = torch.as_tensor(part, device=device)
-            canvas[idx, :, top:top + nh, left:left + nw] = resize_exact(x, nh, nw)
-    m = torch.tensor(mean, dtype=torch.float32, device=device)[None, :, None, None]
-    s = torch.tensor(std, dtype=torch.float32, device=device)[None, :, None, None]
+            out = resize_exact(torch.stack([images[p] for p in part]).double(), nh, nw)
+            if part[-1] - part[0] == len(part) - 1:  # consecutive positions (a collection of one size): one copy
+                canvas[part[0]:part[-1] + 1, :, top:top + nh, left:left + nw] = out
+            else:
+                for j, p in enumerate(part):
+                    canvas[p, :, top:top + nh, left:left + nw] = out[j]
+    m, s = _stats_on(tuple(float(v) for v in mean), tuple(float(v) for v in std), device)
     return ((canvas.float() - m) / s).contiguous(memory_format=torch.channels_last)
