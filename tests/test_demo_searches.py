@@ -4,6 +4,7 @@ import pytest
 
 from tokenspace import demo
 from tokenspace.data.manifest import Record
+from tokenspace.explain.ranking import Ranking
 from tokenspace.index import InvertedIndex
 from tokenspace.sparse import SparseBatch
 
@@ -40,10 +41,29 @@ def test_searches_report_found_missed_and_the_photo_line(tiny_vocab, monkeypatch
     vectors = model.encode_texts([r.text for r in records])
     index = InvertedIndex.build(vectors, [r.id for r in records])
     meta = {r.id: {"text": r.text} for r in records}
-    demo.print_searches(model, index, meta)
-    demo.print_photo_self_retrieval(model, index, records)
+    plain = Ranking(prior_weight=0.0)
+    assert demo.print_searches(model, index, meta, plain) == 2
+    assert demo.print_photo_self_retrieval(model, index, records, plain) == 2
     out = capsys.readouterr().out
     assert "found: 1 indexed images have 'heart'" in out
     assert "MISSED: 0 indexed images have 'sun' in their caption; none scored above 0" in out
-    assert "a relevant image at rank 1 for 2 of 3, in the top 3 for 2" in out
+    assert "example searches (the model's own dot product): a relevant image at rank 1 for 2 of 3, in the top 3 for 2" in out
     assert "finds it at rank 1 for 2 of 2 (among all 4 indexed images)" in out
+    # 'a' and 'blue' are in 2 of the 4 images (not more than half): no generic token among the hits' top 3
+    assert "generic tokens (in > half of the images) in 0 of the hits' 9 top-3 contributions" in out
+
+
+def test_searches_count_generic_tokens_and_show_the_ranking(tiny_vocab, monkeypatch, capsys):
+    model = BagModel(tiny_vocab)
+    monkeypatch.setattr(demo, "QUERIES", [("a red sun", "sun")])
+    texts = ["a red sun", "a red moon", "a red star", "a blue sun"]
+    records = [Record(id=f"d{i}", image="", split="test", text=t, source="emoji") for i, t in enumerate(texts)]
+    index = InvertedIndex.build(model.encode_texts(texts), [r.id for r in records])
+    index.set_hub_prior(model.encode_texts(["a red moon", "a red star"]), k=1, weight=0.5)
+    meta = {r.id: {"text": r.text} for r in records}
+    assert demo.print_searches(model, index, meta, Ranking(idf=1.0)) == 1
+    out = capsys.readouterr().out
+    # 'a' is in every image and 'red' in 3 of 4: both generic; the hits' top-3 contributions hold them
+    assert "example searches (idf^1, hub prior): a relevant image at rank 1 for 1 of 1" in out
+    assert "generic tokens (in > half of the images) in 5 of the hits' 7 top-3 contributions" in out
+    assert "hub penalty -" in out

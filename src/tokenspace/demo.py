@@ -21,6 +21,7 @@ from tokenspace.data.build import build_manifests, default_dir
 from tokenspace.data.specs import note as _log
 from tokenspace.eval import ResultsDoc, markdown_table
 from tokenspace.explain.hits import format_hit
+from tokenspace.explain.ranking import Ranking, add_hub_prior, encode_queries, read_model_ranking
 from tokenspace.explain.search import explained_search
 from tokenspace.index import InvertedIndex, parse_query
 from tokenspace.models.registry import DEFAULT_RELEASE as RELEASE
@@ -88,37 +89,69 @@ def relevant(caption: str | None, key: str) -> bool:
     return bool(caption) and re.search(rf"\b{re.escape(key)}(s|es)?\b", caption.lower()) is not None
 
 
-def print_searches(model, index, meta: dict, k: int = 3) -> None:
+def _ranked(model, index, texts, ranking: Ranking, k: int):
+    """(shaped queries, idf-weighted queries, hits) of texts searched as ``ranking`` says."""
+    queries = encode_queries(model, texts, ranking)
+    weighted = index.weigh(queries, ranking.idf)
+    return queries, weighted, index.search(weighted, k=k, **ranking.index_options())
+
+
+def print_searches(model, index, meta: dict, ranking: Ranking, k: int = 3, quiet: bool = False) -> int:
     """Each example search: its query tokens, the top hits explained, and where the first relevant image
-    ranks (QUERIES), then how many searches found one at rank 1 and in the top k."""
-    queries = model.encode_texts([q for q, _ in QUERIES])
-    firsts = []
+    ranks (QUERIES), then how many searches found one at rank 1 and in the top k, and how many of the
+    hits' top-3 contributions come from generic tokens (held by more than half of the images). Returns
+    the rank-1 count; ``quiet``: only that line."""
+    queries, weighted, ranked_all = _ranked(model, index, [q for q, _ in QUERIES], ranking, len(index))
+    firsts, generic, shown = [], 0, 0
+    common = index.doc_freq() > len(index) / 2
     for qi, (text, key) in enumerate(QUERIES):
-        q = queries[qi]
-        ranked = index.search(q, k=len(index))[0]
-        print(f"\nquery: {text!r} -> tokens " + ", ".join(f"{t} {w:.2f}" for t, w in model.decode(q, 6)[0]))
-        for rank, h in enumerate(explained_search(index, q, k, hits=ranked[:k]), 1):
-            print(format_hit(rank, h.id, h.score, h.parts, meta.get(h.id, {}).get("text")))
+        ranked = ranked_all[qi]
+        found = explained_search(index, queries[qi], k, idf=ranking.idf, **ranking.index_options())
+        for h in found:
+            generic += sum(bool(common[model.vocab.id(c.token)]) for c in h.parts[:3])
+            shown += min(3, len(h.parts))
         n_rel = sum(relevant(m.get("text"), key) for m in meta.values())
         first = next((r for r, h in enumerate(ranked, 1) if relevant(meta.get(h.id, {}).get("text"), key)), None)
         firsts.append(first)
+        if quiet:
+            continue
+        print(f"\nquery: {text!r} -> tokens " + ", ".join(f"{t} {w:.2f}" for t, w in model.decode(weighted[qi], 6)[0]))
+        for rank, h in enumerate(found, 1):
+            print(format_hit(rank, h.id, h.score, h.parts, meta.get(h.id, {}).get("text"), penalty=h.penalty))
         where = f"first at rank {first}" if first else "none scored above 0"
         print(f"  {'found' if first and first <= k else 'MISSED'}: {n_rel} indexed images have {key!r} in their "
               f"caption; {where}")
     at1, atk = sum(f == 1 for f in firsts), sum(bool(f) and f <= k for f in firsts)
-    print(f"\nexample searches: a relevant image at rank 1 for {at1} of {len(QUERIES)}, in the top {k} for {atk}")
+    print(f"{'' if quiet else chr(10)}example searches ({describe(ranking)}): a relevant image at rank 1 for {at1} of "
+          f"{len(QUERIES)}, in the top {k} for {atk}; generic tokens (in > half of the images) in {generic} of the "
+          f"hits' {shown} top-3 contributions")
+    return at1
 
 
-def print_photo_self_retrieval(model, index, records) -> None:
-    """scikit-image's sample photos searched by their own captions among everything indexed."""
+def print_photo_self_retrieval(model, index, records, ranking: Ranking) -> int:
+    """scikit-image's sample photos searched by their own captions among everything indexed; returns
+    how many are found at rank 1."""
     photos = [r for r in records if r.source == "skimage"]
     if not photos:
-        return
-    hits = index.search(model.encode_texts([r.text for r in photos]), k=1)
+        return 0
+    hits = _ranked(model, index, [r.text for r in photos], ranking, 1)[2]
     top = [bool(h) and h[0].id == r.id for h, r in zip(hits, photos)]
-    print(f"sample photos: the photo's own caption finds it at rank 1 for {sum(top)} of {len(photos)} "
-          f"(among all {len(index)} indexed images); missed: " + ", ".join(
+    print(f"sample photos ({describe(ranking)}): the photo's own caption finds it at rank 1 for {sum(top)} of "
+          f"{len(photos)} (among all {len(index)} indexed images); missed: " + ", ".join(
               r.id.split(":", 1)[1] for r, ok in zip(photos, top) if not ok))
+    return sum(top)
+
+
+def describe(ranking: Ranking) -> str:
+    """A ranking in a few words, for the demo's count lines."""
+    if ranking == Ranking(prior_weight=0.0):
+        return "the model's own dot product"
+    parts = [f"idf^{ranking.idf:g}" if ranking.idf else "",
+             f"expansion x{ranking.expansion:g}" if ranking.expansion != 1 else "",
+             f"floor {ranking.expansion_floor:g}" if ranking.expansion_floor else "",
+             "hub prior" + (f" x{ranking.prior_weight:g}" if ranking.prior_weight is not None else "")
+             if ranking.prior_weight != 0 else ""]
+    return ", ".join(p for p in parts if p) or "the model's own dot product"
 
 
 def run(out="runs/demo", home=None, quick: bool = False, results=None) -> dict:
@@ -148,16 +181,29 @@ def run(out="runs/demo", home=None, quick: bool = False, results=None) -> dict:
     vectors, ids, records = pipeline.encode_collection(stair, ["emoji:test:64", "photos:test"] if quick
                                                        else INDEX_SPECS, home=home, progress=False)
     index_dir = out / "index"
-    InvertedIndex.build(vectors, ids).save(index_dir)
-    pipeline.write_collection_meta(index_dir, records, model_ref)
+    # the ranking chosen for the model on validation data (its folder's ranking.json; explain/ranking.py)
+    ranking, hub = read_model_ranking(model_ref)
+    if hub is None:
+        ranking = ranking.with_(prior_weight=0.0)  # no hub prior to weigh
+    index = InvertedIndex.build(vectors, ids)
+    if hub is not None:
+        add_hub_prior(index, stair, ranking, hub, home)
+    index.save(index_dir)
+    pipeline.write_collection_meta(index_dir, records, model_ref, ranking=ranking.to_dict())
     index = InvertedIndex.load(index_dir)
     meta = pipeline.read_collection_meta(index_dir)["items"]
-    print(f"indexed {len(index)} held-out images and photos with {model_ref}: mean {vectors.stats()['mean_nnz']:.1f} tokens per image")
+    print(f"indexed {len(index)} held-out images and photos with {model_ref}: mean {vectors.stats()['mean_nnz']:.1f} "
+          f"tokens per image; ranking: {describe(ranking)}")
 
-    print_searches(stair, index, meta)
-    print_photo_self_retrieval(stair, index, records)
+    print_searches(stair, index, meta, ranking)
+    print_photo_self_retrieval(stair, index, records, ranking)
+    if ranking != Ranking(prior_weight=0.0):  # the same searches with the model's own dot product, for comparison
+        plain = Ranking(prior_weight=0.0)
+        print_searches(stair, index, meta, plain, quiet=True)
+        print_photo_self_retrieval(stair, index, records, plain)
     text, where = WHERE_EXAMPLE
-    hits = index.search(stair.encode_texts([text]), k=3, where=parse_query(where, stair.vocab))[0]
+    q = index.weigh(encode_queries(stair, [text], ranking), ranking.idf)
+    hits = index.search(q, k=3, where=parse_query(where, stair.vocab), **ranking.index_options())[0]
     print(f"\nquery: {text!r} WHERE {where}: " + (", ".join(f"{h.id} ({h.score:.3f})" for h in hits)
                                                     or "no indexed image satisfies the filter"))
 

@@ -64,10 +64,13 @@ def encode_collection(model, specs: Sequence[str] | str, home=None, progress: bo
     return model.encode_image_grids(enc.grids), [r.id for r in enc.records], enc.records
 
 
-def write_collection_meta(index_dir, records: Sequence[Record], model_path=None) -> None:
-    """Beside an index: id -> image path and text, for showing and explaining hits."""
+def write_collection_meta(index_dir, records: Sequence[Record], model_path=None, ranking: dict | None = None) -> None:
+    """Beside an index: id -> image path and text, for showing and explaining hits; ``ranking``: the
+    index's default ranking (explain/ranking.py's fields), read by search, the service and the page."""
     meta = {r.id: {"image": r.image, "text": r.text, "label": r.label, "source": r.source} for r in records}
     doc = {"model": str(model_path) if model_path else None, "items": meta}
+    if ranking:
+        doc["ranking"] = ranking
     atomic.write_text(Path(index_dir) / "collection.json", json.dumps(doc))
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from tokenspace.cli.common import DEVICE_HELP, positive_float, positive_int
+from tokenspace.cli.ranking import add_ranking_arguments
 
 
 def add_arguments(i: argparse.ArgumentParser) -> None:
@@ -25,6 +26,13 @@ def add_arguments(i: argparse.ArgumentParser) -> None:
     ib.add_argument("--metadata", default=None, metavar="FILE.jsonl",
                     help='fields of your own per image, one JSON object a line: {"id": IMAGE_ID, "field": value, ...} '
                          "(each row already carries its source and caption); search filters on them with --filter")
+    add_ranking_arguments(ib, "the model's ranking.json, chosen on validation data (none: the dot product)")
+    ib.add_argument("--hub-bank", action="append", default=None, metavar="SPEC",
+                    help="a hub prior from these TRAINING captions (DATASET:SPLIT specs, repeatable; never test "
+                         "captions): each image's mean top-k dot product with them is subtracted at --prior-weight "
+                         "(default: the model's ranking.json's bank, if any)")
+    ib.add_argument("--hub-k", type=positive_int, default=None, help="the hub prior's k nearest bank captions (default 10)")
+    ib.add_argument("--no-hub-prior", action="store_true", help="no hub prior, even where the model's ranking has one")
     ist = isub.add_parser("stats", help="print an index's statistics as JSON")
     ist.add_argument("index", help="index folder")
     iex = isub.add_parser("export", help="write the index's vectors in another engine's format")

@@ -20,16 +20,22 @@ means the same whatever the shaping. None of these is in the three papers: resul
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
+from tokenspace.data.specs import load_data
 from tokenspace.models.classwords import emitted
+from tokenspace.models.registry import release_path
 from tokenspace.sparse import SparseBatch
 
-RANKING_FILE = "ranking.json"  # in a model folder: the ranking chosen for it on validation data
+# In a model folder: the ranking chosen for it on validation data, {"search": Ranking fields, "hub_prior":
+# HubBank fields or null, ...notes}: what `index build` and the demo use unless told otherwise
+RANKING_FILE = "ranking.json"
 
 
 @dataclass(frozen=True)
@@ -130,3 +136,67 @@ def encode_queries(model, texts: Sequence[str], ranking: Ranking | None = None) 
                          f"{model.family}'s are learned features")
     return shape(queries, own_tokens(model, texts), ranking.expansion, ranking.expansion_floor,
                  normalize=getattr(model, "similarity", "cosine") == "cosine")
+
+
+@dataclass(frozen=True)
+class HubBank:
+    """Where an index's hub prior comes from: ``size`` captions drawn (seeded) from the data ``specs``
+    (training captions, never test ones), encoded as queries are, each image's mean of its ``k`` best
+    dot products with them (index/hubness.py), subtracted at ``weight``."""
+
+    specs: tuple[str, ...]
+    size: int = 8000
+    k: int = 10
+    weight: float = 0.5
+
+    def __post_init__(self):
+        if not self.specs or not all(isinstance(x, str) and x for x in self.specs):
+            raise ValueError("a hub bank needs data specs of training captions, e.g. emoji:train")
+        for name in ("size", "k"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"hub bank {name} must be a positive int, got {v!r}")
+        if not (isinstance(self.weight, (int, float)) and not isinstance(self.weight, bool)
+                and 0 <= self.weight < math.inf):
+            raise ValueError(f"hub bank weight must be a finite number >= 0, got {self.weight!r}")
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "HubBank":
+        unknown = sorted(set(d) - {f.name for f in dataclasses.fields(cls)})
+        if unknown:
+            raise ValueError(f"unknown hub bank field {unknown[0]!r}")
+        return cls(**{**d, "specs": tuple(d.get("specs", ()))})
+
+    def texts(self, home=None) -> list[str]:
+        """The bank's captions: distinct, non-empty, ``size`` of them drawn with a fixed seed."""
+        texts = sorted({r.text.strip() for r in load_data(list(self.specs), home) if r.text and r.text.strip()})
+        if not texts:
+            raise ValueError(f"the hub bank's data ({', '.join(self.specs)}) holds no captions")
+        keep = np.random.default_rng(0).choice(len(texts), size=min(self.size, len(texts)), replace=False)
+        return [texts[i] for i in sorted(keep)]
+
+
+def model_folder(ref) -> Path | None:
+    """The folder of a model reference (a folder, or a release name), None for a config name."""
+    p = Path(str(ref))
+    return p if p.is_dir() else release_path(str(ref))
+
+
+def read_model_ranking(ref) -> tuple[Ranking, HubBank | None]:
+    """The ranking stored with a model (its folder's ranking.json), or Ranking() and no bank."""
+    folder = model_folder(ref) if ref is not None else None
+    path = folder / RANKING_FILE if folder is not None else None
+    if path is None or not path.is_file():
+        return Ranking(), None
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        hub = doc.get("hub_prior")
+        return Ranking.from_dict(doc.get("search")), (HubBank.from_dict(hub) if hub else None)
+    except (ValueError, TypeError, AttributeError) as e:
+        raise ValueError(f"{path}: not a ranking file ({e})") from None
+
+
+def add_hub_prior(index, model, ranking: Ranking, bank: HubBank, home=None) -> None:
+    """Give ``index`` a hub prior from ``bank``'s captions, encoded and shaped as ``ranking``'s queries."""
+    queries = encode_queries(model, bank.texts(home), ranking)
+    index.set_hub_prior(queries, k=bank.k, weight=bank.weight)

@@ -11,6 +11,8 @@ from tokenspace.cli.common import CLIError, UsageError, check_writable_place
 from tokenspace.cli.hybrid import DENSE_IDS, build_dense_index
 from tokenspace.cli.index_loading import load_index
 from tokenspace.cli.model_loading import load_model, model_reference
+from tokenspace.cli.ranking import ranking_changes
+from tokenspace.explain.ranking import HubBank, add_hub_prior, read_model_ranking
 from tokenspace.index import InvertedIndex, export
 from tokenspace.index.metadata import read_jsonl as read_metadata_jsonl
 from tokenspace.index.storage import MANIFEST
@@ -64,6 +66,7 @@ def _build(args) -> int:
             user = read_metadata_jsonl(args.metadata)
         except ValueError as e:
             raise CLIError(f"--metadata {e}") from None
+    ranking, hub = _ranking(args)  # also before the encoding: a bad bank spec is found at once
     model = load_model(args.model, args.device)
     if not getattr(model, "sparse", True):  # float rows: the dense half of a hybrid search
         return build_dense_index(args, model)
@@ -80,10 +83,38 @@ def _build(args) -> int:
     rows = [{**{k: v for k, v in (("source", r.source), ("caption", r.text)) if v}, **user.get(r.id, {})}
             for r in records]
     index = InvertedIndex.build(vectors, ids, metadata=rows, reorder=args.reorder, impact_heads=args.impact_heads)
+    if hub is not None:
+        add_hub_prior(index, model, ranking, hub, args.home)
     index.save(args.out)
-    pipeline.write_collection_meta(args.out, records, model_reference(args.model))
+    pipeline.write_collection_meta(args.out, records, model_reference(args.model), ranking=ranking.to_dict())
     print(f"indexed {len(ids)} images into {args.out} (`tokenspace index stats {args.out}` for its statistics)")
     return 0
+
+
+def _ranking(args):
+    """(Ranking, HubBank or None) of a build: the model's ranking.json changed by the flags given."""
+    try:
+        ranking, hub = read_model_ranking(args.model)
+        ranking = ranking.with_(**ranking_changes(args))
+        if args.no_hub_prior:
+            if args.hub_bank or args.hub_k:
+                raise ValueError("--no-hub-prior: not with --hub-bank or --hub-k")
+            return ranking.with_(prior_weight=0.0), None
+        if args.hub_bank or (hub is not None and args.hub_k):
+            hub = HubBank.from_dict({**(hub.__dict__ if hub else {}), "specs": args.hub_bank or hub.specs,
+                                     **({"k": args.hub_k} if args.hub_k else {})})
+        elif args.hub_k:
+            raise ValueError("--hub-k: give --hub-bank (this model's ranking has no hub bank)")
+        if hub is None:
+            if ranking.prior_weight:
+                raise ValueError("--prior-weight: give --hub-bank SPEC (training captions) for a hub prior")
+            return ranking.with_(prior_weight=0.0), None
+        if ranking.prior_weight is not None:  # the weight stored with the index
+            hub = HubBank.from_dict({**hub.__dict__, "weight": ranking.prior_weight})
+        hub.texts(args.home)  # the bank's data must load (a typo in a spec fails here, before the encoding)
+        return ranking, hub
+    except (ValueError, KeyError, FileNotFoundError) as e:
+        raise CLIError(str(e).strip("'\"")) from None
 
 
 def _check_build_out(out: Path, overwrite: bool) -> None:
