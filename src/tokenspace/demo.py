@@ -182,10 +182,11 @@ def run(out="runs/demo", home=None, quick: bool = False, results=None) -> dict:
                                                        else INDEX_SPECS, home=home, progress=False)
     index_dir = out / "index"
     # the ranking chosen for the model on validation data (its folder's ranking.json; explain/ranking.py)
-    ranking, hub = read_model_ranking(model_ref)
+    chosen = read_model_ranking(model_ref)
+    ranking, hub = chosen.search, chosen.hub
     if hub is None:
         ranking = ranking.with_(prior_weight=0.0)  # no hub prior to weigh
-    index = InvertedIndex.build(vectors, ids)
+    index = InvertedIndex.build(vectors, ids, generic_share=chosen.generic_share)
     if hub is not None:
         add_hub_prior(index, stair, ranking, hub, home)
     index.save(index_dir)
@@ -193,7 +194,8 @@ def run(out="runs/demo", home=None, quick: bool = False, results=None) -> dict:
     index = InvertedIndex.load(index_dir)
     meta = pipeline.read_collection_meta(index_dir)["items"]
     print(f"indexed {len(index)} held-out images and photos with {model_ref}: mean {vectors.stats()['mean_nnz']:.1f} "
-          f"tokens per image; ranking: {describe(ranking)}")
+          f"tokens per image; ranking: {describe(ranking)}"
+          + (f", generic image tokens down-weighted above a {chosen.generic_share:g} share" if chosen.generic_share else ""))
 
     print_searches(stair, index, meta, ranking)
     print_photo_self_retrieval(stair, index, records, ranking)

@@ -31,3 +31,14 @@ def test_ranking_flags_are_checked_before_any_work(world, tmp_path):
     assert ran.code != 0 and "no hub prior" in ran.error_line()
     ran = world.run("search", "--index", world.index, "a red dog", "--idf", "-1")
     assert ran.code != 0 and "--idf" in ran.err
+
+
+def test_build_down_weights_generic_tokens(world, tmp_path):
+    out = tmp_path / "g"
+    ran = world.run("index", "build", "--model", world.model, "--data", f"{world.manifest}:test", "--out", out,
+                    "--generic-share", "0.5")
+    assert ran.code == 0, ran.err
+    assert InvertedIndex.load(out).token_filter.renormalize
+    ran = world.run("index", "build", "--model", world.model, "--data", f"{world.manifest}:test",
+                    "--out", tmp_path / "h", "--generic-share", "2")
+    assert ran.code != 0 and "--generic-share" in ran.error_line()

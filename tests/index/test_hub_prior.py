@@ -205,3 +205,29 @@ def test_bad_prior_arguments_are_refused():
     index.set_hub_prior(docs[:5], k=2)
     with pytest.raises(ValueError, match="prior_weight"):
         index.search(docs[:1], prior_weight=float("nan"))
+
+
+def test_generic_tokens_are_down_weighted_at_build_and_for_every_later_add(tmp_path):
+    dim = 30
+    docs = random_batch(200, dim, 0.1, seed=20, zipf=True)  # zipf: a few dims in most docs
+    index = InvertedIndex.build(docs, ids_for(200), generic_share=0.3)
+    factors = hubness.generic_factors(docs, 0.3)
+    held = (docs.to_dense() > 0).mean(axis=0)
+    assert (factors < 1).any() and np.allclose(factors[held > 0.3], 0.3 / held[held > 0.3], rtol=1e-6)
+    want = hubness.down_weight_generic(docs, 0.3)
+    np.testing.assert_allclose(index.get(ids_for(200)).to_dense(), want.to_dense(), rtol=1e-6, atol=1e-7)
+    rows = np.linalg.norm(want.to_dense(), axis=1)
+    assert np.allclose(rows[rows > 0], 1.0, rtol=1e-5)
+    more = random_batch(10, dim, 0.3, seed=21)
+    index.add(more, ids_for(10, "m"))  # the stored factors, not ones of the new batch
+    np.testing.assert_allclose(index.get(ids_for(10, "m")).to_dense(),
+                               hubness.down_weight_generic(more, 1.0, factors).to_dense(), rtol=1e-6, atol=1e-7)
+    index.delete(ids_for(200)[:5])
+    before = index.get(index.ids()).to_dense()
+    index.compact()  # stored rows are not scaled twice
+    np.testing.assert_allclose(index.get(index.ids()).to_dense(), before, rtol=1e-6)
+    index.save(tmp_path / "g")
+    loaded = InvertedIndex.load(tmp_path / "g")
+    assert loaded.token_filter == index.token_filter
+    loaded.add(more[:2], ["x", "y"])
+    np.testing.assert_allclose(loaded.get(["x", "y"]).to_dense(), index.get(ids_for(2, "m")).to_dense(), rtol=1e-6)

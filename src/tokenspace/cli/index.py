@@ -33,6 +33,10 @@ def add_arguments(i: argparse.ArgumentParser) -> None:
                          "(default: the model's ranking.json's bank, if any)")
     ib.add_argument("--hub-k", type=positive_int, default=None, help="the hub prior's k nearest bank captions (default 10)")
     ib.add_argument("--no-hub-prior", action="store_true", help="no hub prior, even where the model's ranking has one")
+    ib.add_argument("--generic-share", type=positive_float, default=None, metavar="S",
+                    help="down-weight generic image tokens: one held by more than this share (0..1] of the images "
+                         "keeps S / its share of its weight, rows normalised again (default: the model's "
+                         "ranking.json's; 1 turns it off)")
     ist = isub.add_parser("stats", help="print an index's statistics as JSON")
     ist.add_argument("index", help="index folder")
     iex = isub.add_parser("export", help="write the index's vectors in another engine's format")

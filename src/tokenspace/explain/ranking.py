@@ -34,7 +34,8 @@ from tokenspace.models.registry import release_path
 from tokenspace.sparse import SparseBatch
 
 # In a model folder: the ranking chosen for it on validation data, {"search": Ranking fields, "hub_prior":
-# HubBank fields or null, ...notes}: what `index build` and the demo use unless told otherwise
+# HubBank fields or null, "generic_share": a share or null, ...notes}: what `index build` and the demo use
+# unless told otherwise (ModelRanking)
 RANKING_FILE = "ranking.json"
 
 
@@ -182,16 +183,28 @@ def model_folder(ref) -> Path | None:
     return p if p.is_dir() else release_path(str(ref))
 
 
-def read_model_ranking(ref) -> tuple[Ranking, HubBank | None]:
-    """The ranking stored with a model (its folder's ranking.json), or Ranking() and no bank."""
+@dataclass(frozen=True)
+class ModelRanking:
+    """A model's ranking.json: the search-time Ranking and the index-time levers (a hub prior's bank,
+    generic image tokens' share: InvertedIndex.build(generic_share=))."""
+
+    search: Ranking = Ranking()
+    hub: HubBank | None = None
+    generic_share: float | None = None
+
+
+def read_model_ranking(ref) -> ModelRanking:
+    """The ranking stored with a model (its folder's ranking.json), or ModelRanking() (every lever off)."""
     folder = model_folder(ref) if ref is not None else None
     path = folder / RANKING_FILE if folder is not None else None
     if path is None or not path.is_file():
-        return Ranking(), None
+        return ModelRanking()
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
-        hub = doc.get("hub_prior")
-        return Ranking.from_dict(doc.get("search")), (HubBank.from_dict(hub) if hub else None)
+        hub, share = doc.get("hub_prior"), doc.get("generic_share")
+        if share is not None and not (isinstance(share, (int, float)) and not isinstance(share, bool) and 0 < share <= 1):
+            raise ValueError(f"generic_share must be in (0, 1] or null, got {share!r}")
+        return ModelRanking(Ranking.from_dict(doc.get("search")), HubBank.from_dict(hub) if hub else None, share)
     except (ValueError, TypeError, AttributeError) as e:
         raise ValueError(f"{path}: not a ranking file ({e})") from None
 

@@ -82,7 +82,7 @@ class InvertedIndex:
     def build(cls, batch: SparseBatch, ids: Sequence[str], *, dense_fraction: float = 0.125,
               approx_top_n: int | None = None, vocab: Vocabulary | None = None, deny: Sequence | None = None,
               allow: Sequence | None = None, metadata: Sequence[dict] | None = None,
-              reorder: bool = False, impact_heads: bool = True) -> "InvertedIndex":
+              reorder: bool = False, impact_heads: bool = True, generic_share: float | None = None) -> "InvertedIndex":
         """Index ``batch`` (non-negative weights, sorted unique dims per row) under string ``ids``.
 
         dense_fraction: terms in at least this fraction of a segment's docs are stored as dense uint8
@@ -105,6 +105,10 @@ class InvertedIndex:
             largest weight, read by search's ``impact_floor``). False saves their space (a third of the
             index on real-text-967K, docs/benchmarks.md) and refuses ``impact_floor``; every other
             search is unchanged. Every later ``add`` and ``compact`` follows the choice.
+        generic_share: down-weight generic image tokens: a token held by more than this share of the
+            documents keeps share / (its share) of its weight and each row is L2-normalised again
+            (hubness.generic_factors). The factors are computed from ``batch``, stored with the index
+            (its token filter) and applied to every later ``add`` too.
         """
         if not isinstance(batch, SparseBatch):
             raise TypeError(f"build takes a SparseBatch, got {type(batch).__name__}")
@@ -117,6 +121,8 @@ class InvertedIndex:
         index = cls(batch.dim, vocab if vocab is not None else batch.vocab,
                     dense_fraction=dense_fraction, deny=deny, allow=allow,
                     approx_top_n=approx_top_n, impact_heads=impact_heads)
+        if generic_share is not None:
+            index.token_filter = TokenFilter.generic(batch, generic_share, index.token_filter)
         index.add(batch, ids, metadata=metadata)
         return index
 
@@ -185,10 +191,10 @@ class InvertedIndex:
         batch = self.get(ids) if ids else None
         fresh = InvertedIndex(self.dim, self.vocab, dense_fraction=self.dense_fraction,
                               approx_top_n=self.approx_top_n or None, impact_heads=self.impact_heads)
-        fresh.token_filter = self.token_filter
         fresh._hub = self._hub
-        if batch is not None:
+        if batch is not None:  # the stored rows are already filtered: not again (scaling is not idempotent)
             fresh.add(batch, ids, metadata=self.metadata(ids), prior=self._rows_prior(ids))
+        fresh.token_filter = self.token_filter
         path, nxt, gen, hub_files = self._path, self._next_seg, self._generation, self._hub_files
         self.__dict__.update(fresh.__dict__)
         self._path, self._next_seg, self._generation, self._hub_files = path, nxt, gen, hub_files

@@ -187,7 +187,7 @@ def parse(doc, path: Path) -> Manifest:
         v = f.obj(doc["vocab"], "vocab", {"file", "bytes", "crc32", "name"})
         vocab = f.entry({k: v[k] for k in ("file", "bytes", "crc32")}, "vocab", file=storage.VOCAB)
         vocab_name = f.str_(v["name"], "vocab.name")
-    token_filter = _token_filter(f, doc["token_filter"], dim)
+    token_filter = _token_filter(f, doc["token_filter"], dim, version)
     segs = doc["segments"]
     if not isinstance(segs, list):
         f.fail("segments", f"expected a list, got {_show(segs)}")
@@ -229,11 +229,25 @@ def _hub_prior(f: _Fields, value) -> HubPrior | None:
     return HubPrior(k, float(w), entries)
 
 
-def _token_filter(f: _Fields, value, dim: int) -> dict | None:
+def _token_filter(f: _Fields, value, dim: int, version: int) -> dict | None:
     if value is None:
         return None
-    v = f.obj(value, "token_filter", {"deny", "allow"})
+    v = f.obj(value, "token_filter", {"deny", "allow"}, frozenset({"scale", "renormalize"} if version >= 5 else ()))
     out = {}
+    if "scale" in v:  # generic tokens' factors (token_filter.py): [[dim, factor in (0, 1]], ...], dims rising
+        pairs = v["scale"]
+        if not isinstance(pairs, list):
+            f.fail("token_filter.scale", f"expected a list of [dim, factor] pairs, got {_show(pairs)}")
+        for j, p in enumerate(pairs):
+            if not (isinstance(p, list) and len(p) == 2 and isinstance(p[1], (int, float))
+                    and not isinstance(p[1], bool) and 0 < p[1] <= 1):
+                f.fail(f"token_filter.scale[{j}]", f"expected [dim, factor in (0, 1]], got {_show(p)}")
+            f.int_(p[0], f"token_filter.scale[{j}][0]", 0, dim)
+            if j and p[0] <= pairs[j - 1][0]:
+                f.fail(f"token_filter.scale[{j}]", "dims must rise")
+        if not isinstance(v.get("renormalize"), bool):
+            f.fail("token_filter.renormalize", f"expected true or false, got {_show(v.get('renormalize'))}")
+        out.update(scale=pairs, renormalize=v["renormalize"])
     for key in ("deny", "allow"):
         items = v[key]
         if items is None and key == "allow":

@@ -66,7 +66,7 @@ def _build(args) -> int:
             user = read_metadata_jsonl(args.metadata)
         except ValueError as e:
             raise CLIError(f"--metadata {e}") from None
-    ranking, hub = _ranking(args)  # also before the encoding: a bad bank spec is found at once
+    ranking, hub, share = _ranking(args)  # also before the encoding: a bad bank spec is found at once
     model = load_model(args.model, args.device)
     if not getattr(model, "sparse", True):  # float rows: the dense half of a hybrid search
         return build_dense_index(args, model)
@@ -82,7 +82,8 @@ def _build(args) -> int:
     # each row carries its source and caption (search --filter source=... / caption~word) and the user's fields
     rows = [{**{k: v for k, v in (("source", r.source), ("caption", r.text)) if v}, **user.get(r.id, {})}
             for r in records]
-    index = InvertedIndex.build(vectors, ids, metadata=rows, reorder=args.reorder, impact_heads=args.impact_heads)
+    index = InvertedIndex.build(vectors, ids, metadata=rows, reorder=args.reorder, impact_heads=args.impact_heads,
+                                generic_share=share)
     if hub is not None:
         add_hub_prior(index, model, ranking, hub, args.home)
     index.save(args.out)
@@ -92,14 +93,19 @@ def _build(args) -> int:
 
 
 def _ranking(args):
-    """(Ranking, HubBank or None) of a build: the model's ranking.json changed by the flags given."""
+    """(Ranking, HubBank or None, generic share or None) of a build: the model's ranking.json changed by
+    the flags given."""
     try:
-        ranking, hub = read_model_ranking(args.model)
-        ranking = ranking.with_(**ranking_changes(args))
+        chosen = read_model_ranking(args.model)
+        ranking, hub = chosen.search.with_(**ranking_changes(args)), chosen.hub
+        share = args.generic_share if args.generic_share is not None else chosen.generic_share
+        if share is not None and not 0 < share <= 1:
+            raise ValueError(f"--generic-share must be in (0, 1], got {share:g}")
+        share = None if share == 1 else share
         if args.no_hub_prior:
             if args.hub_bank or args.hub_k:
                 raise ValueError("--no-hub-prior: not with --hub-bank or --hub-k")
-            return ranking.with_(prior_weight=0.0), None
+            return ranking.with_(prior_weight=0.0), None, share
         if args.hub_bank or (hub is not None and args.hub_k):
             hub = HubBank.from_dict({**(hub.__dict__ if hub else {}), "specs": args.hub_bank or hub.specs,
                                      **({"k": args.hub_k} if args.hub_k else {})})
@@ -108,11 +114,11 @@ def _ranking(args):
         if hub is None:
             if ranking.prior_weight:
                 raise ValueError("--prior-weight: give --hub-bank SPEC (training captions) for a hub prior")
-            return ranking.with_(prior_weight=0.0), None
+            return ranking.with_(prior_weight=0.0), None, share
         if ranking.prior_weight is not None:  # the weight stored with the index
             hub = HubBank.from_dict({**hub.__dict__, "weight": ranking.prior_weight})
         hub.texts(args.home)  # the bank's data must load (a typo in a spec fails here, before the encoding)
-        return ranking, hub
+        return ranking, hub, share
     except (ValueError, KeyError, FileNotFoundError) as e:
         raise CLIError(str(e).strip("'\"")) from None
 
