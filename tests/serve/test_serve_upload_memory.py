@@ -158,6 +158,25 @@ def test_budget_refuses_without_decoding_and_releases_on_every_way_out():
     assert e.value.status == 415 and budget.held == 0
 
 
+def test_large_uploads_give_their_freed_memory_back(served, monkeypatch):
+    """Freed image blocks stayed in each request thread's malloc arena: bounded bursts still grew the
+    server by a budget's worth per new thread (0.7 -> 1.8 GB over five bursts of 32). A large upload
+    trims the heap once it is done; a small one does not pay for it."""
+    from fastapi.testclient import TestClient
+
+    from tokenspace.serve.app import build_app
+
+    trims = []
+    monkeypatch.setattr(uploads, "give_back_freed_memory", lambda: trims.append(1))
+    monkeypatch.setattr(uploads, "TRIM_PIXELS", 50 * 50)
+    with TestClient(build_app(served[0])) as client:
+        for side, trimmed in ((40, 0), (50, 1), (60, 2)):
+            assert client.post("/search/image", files={"file": ("q.png", rgba_png(side), "image/png")}).status_code == 200
+            assert len(trims) == trimmed
+    monkeypatch.undo()
+    uploads.give_back_freed_memory()  # the real one runs (glibc) or does nothing, and never raises
+
+
 def test_an_upload_larger_than_the_whole_budget_is_413(served):
     from fastapi.testclient import TestClient
 

@@ -14,6 +14,8 @@ pixel before), and the raster is freed before the model copies the RGB image onc
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import io
 import threading
 from collections.abc import Callable, Iterator
@@ -35,6 +37,7 @@ RETRY_AFTER_S = 1  # seconds: a 25-megapixel upload is decoded and encoded in ab
 FORMATS = ("PNG", "JPEG", "WEBP", "GIF")
 KINDS = "a PNG, JPEG, WebP or GIF image"
 STRIP_PIXELS = 1 << 20  # pixels composited on white at a time
+TRIM_PIXELS = 1_000_000  # uploads this large give their freed memory back to the system (give_back_freed_memory)
 TRANSPARENT = ("RGBA", "LA", "PA")
 T = TypeVar("T")
 
@@ -149,8 +152,33 @@ def decode_within(budget: PixelBudget, opened: Image.Image, use: Callable[[Image
                 return use(image)
             finally:
                 image.close()  # its raster freed now, whoever still refers to it: the next upload may use it
+                if image.width * image.height >= TRIM_PIXELS:
+                    give_back_freed_memory()
     finally:
         opened.close()  # refused by the budget: its file is let go undecoded
+
+
+def give_back_freed_memory() -> None:
+    """Return the C heap's free pages to the system (glibc's malloc_trim; elsewhere nothing).
+
+    Each request thread allocates from its own malloc arena, and freed image blocks stayed in it: with
+    uploads bounded by the budget, the server still grew by a budget's worth with each new thread that
+    decoded one (0.7 -> 1.8 GB over five bursts of 32 uploads). Trimming after each large upload keeps
+    the RSS at the idle server's plus what is in flight. A few milliseconds, only for large images."""
+    if _libc is not None:
+        _libc.malloc_trim(0)
+
+
+def _glibc():
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim.argtypes, libc.malloc_trim.restype = [ctypes.c_size_t], ctypes.c_int
+        return libc
+    except (OSError, AttributeError):  # not glibc (musl, macOS, Windows): no trim, nothing to do
+        return None
+
+
+_libc = _glibc()
 
 
 def _on_white(img: Image.Image) -> Image.Image:
