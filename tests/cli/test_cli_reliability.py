@@ -231,3 +231,14 @@ def test_sweep_temporary_removes_only_dead_saves_leftovers(tmp_path):
     assert not any(d.exists() for d in leftovers) and live.is_dir() and mine.is_dir()
     assert len(InvertedIndex.load(root)) == 1
     assert sweep_temporary(tmp_path / "missing") == []
+
+
+def test_a_dense_model_is_refused_where_token_vectors_are_needed(cli, idx, queries, tmp_path, make_model):
+    """A dense model's float rows reached the token code and failed in its words ("explained_search
+    takes a single query row")."""
+    dense = make_model("dense").save_pretrained(tmp_path / "dense")
+    code, line = cli("index", "export", idx, "--out", tmp_path / "d.jsonl", "--queries", queries, "--model", dense)
+    assert code == 1 and "a dense model gives dense vectors" in line
+    assert not (tmp_path / "d.jsonl").exists() and not (tmp_path / "queries.jsonl").exists()
+    code, line = cli("serve", "--model", dense, "--index", idx, "--port", "1")
+    assert code == 1 and "a dense model gives dense vectors" in line and "--dense-model" in line

@@ -283,7 +283,11 @@ def _export_queries(args, path: Path):
     model_ref = args.model or pipeline.read_collection_meta(args.index).get("model")
     if not model_ref:
         raise CLIError(f"--queries needs --model: the index at {args.index} does not name its model")
-    queries = load_model(model_ref).encode_texts(texts)
+    model = load_model(model_ref)
+    if not getattr(model, "sparse", True):
+        raise CLIError(f"--model {model_ref}: a {model.family} model gives dense vectors, not the token vectors "
+                       "the index holds: encode the queries with a sparse model (by default the index's own)")
+    queries = model.encode_texts(texts)
     qids = [f"q{n}" for n in range(1, len(texts) + 1)]
     if args.format == "jsonl":
         export.write_queries_jsonl(queries, qids, path)

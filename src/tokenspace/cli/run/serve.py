@@ -27,7 +27,11 @@ def run(args) -> int:
         raise UsageError("--dense-model: only with --dense-index (hybrid search)")
     # hybrid search; the service checks that both indexes hold the same number of images
     dense = open_dense(args.dense_index, args.dense_model, args.device) if args.dense_index else None
-    app.run(model=load_model(model_ref, args.device), index=args.index, host=args.host, port=args.port, dense=dense,
+    model = load_model(model_ref, args.device)
+    if not getattr(model, "sparse", True):  # the service's own refusal is a TypeError, shown with its name
+        raise CLIError(f"--model {model_ref}: a {model.family} model gives dense vectors, not the token vectors the "
+                       "index holds: serve a sparse model, and this one as --dense-model with --dense-index")
+    app.run(model=model, index=args.index, host=args.host, port=args.port, dense=dense,
             upload_pixels=args.upload_pixels)
     return 0
 
