@@ -682,26 +682,30 @@ def trace_summary(prof, wall_us: float, steps: int) -> dict:
             "stream_syncs_per_step": syncs / steps}
 
 
-def stair_step(device, tiny, clock, out: dict, save) -> None:
+def stair_step(device, tiny, clock, out: dict, save, only: list[str] | None = None) -> None:
     """STAIR's training step at the paper's per-GPU batch (256): where its time goes (``phase_profile``),
     then the step with each change and all together, with model-FLOPs utilisation."""
     name, batch = "stair-paper", 4 if tiny else MODELS["stair-paper"][2]
     warm, steps = (1, 2) if tiny else (3, 8)
     flops = forward_flops(name)
     out["forward_gflop_per_pair"] = {k: round(v / 1e9, 3) for k, v in flops.items()}
-    clock.check(20)
-    try:
-        out["profile"] = phase_profile(name, tiny, batch, device, 2 if tiny else 5)
-    except TimeoutError:
-        raise
-    except Exception as e:  # noqa: BLE001 - recorded: the arms still run
-        out["profile"] = {"error": f"{type(e).__name__}: {e}"}
-    print(f"stair step profile: {out['profile']}", flush=True)
-    save()
+    if not only or "profile" in only:
+        clock.check(20)
+        try:
+            out["profile"] = phase_profile(name, tiny, batch, device, 2 if tiny else 5)
+        except TimeoutError:
+            raise
+        except Exception as e:  # noqa: BLE001 - recorded: the arms still run
+            out["profile"] = {"error": f"{type(e).__name__}: {e}"}
+        print(f"stair step profile: {out['profile']}", flush=True)
+        save()
     arms = [("eager", set()), ("foreach-lamb", {"foreach-lamb"}), ("low-precision-max", {"low-precision-max"}),
             ("slab-16384", {"slab-16384"}), ("no-batch-metrics", {"no-batch-metrics"}),
             ("compile_blocks", {"compile"}),  # the first compilation of these blocks in this process: cold
+            ("foreach-lamb + compile_blocks", {"foreach-lamb", "compile"}),
             ("all but no-batch-metrics", {"foreach-lamb", "low-precision-max", "slab-16384", "compile"})]
+    if only:
+        arms = [a for a in arms if a[0] in only]
     for label, changes in arms:
         clock.check(60 if label == "compile_blocks" else 15)
         r = out[label] = step_arm(name, tiny, batch, device, changes, warm, steps)
@@ -942,9 +946,59 @@ def profiled_encode(model, paths, **kw) -> dict:
             "stage_images_per_s": {k: round(len(paths) / v, 1) for k, v in prof.items() if v}}
 
 
-def encode(device, tiny, clock, out: dict, work: Path) -> None:
+def encode_arms(model, paths, device, tiny, clock, out: dict, workers: int, big: int, quick: bool = False):
+    """End to end (not profiled), the old path first (today's measurement repeated on this machine), then the
+    device path (nvJPEG; and Pillow in the workers: ``jpeg="pillow"``); then whether they agree: pixels
+    (nvJPEG + device letterbox against Pillow + preprocess) and rows. Returns (rows per arm, the first
+    device fp32 arm's key)."""
+    n = len(paths)
+    device_arms = [(8, "fp32", "nvjpeg"), (8, "fp32", "pillow"), (8, "bf16", "nvjpeg")] if tiny else \
+        [(512, "fp32", "nvjpeg"), (512, "fp32", "pillow")] if quick else \
+        [(256, "fp32", "nvjpeg"), (512, "fp32", "nvjpeg"), (512, "fp32", "pillow"), (512, "fp16", "nvjpeg"),
+         (512, "bf16", "nvjpeg")]
+    if quick:  # a warm-up: cudnn's tuning at batch 512
+        attempt(out, "device warm-up", lambda: len(encode_files_(model, paths[:big], batch_size=big,
+                                                                 workers=workers, decode="device")[1]))
+    arms = [("host", 256, "fp32", "-", 8 if tiny else 2048, 1)] + [
+        ("device", bs, prec, jpeg, n, 1 if tiny else 2) for bs, prec, jpeg in device_arms]
+    rows = {}
+    for path, bs, prec, jpeg, m, runs in arms:
+        key = f"{path} batch {bs} {prec}" + ("" if jpeg in ("-", "nvjpeg") else f" {jpeg}")
+        clock.check(10 if path == "device" else 15)
+
+        def arm():
+            kw = {"jpeg": jpeg} if path == "device" else {}
+            res, rows[key] = timed_encode(model, paths[:m], runs, device, batch_size=bs, workers=workers,
+                                          decode=path, precision=prec, **kw)
+            return res
+
+        attempt(out, f"end_to_end {key}", arm)
+    clock.check(5)
+    agree = out["agreement"] = {}
+    attempt(agree, "pixels", pixel_agreement, model, paths[:8 if tiny else 64], device)
+    host = rows.get("host batch 256 fp32")
+    first = next((k for k in rows if k.startswith("device") and k.endswith("fp32")), None)
+    if host is not None:
+        for k in rows:
+            if k.startswith("device") and "fp32" in k:
+                attempt(agree, f"{k} vs host fp32", rows_agreement, rows[k][:len(host)], host)
+    if first is not None:
+        for k in rows:
+            if k.startswith("device") and "fp32" not in k:
+                attempt(agree, f"{k} vs {first}", rows_agreement, rows[k], rows[first])
+    return rows, first
+
+
+def encode_files_(*a, **kw):
+    from tokenspace.encode import encode_files
+
+    return encode_files(*a, **kw)
+
+
+def encode(device, tiny, clock, out: dict, work: Path, quick: bool = False) -> None:
     """The release model's ``encode_files`` from JPEG files: where the time goes on each path, then end to
-    end, old (host decode) against new (device decode), and a ViT-B/16 STAIR (stair-paper's towers)."""
+    end, old (host decode) against new (device decode), and a ViT-B/16 STAIR (stair-paper's towers).
+    ``quick``: the end-to-end arms at batch 512 in fp32 only and whether they agree."""
     import tokenspace
     from tokenspace.data import device_decode as dd
     from tokenspace.data.loader import Preprocess, files_loader
@@ -969,6 +1023,10 @@ def encode(device, tiny, clock, out: dict, work: Path) -> None:
 
     # 1. where the time goes: the host path's stages per image on one core, its loader alone (workers),
     # the tower alone per precision / layout, and the device path's stages (profiled: synchronised)
+    if quick:
+        out["setup"]["quick"] = True
+        encode_arms(model, paths, device, tiny, clock, out, workers, big, quick=True)
+        return
     attempt(out, "host_stages", host_stages, paths, prep, 8 if tiny else 256)
 
     def loader_alone():
@@ -988,34 +1046,7 @@ def encode(device, tiny, clock, out: dict, work: Path) -> None:
         attempt(out, f"device_stages batch {bs}", profiled_encode, model, paths[:16 if tiny else 2048],
                 batch_size=bs, workers=workers)
 
-    # 2. end to end (not profiled), the old path first: today's measurement repeated on this machine
-    arms = [("host", 256, "fp32", 8 if tiny else 2048, 1)] + [
-        ("device", bs, prec, n, 1 if tiny else 2) for bs, prec in
-        ([(8, "fp32"), (8, "bf16")] if tiny else [(256, "fp32"), (512, "fp32"), (512, "fp16"), (512, "bf16")])]
-    rows = {}
-    for path, bs, prec, m, runs in arms:
-        key = f"{path} batch {bs} {prec}"
-        clock.check(10 if path == "device" else 15)
-
-        def arm():
-            res, rows[key] = timed_encode(model, paths[:m], runs, device, batch_size=bs, workers=workers,
-                                          decode=path, precision=prec)
-            return res
-
-        attempt(out, f"end_to_end {key}", arm)
-
-    # 3. do the paths agree: pixels (nvJPEG + device letterbox against Pillow + preprocess) and rows
-    clock.check(5)
-    agree = out["agreement"] = {}
-    attempt(agree, "pixels", pixel_agreement, model, paths[:8 if tiny else 64], device)
-    host = rows.get("host batch 256 fp32")
-    first = next((k for k in rows if k.startswith("device") and k.endswith("fp32")), None)
-    if host is not None and first is not None:
-        attempt(agree, "device fp32 vs host fp32", rows_agreement, rows[first][:len(host)], host)
-        for k in rows:
-            if k.startswith("device") and not k.endswith("fp32"):
-                attempt(agree, f"{k} vs {first}", rows_agreement, rows[k], rows[first])
-
+    rows, first = encode_arms(model, paths, device, tiny, clock, out, workers, big)
     # 4. writing: the rows as a part file, then into an index (what encode_parts does per part)
     def write():
         r = rows[first]
@@ -1165,6 +1196,11 @@ def main(argv=None) -> int:
     ap.add_argument("--sections", nargs="+", default=SECTIONS, choices=SECTIONS)
     ap.add_argument("--budget", type=float, default=None,
                     help=f"seconds for the whole run (default {BUDGET}; tiny 300)")
+    ap.add_argument("--encode-arms", choices=("all", "quick"), default="all",
+                    help="quick: the encode section's end-to-end arms at batch 512 fp32 and their agreement only")
+    ap.add_argument("--step-arms", nargs="+", default=None, metavar="LABEL",
+                    help="the stair_step section's arms to run (labels as in its results, 'profile' for the profile; "
+         "default all)")
     ap.add_argument("--merge", type=Path, default=None,
                     help="start from this results JSON: sections not run keep its numbers (a rerun of some)")
     ap.add_argument("--out", type=Path, default=None,
@@ -1223,7 +1259,7 @@ def main(argv=None) -> int:
                     elif section == "global_loss":
                         global_loss(device, a.tiny, clock, part)
                     elif section == "encode":
-                        encode(device, a.tiny, clock, part, Path(tmp))
+                        encode(device, a.tiny, clock, part, Path(tmp), quick=a.encode_arms == "quick")
                     elif section == "gpu_days":
                         gpu_days(results["sections"], part)
                     elif section == "open_clip":
@@ -1231,7 +1267,7 @@ def main(argv=None) -> int:
                     elif section == "compile":
                         compiled(device, a.tiny, clock, results["sections"], save)
                     else:
-                        stair_step(device, a.tiny, clock, part, save)
+                        stair_step(device, a.tiny, clock, part, save, a.step_arms)
                 except TimeoutError as e:
                     part["skipped"] = str(e)
                 except Exception as e:  # noqa: BLE001 - recorded; the next sections still run

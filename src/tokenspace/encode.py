@@ -207,9 +207,16 @@ def decode_path(model, decode: str = "auto") -> str:
     return decode
 
 
-def _jpeg_bytes(model) -> bool:
-    """Whether JPEGs travel as bytes to be decoded on the device (nvJPEG there); else workers decode them."""
-    return model.device.type == "cuda" and device_decode.nvjpeg_available()
+JPEG_DECODERS = ("nvjpeg", "pillow")
+
+
+def _jpeg_bytes(model, jpeg: str = "nvjpeg") -> bool:
+    """Whether JPEGs travel as bytes to be decoded on the device (``jpeg="nvjpeg"`` on a CUDA model with
+    torchvision); else the workers decode them with Pillow, as the host path does (``"pillow"``: the
+    device path's rows are then the host path's, to the bit)."""
+    if jpeg not in JPEG_DECODERS:
+        raise ValueError(f"jpeg must be one of {', '.join(map(repr, JPEG_DECODERS))}, not {jpeg!r}")
+    return jpeg == "nvjpeg" and model.device.type == "cuda" and device_decode.nvjpeg_available()
 
 
 class _Stages:
@@ -335,18 +342,19 @@ def _event(device: torch.device) -> Callable[[], None]:
 
 
 def encode_files(model, paths, batch_size: int = 256, workers: int | None = None, tower: str = "torch",
-                 decode: str = "auto", precision: str = "fp32", profile: dict | None = None):
+                 decode: str = "auto", precision: str = "fp32", profile: dict | None = None, jpeg: str = "nvjpeg"):
     """Image files -> (SparseBatch, kept positions): decoded and preprocessed in DataLoader workers
     while the model encodes the previous batch (``decode="host"``), or on the model's device
     (``"device"``; ``"auto"``: on a CUDA model; module doc); unreadable files are skipped, counted and
     logged. ``profile``: a dict that gets the device path's seconds per stage (slower: each stage waits
-    for the device)."""
+    for the device). ``jpeg``: on the device path, ``"nvjpeg"`` decodes JPEGs on the GPU (pixels within a
+    few levels of Pillow's: docs/scale.md), ``"pillow"`` in the workers (the host path's rows, to the bit)."""
     run = image_tower(model, tower)
     _check_precision(precision)
     outs, kept = [], []
     count = SkipCounter("images")
     if decode_path(model, decode) == "device":
-        ds = device_decode.RawFiles(paths, jpeg_bytes=_jpeg_bytes(model))
+        ds = device_decode.RawFiles(paths, jpeg_bytes=_jpeg_bytes(model, jpeg))
         batches = [list(range(s, min(s + batch_size, len(paths)))) for s in range(0, len(paths), batch_size)]
         loader = device_decode.raw_loader(ds, batches, workers=workers, device=model.device)
         for rows, b, keep in _DeviceEncoder(model, run, precision, profile=profile).run(loader, count):
@@ -497,7 +505,8 @@ def _read_part(npz: Path, ids_file: Path, vocab, rows: set[str]) -> tuple[Sparse
 def encode_parts(model, collection, work_dir, part_size: int = 8192, batch_size: int = 256,
                  on_part: Callable[[int, SparseBatch, list[str]], None] | None = None,
                  workers: int | None = None, tower: str = "torch", progress: bool = False,
-                 decode: str = "auto", precision: str = "fp32", profile: dict | None = None) -> int:
+                 decode: str = "auto", precision: str = "fp32", profile: dict | None = None,
+                 jpeg: str = "nvjpeg") -> int:
     """Encode ``collection`` (a TarCollection: ``keys`` and ``image(i)``) part by part into
     ``work_dir``; ``on_part(k, batch, ids)`` runs after each part is on disk. Returns the part count.
     One DataLoader (``workers`` processes, data/loader.py) decodes the rows of every part still to do,
@@ -506,12 +515,13 @@ def encode_parts(model, collection, work_dir, part_size: int = 8192, batch_size:
     ``work_dir`` are reused only when its record says they come from these shards, this part size and
     this model, or from shards these extend (module doc); otherwise ValueError, nothing changed.
     ``progress``: a tqdm bar of the samples done (parts found on disk count at once). ``decode``,
-    ``precision``, ``profile``: as for ``encode_files``; on the device path the parts are written (and
+    ``precision``, ``profile``, ``jpeg``: as for ``encode_files``; on the device path the parts are written (and
     ``on_part`` runs) in one thread, in order, while the next part encodes (``profile["write"]``)."""
     if part_size < 1 or batch_size < 1:
         raise ValueError(f"part_size and batch_size must be >= 1, got {part_size} and {batch_size}")
     _check_precision(precision)
     on_device = decode_path(model, decode) == "device"
+    jpeg_bytes = _jpeg_bytes(model, jpeg)
     work = Path(work_dir)
     work.mkdir(parents=True, exist_ok=True)
     n_parts = (len(collection) + part_size - 1) // part_size
@@ -534,7 +544,7 @@ def encode_parts(model, collection, work_dir, part_size: int = 8192, batch_size:
         if not batches:
             return iter(())
         if on_device:
-            raw = device_decode.RawTarRows(collection, jpeg_bytes=_jpeg_bytes(model))
+            raw = device_decode.RawTarRows(collection, jpeg_bytes=jpeg_bytes)
             return iter(device_decode.raw_loader(raw, batches, workers=workers, device=model.device))
         return iter(map_loader(TarRows(collection, Preprocess.for_model(model)), batches, workers=workers,
                                device=model.device))
@@ -625,10 +635,11 @@ def check_index_dir(index_dir) -> None:
 
 def encode_to_index(model, collection, index_dir, work_dir, part_size: int = 8192, batch_size: int = 256,
                     workers: int | None = None, tower: str = "torch", progress: bool = False,
-                    decode: str = "auto", precision: str = "fp32", profile: dict | None = None):
+                    decode: str = "auto", precision: str = "fp32", profile: dict | None = None,
+                    jpeg: str = "nvjpeg"):
     """Encode and ingest incrementally (see the module doc); returns the InvertedIndex. ``index_dir``
-    must be new, empty or an index (``check_index_dir``). ``decode``, ``precision``, ``profile``: as for
-    ``encode_parts``."""
+    must be new, empty or an index (``check_index_dir``). ``decode``, ``precision``, ``profile``, ``jpeg``:
+    as for ``encode_parts``."""
     index_dir = Path(index_dir)
     check_index_dir(index_dir)
     if (index_dir / MANIFEST).exists():
@@ -651,7 +662,7 @@ def encode_to_index(model, collection, index_dir, work_dir, part_size: int = 819
         present.update(ids)
 
     encode_parts(model, collection, work_dir, part_size, batch_size, on_part=ingest, workers=workers, tower=tower,
-                 progress=progress, decode=decode, precision=precision, profile=profile)
+                 progress=progress, decode=decode, precision=precision, profile=profile, jpeg=jpeg)
     return index
 
 

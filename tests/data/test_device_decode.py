@@ -127,7 +127,7 @@ def test_encode_files_gives_the_same_rows_on_the_device_and_host_paths(make_mode
     ref, kept = encode.encode_files(model, files, batch_size=4, workers=0, decode="host")
     # jpeg_bytes: JPEGs travel as bytes to decode_batch (on a CPU, Pillow stands in for nvJPEG); else workers
     # decode them, as on a GPU without torchvision
-    monkeypatch.setattr(encode, "_jpeg_bytes", lambda m: jpeg_bytes)
+    monkeypatch.setattr(encode, "_jpeg_bytes", lambda m, jpeg: jpeg_bytes)
     profile = {}
     got, kept2 = encode.encode_files(model, files, batch_size=4, workers=0, decode="device", profile=profile)
     assert kept2 == kept == [i for i, p in enumerate(files) if p.name != "cut.jpg"]
@@ -144,6 +144,9 @@ def test_decode_auto_is_the_host_path_on_a_cpu_and_bad_options_are_refused(make_
         encode.decode_path(model, "gpu")
     with pytest.raises(ValueError, match="precision must be one of"):
         encode.encode_files(model, [], precision="int8")
+    with pytest.raises(ValueError, match="jpeg must be one of"):
+        encode.encode_files(model, [], decode="device", jpeg="libjpeg")
+    assert not encode._jpeg_bytes(model, "nvjpeg")  # a CPU model: the workers decode (Pillow)
 
 
 def test_a_lower_precision_encode_runs_and_puts_the_heads_back(make_model, files):
@@ -175,7 +178,7 @@ def test_encode_to_index_on_the_device_path_writes_the_host_paths_index(make_mod
     model.image_top_n = 4
     ref = encode.encode_to_index(model, c, tmp_path / "idx-host", tmp_path / "parts-host", part_size=4, batch_size=3,
                                  workers=0, decode="host")
-    monkeypatch.setattr(encode, "_jpeg_bytes", lambda m: True)
+    monkeypatch.setattr(encode, "_jpeg_bytes", lambda m, jpeg: True)
     got = encode.encode_to_index(model, c, tmp_path / "idx-dev", tmp_path / "parts-dev", part_size=4, batch_size=3,
                                  workers=0, decode="device")
     assert got.ids() == ref.ids() == [k for k, _, _ in samples if k != "k04"]
