@@ -231,3 +231,21 @@ def test_generic_tokens_are_down_weighted_at_build_and_for_every_later_add(tmp_p
     assert loaded.token_filter == index.token_filter
     loaded.add(more[:2], ["x", "y"])
     np.testing.assert_allclose(loaded.get(["x", "y"]).to_dense(), index.get(ids_for(2, "m")).to_dense(), rtol=1e-6)
+
+
+def test_prior_aware_top_k_over_several_accumulator_chunks():
+    """More docs than one accumulator chunk, dense columns with block skipping and penalties that vary
+    from run to run (the kernels bound each piece, sub-chunk and block by its smallest penalty)."""
+    dim, n = 60, 20_000
+    docs = random_batch(n, dim, 0.06, seed=22, zipf=True)
+    index = InvertedIndex.build(docs, ids_for(n), dense_fraction=0.05)
+    bank = random_batch(60, dim, 0.15, seed=23)
+    index.set_hub_prior(bank, k=5, weight=1.0)
+    r = hubness.csls_hubness(docs, bank, 5).astype(np.float64)
+    queries = random_batch(12, dim, 0.1, seed=24)
+    ids, live = ids_for(n), np.ones(n, bool)
+    for kw in ({}, {"mode": "approx", "query_mass": 1.0, "alpha": 1.0, "rerank": n}):
+        got = index.search(queries, k=10, **kw)
+        for qi in range(len(queries)):
+            want = _brute_top(docs, ids, _dense(queries[qi:qi + 1])[0], live, r, 10)
+            assert [h.id for h in got[qi]] == [i for i, _ in want], (kw, qi)

@@ -293,3 +293,17 @@ def test_non_utf8_vocab_or_ids_is_index_corrupt(tmp_path, data, what):
         p.write_bytes(bytes(raw))
     with pytest.raises(IndexCorruptError, match="UTF-8"):
         InvertedIndex.load(tmp_path / "idx", verify=False).ids()
+
+
+def test_load_sweeps_what_a_killed_save_left(tmp_path):
+    """A `.tmp-seg-*` folder of a save whose process is gone is removed when the index is next loaded."""
+    from _inverted_data import ids_for, random_batch
+
+    from tokenspace.index import InvertedIndex
+
+    InvertedIndex.build(random_batch(20, 10, 0.3, seed=1), ids_for(20)).save(tmp_path)
+    dead = tmp_path / ".tmp-seg-000007-4194304"  # above Linux's largest pid: no such process
+    dead.mkdir()
+    (dead / "df.npy").write_bytes(b"partial")
+    assert len(InvertedIndex.load(tmp_path)) == 20
+    assert not dead.exists()

@@ -76,6 +76,7 @@ class InvertedIndex:
         self._prior_files: list[FileEntry | None] = []
         self._hub_files: dict[str, FileEntry] | None = None  # the bank's committed files
         self._df: np.ndarray | None = None  # live document frequencies (doc_freq), cached
+        self._idf_pow: tuple[float, np.ndarray] | None = None  # (power, idf ** power) of the cached df
 
     # ----------------------------------------------------------------- build / add / delete
     @classmethod
@@ -161,7 +162,7 @@ class InvertedIndex:
         self._del_files.append(None)
         self._priors.append(prior)
         self._prior_files.append(None)
-        self._df = None
+        self._df = self._idf_pow = None
         id_map.update((s, base + j) for j, s in enumerate(ids))
 
     def delete(self, ids: Sequence[str]) -> int:
@@ -182,7 +183,7 @@ class InvertedIndex:
             self._del_files[si] = None
             count += 1
         if count:
-            self._df = None
+            self._df = self._idf_pow = None
         return count
 
     def compact(self) -> None:
@@ -284,7 +285,11 @@ class InvertedIndex:
         scores with, and what an explanation's query weights are."""
         if not (isinstance(idf, (int, float, np.floating)) and not isinstance(idf, bool) and 0 <= idf <= 4):
             raise ValueError(f"idf must be a number in [0, 4] (the power of BM25's idf), got {idf!r}")
-        return hubness.weigh_queries(queries, self.idf(), float(idf)) if idf else queries
+        if not idf:
+            return queries
+        if self._idf_pow is None or self._idf_pow[0] != idf:  # one table per power, until the df changes
+            self._idf_pow = (idf, np.power(self.idf().astype(np.float64), idf).astype(np.float32))
+        return hubness.weigh_queries(queries, self._idf_pow[1], 1.0)
 
     # ----------------------------------------------------------------- search
     def search(self, queries: SparseBatch, k: int = 10, *, mode: str = "exact",
@@ -364,8 +369,9 @@ class InvertedIndex:
             out_count = np.zeros(nq, np.int64)
             mask = masks[si]
             if mask is None or mask.any():
-                penalty = self._penalty(si, pw) if pw > 0 else None
-                options = kernels.search_options(kk, min(rr, seg.n), mode == "exact", al, qm, mask, fl, penalty)
+                penalty, pmax, minima = self._penalty(si, pw) if pw > 0 else (None, None, None)
+                options = kernels.search_options(kk, min(rr, seg.n), mode == "exact", al, qm, mask, fl, penalty,
+                                                 pmax, minima)
                 self._run(seg, queries, options, out_docs, out_scores, out_count, threads)
             per_seg.append((base, seg, out_docs, out_scores, out_count))
             base += seg.n
@@ -394,14 +400,16 @@ class InvertedIndex:
             raise ValueError(f"impact_floor must be in [0, 1), got {fl!r}")
         return float(qm), float(al), int(rr), float(fl)
 
-    def _penalty(self, si: int, weight: float) -> np.ndarray:
-        """Segment si's weight x r_D as the kernels read it (cached per weight: a sweep changes it)."""
+    def _penalty(self, si: int, weight: float) -> tuple:
+        """Segment si's weight x r_D as the kernels read it, its largest value and its run minima
+        (kernels.penalty_minima), cached per weight (a sweep changes it)."""
         seg = self._segments[si]
         cached = getattr(seg, "_penalty", None)
         if cached is None or cached[0] != weight or cached[1] is not self._priors[si]:
-            cached = (weight, self._priors[si], (np.float32(weight) * self._priors[si]).astype(np.float32))
+            pen = (np.float32(weight) * self._priors[si]).astype(np.float32)
+            cached = (weight, self._priors[si], pen, float(pen.max(initial=0.0)), kernels.penalty_minima(pen))
             seg.__dict__["_penalty"] = cached
-        return cached[2]
+        return cached[2], cached[3], cached[4]
 
     @staticmethod
     def _run(seg, queries, options, out_docs, out_scores, out_count, threads):
@@ -648,6 +656,7 @@ class InvertedIndex:
         """
         root = Path(path)
         man = manifest.read(root)
+        storage.sweep_temporary(root)  # what a killed save left behind (never the files the manifest names)
         storage.check_files(root, man.files(), verify)
         vocab = None
         if man.vocab is not None:

@@ -277,20 +277,45 @@ class SearchOptions(NamedTuple):
     penalty: np.ndarray
     has_prior: bool
     penalty_max: float  # the largest penalty: its float32 rounding widens exact mode's window
+    # the smallest penalty of each PIECE-, SUB- and BLOCK-doc run, a hair below it (PenaltyMinima): a
+    # run's largest dot product minus it bounds the run's penalised scores, so skipping stays as sharp
+    # as without a prior where penalties are alike
+    penalty_min: tuple
 
 
 _NO_MASK = np.zeros(0, np.uint8)
 _NO_PENALTY = np.zeros(0, np.float32)
 
 
+class PenaltyMinima(NamedTuple):
+    piece: np.ndarray
+    sub: np.ndarray
+    block: np.ndarray
+
+
+_NO_MINIMA = PenaltyMinima(_NO_PENALTY, _NO_PENALTY, _NO_PENALTY)
+
+
+def penalty_minima(penalty: np.ndarray) -> PenaltyMinima:
+    """Per PIECE, SUB and BLOCK docs: the smallest penalty, shrunk by 1e-6 of it (rounding margin)."""
+    def runs(size):
+        return (np.minimum.reduceat(penalty, np.arange(0, len(penalty), size)) * np.float32(1 - 1e-6)).astype(np.float32)
+
+    return PenaltyMinima(runs(PIECE), runs(SUB), runs(BLOCK)) if len(penalty) else _NO_MINIMA
+
+
 def search_options(k, rerank, exact, alpha=1.0, query_mass=1.0, mask=None, impact_floor=0.0,
-                   penalty=None) -> SearchOptions:
+                   penalty=None, penalty_max=None, minima=None) -> SearchOptions:
     """SearchOptions with fixed field types (mask: uint8[n] or None for every doc; penalty: float32[n]
-    of values >= 0, or None for none)."""
-    pmax = 0.0 if penalty is None or len(penalty) == 0 else float(penalty.max())
+    of values >= 0, or None for none; penalty_max and minima, penalty_minima(penalty): computed when not
+    given)."""
+    if penalty is not None:
+        penalty_max = float(penalty.max(initial=0.0)) if penalty_max is None else penalty_max
+        minima = penalty_minima(penalty) if minima is None else minima
     return SearchOptions(int(k), int(rerank), bool(exact), float(alpha), float(query_mass), float(impact_floor),
                          _NO_MASK if mask is None else mask, mask is not None,
-                         _NO_PENALTY if penalty is None else penalty, penalty is not None, pmax)
+                         _NO_PENALTY if penalty is None else penalty, penalty is not None,
+                         float(penalty_max or 0.0), tuple(_NO_MINIMA if minima is None else minima))
 
 
 _SCRATCH = threading.local()
@@ -379,6 +404,7 @@ def search_one(seg, opt, q_idx, q_val, f_idx, f_val, qdense, acc, out_docs, out_
     sp_end = np.empty(len(sp_w), np.int64)
     mask, has_mask = opt.mask, opt.has_mask
     has_prior = opt.has_prior
+    p_piece, p_sub, p_block = opt.penalty_min
     if has_prior and opt.exact:  # the penalty's float32 rounding, on top of the dot product's window
         slack += np.float32(4e-7 * opt.penalty_max)
     heap = np.empty(opt.rerank, np.float32)  # min-heap of the best first-pass scores
@@ -438,6 +464,10 @@ def search_one(seg, opt, q_idx, q_val, f_idx, f_val, qdense, acc, out_docs, out_
         if thr > NO_THRESHOLD and n_dn > 0:
             u = ub[:nb]
             _block_bounds(seg, u, c0 // BLOCK, dn_slot, dn_w, n_dn)
+            if has_prior:
+                b0 = c0 // BLOCK
+                for b in range(nb):
+                    u[b] = u[b] - _penalty_units(acc, p_block[b0 + b] * unit_inv)
             n_run = _block_runs(u, _block_limit(sp_max, thr, inv_alpha), width, run0, run1)
             if n_run == 0:
                 a[:] = 0
@@ -453,11 +483,13 @@ def search_one(seg, opt, q_idx, q_val, f_idx, f_val, qdense, acc, out_docs, out_
         key = _select_key(a, thr, scratch)
         for s0 in range(0, width, SUB):
             s1 = min(width, s0 + SUB)
-            if _max_of(view[s0:s1]) < key:
+            if _max_of(view[s0:s1]) < (_select_key(a, thr + p_sub[(c0 + s0) // SUB] * unit_inv, scratch)
+                                       if has_prior else key):
                 continue
             for p0 in range(s0, s1, PIECE):
                 p1 = min(width, p0 + PIECE)
-                if _max_of(view[p0:p1]) < key:
+                if _max_of(view[p0:p1]) < (_select_key(a, thr + p_piece[(c0 + p0) // PIECE] * unit_inv, scratch)
+                                           if has_prior else key):
                     continue
                 for j in range(p0, p1):
                     s = np.float32(a[j])
@@ -830,6 +862,18 @@ def _bound_term_u16(w, code):
 
 
 _bound_term = _by_acc_dtype(_bound_term_f32, _bound_term_u16)  # one dense column's part of a block bound
+
+
+def _penalty_units_f32(acc, p):
+    return np.float32(p)
+
+
+def _penalty_units_u16(acc, p):
+    return np.int64(p)  # rounded down: the bound stays above every penalised score
+
+
+# a run's smallest penalty (in accumulator units) as the block bounds' type (picked by the accumulator acc)
+_penalty_units = _by_acc_dtype(_penalty_units_f32, _penalty_units_u16)
 
 
 def _block_limit_f32(sp_max, thr, inv_alpha):

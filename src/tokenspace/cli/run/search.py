@@ -39,6 +39,9 @@ def run(args) -> int:
     except ValueError as e:
         raise CLIError(str(e).replace("prior_weight:", "--prior-weight:", 1)) from None
     model = load_model(model_path)
+    if not getattr(model, "sparse", True):
+        raise CLIError(f"--model {model_path}: a {model.family} model gives dense vectors, not the token vectors the "
+                       "index holds: search with a sparse model, or pass it as --dense-model with --dense-index")
     if args.image:
         queries = model.encode_images([args.image])
     else:
