@@ -194,7 +194,7 @@ def raw_loader(dataset: Dataset, batches: Iterable[Sequence[int]], *, workers: i
 def _nvjpeg():
     """torchvision's decode_jpeg and its RGB mode, or None when torchvision cannot be imported."""
     try:
-        from torchvision.io import ImageReadMode, decode_jpeg
+        from torchvision.io import ImageReadMode, decode_jpeg  # optional: CPU installs have no torchvision
     except Exception as e:  # noqa: BLE001 - not installed, or built for another torch
         log.info("torchvision not importable (%s): JPEGs are decoded on the host", e)
         return None
