@@ -99,10 +99,11 @@ clean:
 gpu-smoke: install
 	$(BIN)/python benchmarks/gpu_smoke.py $(ARGS)
 
-# On a machine with one CUDA GPU, no network needed: every GPU measurement of issue 31 (throughput with and
-# without the active-column loss, the token head's variants and torch.compile; the loss at the paper's
-# global batch; encode images/s; GPU-days; open_clip when installed; the smoke runs) in < 8 minutes,
-# into benchmarks/results/gpu_run.json. No install step: the GPU machine has no network. CPU: ARGS=--tiny.
+# On a machine with one CUDA GPU, no network needed: every GPU measurement (throughput with and without
+# the active-column loss and the token head's variants; the loss at the paper's global batch; where the
+# encode's time goes and the device encode path; GPU-days; open_clip when installed; the smoke runs; the
+# STAIR step's profile and variants; regional torch.compile) in < 10 minutes, into
+# benchmarks/results/gpu_run.json. No install step: the GPU machine has no network. CPU: ARGS=--tiny.
 .PHONY: gpu-run
 gpu-run:
 	$(BIN)/python benchmarks/gpu_run.py $(ARGS)
