@@ -33,7 +33,9 @@ are decoded on the GPU by nvJPEG, letterboxed there exactly as the host path doe
 one batch behind the device so that the host's work overlaps the next batch's, and ``encode_parts``
 writes each part in a thread while the next part encodes. ``precision="bf16"`` / ``"fp16"`` autocasts
 the image tower and runs the heads' vocabulary products in that type (models/capabilities.py:
-LowPrecisionHeads); the default, fp32, keeps the rows the host path gives.
+LowPrecisionHeads); the default, fp32, is the host path's arithmetic. nvJPEG's pixels differ from
+Pillow's by a few levels (docs/scale.md); ``jpeg="pillow"`` has the workers decode JPEGs as the host
+path does, which gives its model inputs to the bit.
 """
 from __future__ import annotations
 
@@ -213,7 +215,7 @@ JPEG_DECODERS = ("nvjpeg", "pillow")
 def _jpeg_bytes(model, jpeg: str = "nvjpeg") -> bool:
     """Whether JPEGs travel as bytes to be decoded on the device (``jpeg="nvjpeg"`` on a CUDA model with
     torchvision); else the workers decode them with Pillow, as the host path does (``"pillow"``: the
-    device path's rows are then the host path's, to the bit)."""
+    device path's model inputs are then the host path's, to the bit)."""
     if jpeg not in JPEG_DECODERS:
         raise ValueError(f"jpeg must be one of {', '.join(map(repr, JPEG_DECODERS))}, not {jpeg!r}")
     return jpeg == "nvjpeg" and model.device.type == "cuda" and device_decode.nvjpeg_available()
@@ -348,7 +350,8 @@ def encode_files(model, paths, batch_size: int = 256, workers: int | None = None
     (``"device"``; ``"auto"``: on a CUDA model; module doc); unreadable files are skipped, counted and
     logged. ``profile``: a dict that gets the device path's seconds per stage (slower: each stage waits
     for the device). ``jpeg``: on the device path, ``"nvjpeg"`` decodes JPEGs on the GPU (pixels within a
-    few levels of Pillow's: docs/scale.md), ``"pillow"`` in the workers (the host path's rows, to the bit)."""
+    few levels of Pillow's: docs/scale.md), ``"pillow"`` in the workers (the host path's model inputs, to the
+    bit: the same rows on the CPU; on a GPU up to its kernels' rounding)."""
     run = image_tower(model, tower)
     _check_precision(precision)
     outs, kept = [], []
