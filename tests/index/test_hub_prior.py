@@ -249,3 +249,18 @@ def test_prior_aware_top_k_over_several_accumulator_chunks():
         for qi in range(len(queries)):
             want = _brute_top(docs, ids, _dense(queries[qi:qi + 1])[0], live, r, 10)
             assert [h.id for h in got[qi]] == [i for i, _ in want], (kw, qi)
+
+
+def test_an_empty_index_takes_a_hub_prior_for_its_later_adds(tmp_path):
+    bank = random_batch(8, 20, 0.3, seed=25)
+    index = InvertedIndex(20)
+    with pytest.raises(ValueError, match="empty"):
+        index.set_hub_prior(bank[:0])
+    with pytest.raises(ValueError, match="k must"):
+        index.set_hub_prior(bank, k=0)
+    index.set_hub_prior(bank, k=3)
+    docs = random_batch(30, 20, 0.2, seed=26)
+    index.add(docs, ids_for(30))
+    np.testing.assert_allclose(index.hubness(ids_for(30)), hubness.csls_hubness(docs, bank, 3), rtol=1e-6)
+    index.save(tmp_path)
+    assert InvertedIndex.load(tmp_path).hub_prior["bank_size"] == 8

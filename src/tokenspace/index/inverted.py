@@ -211,6 +211,10 @@ class InvertedIndex:
         if not isinstance(bank, SparseBatch):
             raise TypeError(f"the bank must be a SparseBatch of query vectors, got {type(bank).__name__}")
         weight = _check_weight(weight, "weight")
+        if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
+            raise ValueError(f"k must be a positive int, got {k!r}")
+        if len(bank) == 0:
+            raise ValueError("the query bank is empty: give it training captions or prompts")
         if bank.dim != self.dim:
             raise ValueError(f"the bank has dim {bank.dim}, the index has dim {self.dim}")
         bad = kernels.check_rows(bank.indptr, bank.indices, bank.values)
