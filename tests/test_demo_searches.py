@@ -42,7 +42,7 @@ def test_searches_report_found_missed_and_the_photo_line(tiny_vocab, monkeypatch
     index = InvertedIndex.build(vectors, [r.id for r in records])
     meta = {r.id: {"text": r.text} for r in records}
     plain = Ranking(prior_weight=0.0)
-    assert demo.print_searches(model, index, meta, plain) == 2
+    assert demo.print_searches(model, index, meta, plain) == {"at1": 2, "top_k": 2, "generic": 0, "contributions": 9}
     assert demo.print_photo_self_retrieval(model, index, records, plain) == 2
     out = capsys.readouterr().out
     assert "found: 1 indexed images have 'heart'" in out
@@ -61,7 +61,7 @@ def test_searches_count_generic_tokens_and_show_the_ranking(tiny_vocab, monkeypa
     index = InvertedIndex.build(model.encode_texts(texts), [r.id for r in records])
     index.set_hub_prior(model.encode_texts(["a red moon", "a red star"]), k=1, weight=0.5)
     meta = {r.id: {"text": r.text} for r in records}
-    assert demo.print_searches(model, index, meta, Ranking(idf=1.0)) == 1
+    assert demo.print_searches(model, index, meta, Ranking(idf=1.0))["at1"] == 1
     out = capsys.readouterr().out
     # 'a' is in every image and 'red' in 3 of 4: both generic; the hits' top-3 contributions hold them
     assert "example searches (idf^1, hub prior): a relevant image at rank 1 for 1 of 1" in out

@@ -96,11 +96,11 @@ def _ranked(model, index, texts, ranking: Ranking, k: int):
     return queries, weighted, index.search(weighted, k=k, **ranking.index_options())
 
 
-def print_searches(model, index, meta: dict, ranking: Ranking, k: int = 3, quiet: bool = False) -> int:
+def print_searches(model, index, meta: dict, ranking: Ranking, k: int = 3, quiet: bool = False) -> dict:
     """Each example search: its query tokens, the top hits explained, and where the first relevant image
     ranks (QUERIES), then how many searches found one at rank 1 and in the top k, and how many of the
     hits' top-3 contributions come from generic tokens (held by more than half of the images). Returns
-    the rank-1 count; ``quiet``: only that line."""
+    those counts ({"at1", "top_k", "generic", "contributions"}); ``quiet``: only the count line."""
     queries, weighted, ranked_all = _ranked(model, index, [q for q, _ in QUERIES], ranking, len(index))
     firsts, generic, shown = [], 0, 0
     common = index.doc_freq() > len(index) / 2
@@ -125,7 +125,7 @@ def print_searches(model, index, meta: dict, ranking: Ranking, k: int = 3, quiet
     print(f"{'' if quiet else chr(10)}example searches ({describe(ranking)}): a relevant image at rank 1 for {at1} of "
           f"{len(QUERIES)}, in the top {k} for {atk}; generic tokens (in > half of the images) in {generic} of the "
           f"hits' {shown} top-3 contributions")
-    return at1
+    return {"at1": at1, "top_k": atk, "generic": generic, "contributions": shown}
 
 
 def print_photo_self_retrieval(model, index, records, ranking: Ranking) -> int:
@@ -199,10 +199,11 @@ def run(out="runs/demo", home=None, quick: bool = False, results=None) -> dict:
 
     print_searches(stair, index, meta, ranking)
     print_photo_self_retrieval(stair, index, records, ranking)
-    if ranking != Ranking(prior_weight=0.0):  # the same searches with the model's own dot product, for comparison
-        plain = Ranking(prior_weight=0.0)
-        print_searches(stair, index, meta, plain, quiet=True)
-        print_photo_self_retrieval(stair, index, records, plain)
+    if ranking != Ranking(prior_weight=0.0) or chosen.generic_share:
+        # the same searches with the model's own dot product (an index of the vectors as encoded), to compare
+        plain, plain_index = Ranking(prior_weight=0.0), InvertedIndex.build(vectors, ids)
+        print_searches(stair, plain_index, meta, plain, quiet=True)
+        print_photo_self_retrieval(stair, plain_index, records, plain)
     text, where = WHERE_EXAMPLE
     q = index.weigh(encode_queries(stair, [text], ranking), ranking.idf)
     hits = index.search(q, k=3, where=parse_query(where, stair.vocab), **ranking.index_options())[0]
