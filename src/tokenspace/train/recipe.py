@@ -13,6 +13,9 @@
       - {name: joint, steps: 300, lr: 1.0e-4}
     # or, instead of `stages`, STAIR's 3 stages derived from the dense model's budget (StagePlan):
     plan: {dense_steps: 300, split: paper, ratio: [1, 1, 2], lr: 1.0e-3, stage3_lr: 1.0e-4}
+    # optional, GPU speed (docs/scale.md): bf16 autocast, regional torch.compile of the towers' blocks
+    # precision: auto
+    # compile: blocks
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ from tokenspace.models.registry import list_releases, release_path
 from tokenspace.train.precision import CHOICES as PRECISIONS
 
 RECIPE_DIR = Path(__file__).resolve().parent.parent / "configs" / "recipes"
+COMPILE_CHOICES = (None, "blocks")  # the recipe's `compile`
 RECIPE_SUFFIXES = (".yaml", ".yml", ".json")  # .json: a run's saved recipe.json loads as it is
 
 
@@ -259,6 +263,10 @@ class Recipe:
     image_lr_scale: float = 1.0  # lr multiplier for the image tower's trained (pretrained) layers
     gradient_checkpointing: bool = False  # recompute tower activations in backward: memory for time
     channels_last: bool = False  # NHWC memory format for conv towers on GPUs (tensor cores)
+    # regional torch.compile: null (off) or "blocks", each repeated block of the towers that learn
+    # (a ViT's layers, a text transformer's layers) compiled, one graph per kind of block; the heads stay
+    # eager. On a GPU: seconds of compiling, then a faster step (train/trainer.py, compile_blocks)
+    compile: str | bool | None = None
 
     def __post_init__(self):
         check_types(self, "recipe ")
@@ -295,6 +303,11 @@ class Recipe:
             raise ValueError(f"precision must be one of {PRECISIONS}, not {self.precision!r}")
         if self.optimizer not in ("adamw", "lamb"):
             raise ValueError(f"optimizer must be adamw or lamb, not {self.optimizer!r}")
+        if self.compile is False:  # `compile: false` says off too
+            self.compile = None
+        if self.compile not in COMPILE_CHOICES:
+            raise ValueError(f"recipe compile must be null (off) or blocks (the towers' repeated blocks), "
+                             f"not {_shown(self.compile)}")
         self.betas = tuple(float(b) for b in self.betas)  # YAML gives a list
         if self.batch_size < 2:
             raise ValueError("contrastive training needs batch_size >= 2")

@@ -15,8 +15,9 @@ Data specs in ``recipe.data.train``:
   decodes its own batch; prefetching then stops, results stay exact);
 - batches arrive in pinned memory when the device is a GPU and are copied with ``non_blocking``;
   ``channels_last`` and ``gradient_checkpointing`` come from the recipe, bf16 / fp16 autocast from its
-  ``precision`` (``auto``: bf16 on GPUs that have it), ``compile=True`` wraps the towers' forward in
-  ``torch.compile``;
+  ``precision`` (``auto``: bf16 on GPUs that have it); the recipe's ``compile: blocks`` compiles the
+  towers' repeated blocks (the Trainer's regional compilation), ``compile=True`` wraps the whole towers'
+  forward in ``torch.compile`` instead (slow to compile at paper shapes);
 - the device is the rank's GPU under torchrun, the first GPU in a single process when there is one
   (the plain Trainer stays on the CPU in a single process), else the CPU;
 - ``data.eval`` and ``eval_every`` work as in pipeline.train (train/evaluation.py): rank 0 encodes the
@@ -24,6 +25,7 @@ Data specs in ``recipe.data.train``:
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import numpy as np
@@ -167,12 +169,24 @@ class ScaleTrainer(Trainer):
         return x, ids.to(self.device, non_blocking=True), mask.to(self.device, non_blocking=True)
 
 
+_RECIPES_OWN = object()  # train's ``compile`` not given: the recipe's own value
+
+
 def train(recipe, out_dir, home=None, resume: bool = False, progress: bool = True, *, workers: int | None = None,
-          compile: bool = False, device=None, **overrides):
+          compile=_RECIPES_OWN, device=None, **overrides):
     """Train a recipe (name, path or Recipe) here or on every rank of a torchrun launch, with the
-    ScaleTrainer (``workers`` decoding processes per rank; default: cores - 1, at most 8)."""
+    ScaleTrainer (``workers`` decoding processes per rank; default: cores - 1, at most 8).
+
+    ``compile``: ``True`` wraps the whole towers' forward in ``torch.compile`` (ScaleTrainer's flag);
+    anything else is the recipe's key, which ``--set compile=blocks`` reaches here as: ``"blocks"``
+    (regional compilation), ``None`` or ``False`` (off)."""
+    whole = compile is True
+    if not whole and compile is not _RECIPES_OWN:
+        overrides["compile"] = compile
     if not isinstance(recipe, Recipe):
         recipe = Recipe.load(recipe, **overrides)
+    elif "compile" in overrides:
+        recipe = dataclasses.replace(recipe, compile=overrides["compile"])
     if recipe.distill:
         # the teacher's vectors are cached per pair before training (train/distill.py, pipeline.train);
         # doing that over webdataset shards (a teacher encoding pass per shard, sharded over ranks) is a
@@ -190,5 +204,5 @@ def train(recipe, out_dir, home=None, resume: bool = False, progress: bool = Tru
         if ctx.is_main else None
     _log(f"training {recipe.name}: {len(data)} pairs, {recipe.total_steps} steps, "
          f"{ctx.world} rank(s) x {recipe.batch_size // ctx.world} per step")
-    return ScaleTrainer(model, recipe, data, out_dir, progress=progress, workers=workers, compile=compile,
+    return ScaleTrainer(model, recipe, data, out_dir, progress=progress, workers=workers, compile=whole,
                         device=device, evaluate=evaluate).fit(resume=resume)
