@@ -13,8 +13,9 @@ guarded (a failure or the time budget skips what is left of it, recorded in the 
   ScaleTrainer and its DataLoader workers), shorter: does the loss fall.
 - ``throughput``: training steps of stair-paper, sparse-clip-vitb32 and the dense CLIP baseline (the
   sparse-clip-vitb32 towers under the dense head: ViT-B/32 + 12 x 512 text, 512-d) at their real tower
-  shapes, the recipe's precision (bf16 on GPUs that have it) and optimiser, with synthetic pixels and
-  token ids already on the device (the towers, heads, loss and optimiser step; no data loading): the
+  shapes, the recipe's precision (bf16 on GPUs that have it) and optimiser (LAMB: the library's
+  multi-tensor step, its default now; earlier runs' numbers are of the per-tensor loop), with synthetic
+  pixels and token ids already on the device (the towers, heads, loss and optimiser step; no data loading): the
   largest batch that fits (doubling from half the paper's per-GPU batch), then at the paper's per-GPU
   batch each arm: ``before`` (the loss over all D columns: the code before issue 31), ``active``
   (train/active.py: the default now), ``autograd-head`` (STAIR only: ``active`` with the plain [B, L, V]
@@ -37,16 +38,19 @@ guarded (a failure or the time budget skips what is left of it, recorded in the 
   = the ``active`` step at the per-GPU batch + one rank's loss (``local``), times the recipe's steps.
 - ``open_clip``: open_clip's ViT-B-32 (random init) trained the same way at the dense baseline's batch,
   for an outside reference of the dense baseline's pairs/s; skipped when open_clip is not installed.
-- ``compile`` (last: its compilation time is the least predictable): regional compilation (``compile_blocks``: the towers' repeated transformer blocks, one
-  compiled graph per kind of block; the heads' slab loops stay eager) of the ``active`` arm of
-  stair-paper and sparse-clip-vitb32, against an eager step of the same run: compile seconds and step
-  seconds apart (--tiny: dynamo with the eager backend; the CPU's inductor takes minutes).
-- ``stair_step``: STAIR's step at the paper's per-GPU batch: where the time goes (device and host
-  time per phase from CUDA events, then a torch.profiler summary: kernel time by kind, top kernels, the
-  device's busy share, launches and syncs per step), then the step with a multi-tensor LAMB
-  (``foreach_lamb``), the head's max taken in bf16 (``low_precision_max``), slabs of 16,384 rows,
-  without the batch metrics' host syncs, with ``compile_blocks``, and all but the metrics' removal
-  together; model-FLOPs utilisation of each.
+- ``compile`` (last: its compilation time is the least predictable): regional compilation (``compile_blocks``,
+  the recipe's ``compile: blocks``: the towers' repeated transformer blocks, one compiled graph per kind
+  of block; the heads' slab loops stay eager) of the ``active`` arm of stair-paper and
+  sparse-clip-vitb32 with the per-tensor LAMB, against an eager step of the same run: compile seconds
+  and step seconds apart (--tiny: dynamo with the eager backend; the CPU's inductor takes minutes).
+- ``stair_step``: STAIR's step at the paper's per-GPU batch: where the library's step's time goes (device
+  and host time per phase from CUDA events, then a torch.profiler summary: kernel time by kind, top kernels, the
+  device's busy share, launches and syncs per step), then the step as the library ran it before
+  (``eager``: the per-tensor LAMB, ``Lamb(foreach=False)``, nothing compiled) and with each change: the
+  library's multi-tensor LAMB (``foreach_lamb``, its default now), the head's max taken in bf16
+  (``low_precision_max``), slabs of 16,384 rows, without the batch metrics' host syncs, with
+  ``compile_blocks`` (the recipe's ``compile: blocks``), and all but the metrics' removal together;
+  model-FLOPs utilisation of each.
 Each section gets a share of ``--budget`` (500 s, leaving room for start-up and an arm that overruns
 inside a 600 s call; the last takes what is left) and the JSON is written after each, so a run cut
 short keeps what it measured.
@@ -159,6 +163,9 @@ def trainer_for(model, recipe, batch: int, device, compile: bool = False):
     from tokenspace.train.trainer import PairData
 
     class Synthetic(ScaleTrainer):
+        # the recipe's ``compile: blocks``: inductor on a GPU, dynamo's tracing alone on a CPU (--tiny)
+        compile_backend = "inductor" if device.type == "cuda" else "eager"
+
         def _inputs(self, idx):
             return self.batch
 
@@ -325,56 +332,18 @@ def largest_batch(name, tiny, device, clock, res: dict, warm: int, steps: int) -
 
 # ---------------------------------------------------------------------------------------------- the step
 def foreach_lamb(opt):
-    """``opt`` (train/optim.py's Lamb: its groups, defaults and state) as a LAMB whose step runs multi-tensor
-    (``torch._foreach``) kernels: a few launches per parameter group instead of ~15 per tensor. The same
-    update; the norms sum in another order, so steps agree with Lamb's to float rounding, not to the bit."""
+    """``opt`` (train/optim.py's Lamb: its groups, defaults and state) with the library's multi-tensor step
+    (``torch._foreach`` kernels: a few launches per parameter group instead of ~15 per tensor; the
+    library's default). The arms without ``foreach-lamb`` run ``Lamb(foreach=False)``, the per-tensor loop
+    the library ran before: the same update, norms summed in another order (float rounding, not bits)."""
     from tokenspace.train.optim import Lamb
 
     class ForeachLamb(Lamb):
-        @torch.no_grad()
-        def step(self, closure=None):
-            for group in self.param_groups:
-                ps = [p for p in group["params"] if p.grad is not None]
-                if not ps:
-                    continue
-                b1, b2 = group["betas"]
-                wd, eps, lr = group["weight_decay"], group["eps"], group["lr"]
-                gs = [p.grad.float() for p in ps]
-                for p in ps:
-                    state = self.state[p]
-                    if not state:
-                        state["step"] = torch.zeros((), dtype=torch.float32)
-                        state["exp_avg"] = torch.zeros_like(p, dtype=torch.float32)
-                        state["exp_avg_sq"] = torch.zeros_like(p, dtype=torch.float32)
-                    state["step"] += 1
-                t = float(self.state[ps[0]]["step"])
-                ms = [self.state[p]["exp_avg"] for p in ps]
-                vs = [self.state[p]["exp_avg_sq"] for p in ps]
-                torch._foreach_mul_(ms, b1)
-                torch._foreach_add_(ms, gs, alpha=1 - b1)
-                torch._foreach_mul_(vs, b2)
-                torch._foreach_addcmul_(vs, gs, gs, value=1 - b2)
-                denom = torch._foreach_div(vs, 1 - b2 ** t)
-                torch._foreach_sqrt_(denom)
-                torch._foreach_add_(denom, eps)
-                update = torch._foreach_div(ms, 1 - b1 ** t)
-                torch._foreach_div_(update, denom)
-                ws = [p.float() for p in ps]
-                if wd:
-                    torch._foreach_add_(update, ws, alpha=wd)
-                if wd or group["always_adapt"]:
-                    w_norm = torch.stack(torch._foreach_norm(ws))
-                    u_norm = torch.stack(torch._foreach_norm(update))
-                    ratio = torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, torch.ones_like(w_norm))
-                    torch._foreach_mul_(update, list(ratio.unbind()))
-                if all(p.dtype == torch.float32 for p in ps):
-                    torch._foreach_add_(ps, update, alpha=-lr)
-                else:
-                    for p, u in zip(ps, update):
-                        p.add_(u.to(p.dtype), alpha=-lr)
+        """The library's Lamb, named for the arm (in profiles and tracebacks)."""
 
     new = ForeachLamb.__new__(ForeachLamb)
     new.__dict__.update(opt.__dict__)  # the same groups, defaults and (empty) state
+    new.foreach = True
     return new
 
 
@@ -428,24 +397,13 @@ def low_precision_max():
 
 
 def compile_blocks(model, tiny: bool) -> int:
-    """Regional compilation: every repeated block of the two towers (the members of each ModuleList of
-    modules of one class: the ViT's layers, the text transformer's layers) compiled in place;
-    one compiled graph serves every block of a kind. Returns how many blocks. --tiny: dynamo with the
-    eager backend (the CPU's inductor takes minutes)."""
-    import torch._dynamo
-    from torch import nn
+    """Regional compilation as the library's recipe ``compile: blocks`` does it (train/trainer.py's
+    ``compile_blocks``: every repeated block of the two towers, one compiled graph per kind of block, in
+    place). Returns how many blocks. --tiny: dynamo with the eager backend (the CPU's inductor takes
+    minutes)."""
+    from tokenspace.train.trainer import compile_blocks as library_compile_blocks
 
-    torch._dynamo.config.cache_size_limit = max(64, torch._dynamo.config.cache_size_limit)
-    blocks = []
-    for tower in (model.image_tower, model.text_tower):
-        for m in tower.modules():
-            if isinstance(m, nn.ModuleList) and len(m) and len({type(b) for b in m}) == 1:
-                blocks += list(m)
-    for b in blocks:
-        # the bound forward, not Module.compile: dynamo skips a top frame inside torch itself, so
-        # nn.TransformerEncoderLayer.compile() would stay eager (seen on the CPU, torch 2.13)
-        b.forward = torch.compile(b.forward, **({"backend": "eager"} if tiny else {}))
-    return len(blocks)
+    return library_compile_blocks(model, backend="eager" if tiny else "inductor")
 
 
 def _unique_graphs() -> int:
@@ -499,10 +457,14 @@ def step_arm(name, tiny, batch, device, changes: set, warm: int, steps: int) -> 
                 stack.enter_context(slab_rows(16384))
             if "no-batch-metrics" in changes:
                 stack.enter_context(no_batch_metrics())
+            # compile: the library's recipe option (the trainer compiles the blocks as it sets the model up)
+            recipe.compile = "blocks" if "compile" in changes else None
             t, stage, opt = trainer_for(model, recipe, batch, device)
-            if "foreach-lamb" in changes:
-                opt = foreach_lamb(opt)
-            n_blocks = compile_blocks(model, tiny) if "compile" in changes else 0
+            # the library's LAMB runs multi-tensor by default; the other arms run its per-tensor reference,
+            # the step as it was before (what ``eager`` measures)
+            opt = foreach_lamb(opt) if "foreach-lamb" in changes else opt
+            opt.foreach = "foreach-lamb" in changes
+            n_blocks = t.compiled_blocks
             idx = np.arange(batch)
             reset_peak(device)
             first, losses = [], []
