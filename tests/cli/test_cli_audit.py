@@ -107,6 +107,6 @@ def test_unwritable_outputs_and_a_file_as_model_are_named_before_any_work(world,
     assert r.code == 1 and f"--json {f / 'm.json'}: cannot write in {f}" in r.error_line()
     assert "image_retrieval" not in r.out  # refused before evaluating
     r = world.run("index", "export", world.index, "--out", f / "docs.jsonl")
-    assert r.code == 1 and f"--out {f / 'docs.jsonl'}: cannot write it" in r.error_line()
+    assert r.code == 1 and f"--out {f / 'docs.jsonl'}: {f} is a file, not a folder" in r.error_line()
     r = world.run("search", "--index", world.index, "--model", f, "red dog")
     assert r.code == 1 and "is a file; give a model folder" in r.error_line()

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from tokenspace.cli.common import DEVICE_HELP, positive_float, positive_int
-from tokenspace.cli.ranking import add_ranking_arguments
+from tokenspace.cli.common import DEVICE_HELP, add_ranking_arguments, positive_float, positive_int
 
 
 def add_arguments(i: argparse.ArgumentParser) -> None:

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from tokenspace.cli.common import positive_int, text, unit_fraction
-from tokenspace.cli.ranking import add_ranking_arguments
+from tokenspace.cli.common import add_ranking_arguments, positive_int, text, unit_fraction
 
 
 def steer_pair(value: str) -> tuple[str, float]:

@@ -7,11 +7,10 @@ from pathlib import Path
 from typing import NamedTuple
 
 from tokenspace import pipeline
-from tokenspace.cli.common import CLIError, UsageError, check_writable_place
+from tokenspace.cli.common import CLIError, UsageError, check_writable_place, ranking_changes
 from tokenspace.cli.hybrid import DENSE_IDS, build_dense_index
 from tokenspace.cli.index_loading import load_index
 from tokenspace.cli.model_loading import load_model, model_reference
-from tokenspace.cli.ranking import ranking_changes
 from tokenspace.explain.ranking import HubBank, add_hub_prior, read_model_ranking
 from tokenspace.index import InvertedIndex, export
 from tokenspace.index.metadata import read_jsonl as read_metadata_jsonl

@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 from tokenspace import pipeline
-from tokenspace.cli.common import CLIError, UsageError
+from tokenspace.cli.common import CLIError, UsageError, ranking_changes
 from tokenspace.cli.hybrid import DenseHalf
 from tokenspace.cli.index_loading import load_index
 from tokenspace.cli.model_loading import load_model
-from tokenspace.cli.ranking import ranking_changes
 from tokenspace.explain.hits import format_hit
 from tokenspace.explain.ranking import Ranking, encode_queries
 from tokenspace.explain.search import explained_search, search_options
