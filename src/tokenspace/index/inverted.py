@@ -287,13 +287,18 @@ class InvertedIndex:
     def weigh(self, queries: SparseBatch, idf: float = 0.0) -> SparseBatch:
         """The queries with each weight times idf(dim) ** ``idf`` (0: unchanged): what search(idf=)
         scores with, and what an explanation's query weights are."""
+        table = self._idf_table(idf)
+        return queries if table is None else hubness.weigh_queries(queries, table, 1.0)
+
+    def _idf_table(self, idf) -> np.ndarray | None:
+        """float32[dim] of idf ** ``idf`` (None for 0), one per power until the postings change."""
         if not (isinstance(idf, (int, float, np.floating)) and not isinstance(idf, bool) and 0 <= idf <= 4):
             raise ValueError(f"idf must be a number in [0, 4] (the power of BM25's idf), got {idf!r}")
         if not idf:
-            return queries
-        if self._idf_pow is None or self._idf_pow[0] != idf:  # one table per power, until the df changes
+            return None
+        if self._idf_pow is None or self._idf_pow[0] != idf:
             self._idf_pow = (idf, np.power(self.idf().astype(np.float64), idf).astype(np.float32))
-        return hubness.weigh_queries(queries, self._idf_pow[1], 1.0)
+        return self._idf_pow[1]
 
     # ----------------------------------------------------------------- search
     def search(self, queries: SparseBatch, k: int = 10, *, mode: str = "exact",
@@ -356,7 +361,7 @@ class InvertedIndex:
         if bad >= 0:
             raise ValueError(f"query row {bad} must have strictly increasing dims and finite weights >= 0")
         qm, al, rr, fl = self._knobs(mode, k, query_mass, alpha, rerank, impact_floor)
-        queries = self.weigh(queries, idf)
+        weights = self._idf_table(idf)  # applied inside the kernels (weigh() gives the same weighted rows)
         pw = self.prior_weight(prior_weight)
         if fl > 0 and not all(seg.has_heads for seg in self._segments):
             raise ValueError("impact_floor needs impact heads, and this index was built with "
@@ -375,7 +380,7 @@ class InvertedIndex:
             if mask is None or mask.any():
                 penalty, pmax, minima = self._penalty(si, pw) if pw > 0 else (None, None, None)
                 options = kernels.search_options(kk, min(rr, seg.n), mode == "exact", al, qm, mask, fl, penalty,
-                                                 pmax, minima)
+                                                 pmax, minima, weights)
                 self._run(seg, queries, options, out_docs, out_scores, out_count, threads)
             per_seg.append((base, seg, out_docs, out_scores, out_count))
             base += seg.n
