@@ -57,7 +57,9 @@ def test_two_ranks_give_the_single_process_loss_and_gradients(ddp_results, famil
     assert flops2 == pytest.approx(flops1, rel=1e-6)
     assert grads1.keys() == grads2.keys() and len(grads1) > 5
     for name in grads1:
-        torch.testing.assert_close(grads2[name], grads1[name], rtol=1e-4, atol=1e-6, msg=name)
+        # all-reduced sums round apart from one process's: seen 5.7e-6 on one entry of a gradient whose
+        # largest is 29.5 (a fresh machine's torch 2.13 CPU kernels)
+        torch.testing.assert_close(grads2[name], grads1[name], rtol=1e-4, atol=2e-5, msg=name)
 
 
 def test_per_rank_flops_means_would_differ(ddp_results):

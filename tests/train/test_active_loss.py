@@ -100,4 +100,6 @@ def test_the_trainer_step_is_the_same_with_and_without_active_columns(make_model
     assert out[True][1] < out[False][1] == 34
     assert out[True][2].keys() == out[False][2].keys() and len(out[True][2]) > 5
     for n, g in out[False][2].items():
-        torch.testing.assert_close(out[True][2][n], g, rtol=1e-5, atol=1e-6, msg=n)  # float summation order
+        # float summation order: the sums over 34 vs the active columns round apart (seen: 1.5e-6 on a
+        # gradient whose largest entry is 4.3, on a fresh machine's torch 2.13 CPU kernels)
+        torch.testing.assert_close(out[True][2][n], g, rtol=1e-5, atol=5e-6, msg=n)

@@ -565,7 +565,7 @@ def compile_blocks(towers, backend: str = "inductor") -> int:
 
     Measured on an H200 (docs/scale.md): stair-paper's 24 blocks compile in 14-16 s, then its step is
     1.10x faster alone and 1.57x with the multi-tensor LAMB (train/optim.py)."""
-    import torch._dynamo
+    import torch._dynamo  # start-up: torch._dynamo (the compiler) loads only when compiling
 
     if hasattr(towers, "image_tower") and hasattr(towers, "text_tower"):  # a model
         towers = [towers.image_tower, towers.text_tower]
