@@ -66,3 +66,17 @@ def test_oversized_raster_refused_before_decoding(files):
     with pytest.raises(ImageLoadError, match="too large to decode \\(8 x 8 pixels\\)"):
         load_image(files / "alpha.png", max_pixels=63)
     assert load_image(files / "alpha.png", max_pixels=64).size == (8, 8)
+
+
+def test_a_large_svg_renders_without_a_decompression_bomb_warning(files, monkeypatch):
+    """An SVG is rendered once at its natural size to learn its aspect: that rendering is ours and only
+    its header is read, so Pillow's bomb warning (above MAX_IMAGE_PIXELS) is not the user's business."""
+    import warnings
+
+    from PIL import Image
+
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 150)  # the 20 x 10 drawing's 200 pixels warn
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        img = load_image(files / "pic.svg", svg_size=8)  # 8 x 4: under the limit
+    assert img.size == (8, 4)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import os
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -33,7 +34,9 @@ def _render_svg(path: str, size: int) -> Image.Image:
 
     # Render once at natural size to learn the aspect, then at the size we want on the longest side.
     png = cairosvg.svg2png(url=path)
-    w, h = Image.open(io.BytesIO(png)).size
+    with warnings.catch_warnings():  # our own rendering, and only its header is read: not a bomb to warn of
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        w, h = Image.open(io.BytesIO(png)).size
     kw = {"output_width": size} if w >= h else {"output_height": size}
     return Image.open(io.BytesIO(cairosvg.svg2png(url=path, **kw)))
 
