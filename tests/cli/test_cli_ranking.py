@@ -13,7 +13,7 @@ def test_build_with_a_hub_bank_then_search_shows_the_penalty(world, tmp_path):
     assert ran.code == 0, ran.err
     meta = json.loads((out / "collection.json").read_text())
     assert meta["ranking"]["idf"] == 0.5 and meta["ranking"]["prior_weight"] == 0.5
-    assert InvertedIndex.load(out).hub_prior == {"k": 2, "weight": 0.5, "bank_size": 9}  # the 9 train captions
+    assert InvertedIndex.load(out).hub_prior == {"k": 2, "weight": 0.5, "bank_size": 9, "ordered": True}  # 9 train captions
     ran = world.run("search", "--index", out, "a red dog", "-k", "3")
     assert ran.code == 0 and "hub penalty -" in ran.out, ran.err
     ran = world.run("search", "--index", out, "a red dog", "-k", "3", "--prior-weight", "0", "--idf", "0")

@@ -140,7 +140,7 @@ def test_prior_survives_add_compact_save_and_load(tmp_path):
     before = index.search(queries, k=7)
     index.save(tmp_path / "idx")
     loaded = InvertedIndex.load(tmp_path / "idx")
-    assert loaded.hub_prior == {"k": 4, "weight": 0.7, "bank_size": 30}
+    assert loaded.hub_prior == {"k": 4, "weight": 0.7, "bank_size": 30, "ordered": True}
     assert loaded.search(queries, k=7) == before
     live = loaded.ids()
     np.testing.assert_array_equal(loaded.hubness(live), index.hubness(live))  # bit for bit
@@ -264,3 +264,32 @@ def test_an_empty_index_takes_a_hub_prior_for_its_later_adds(tmp_path):
     np.testing.assert_allclose(index.hubness(ids_for(30)), hubness.csls_hubness(docs, bank, 3), rtol=1e-6)
     index.save(tmp_path)
     assert InvertedIndex.load(tmp_path).hub_prior["bank_size"] == 8
+
+
+def test_hubness_order_keeps_each_segment_sorted_and_the_same_hits(tmp_path):
+    """set_hub_prior(order=True) rebuilds the index in hubness order and every later add writes its
+    segment in that order; the hits are those of an index left in insertion order."""
+    dim = 40
+    docs = random_batch(600, dim, 0.1, seed=27, zipf=True)
+    bank = random_batch(30, dim, 0.2, seed=28)
+    ordered, ids = _built(docs, dense_fraction=0.1)
+    plain, _ = _built(docs, dense_fraction=0.1)
+    ordered.delete(ids[:7])
+    plain.delete(ids[:7])
+    ordered.set_hub_prior(bank, k=4)
+    plain.set_hub_prior(bank, k=4, order=False)
+    assert len(ordered._segments) == 1 and len(plain._segments) == 3  # rebuilt as compact does
+    assert plain.ids() == [i for i in ids if i not in ids[:7]]
+    more = random_batch(50, dim, 0.2, seed=29)
+    for index in (ordered, plain):
+        index.add(more, ids_for(50, "m"))
+    for si in range(len(ordered._segments)):
+        assert np.all(np.diff(ordered._priors[si]) >= 0)
+    np.testing.assert_allclose(ordered.hubness(plain.ids()), plain.hubness(plain.ids()), rtol=1e-6)
+    queries = random_batch(20, dim, 0.15, seed=30)
+    for got, want in zip(ordered.search(queries, k=10), plain.search(queries, k=10)):
+        assert [h.id for h in got] == [h.id for h in want]
+        np.testing.assert_allclose([h.score for h in got], [h.score for h in want], rtol=1e-5)
+    ordered.save(tmp_path)
+    again = InvertedIndex.load(tmp_path)
+    assert again.hub_prior["ordered"] and again.search(queries, k=10) == ordered.search(queries, k=10)

@@ -189,7 +189,7 @@ def test_prior_files_must_match_the_hub_prior(tmp_path):
     with pytest.raises(IndexCorruptError, match="has a prior file but the index has no hub_prior"):
         InvertedIndex.load(root)
     doc = _doc(root)
-    doc["hub_prior"] = {"k": 2, "weight": 0.5, "bank": {}}
+    doc["hub_prior"] = {"k": 2, "weight": 0.5, "bank": {}, "ordered": True}
     _write(root, doc)
     with pytest.raises(IndexCorruptError, match="hub_prior.bank"):
         InvertedIndex.load(root)

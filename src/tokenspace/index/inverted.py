@@ -152,6 +152,10 @@ class InvertedIndex:
             prior = _check_prior(prior, len(batch))
         elif self._hub is not None:
             prior = hubness.csls_hubness(batch, self._hub["bank"], self._hub["k"])
+        if prior is not None and self._hub["ordered"] and len(batch) > 1:  # the segment in hubness order
+            perm = np.argsort(prior, kind="stable")
+            batch, ids, prior = batch[perm], [ids[i] for i in perm], prior[perm]
+            rows = None if rows is None else [rows[i] for i in perm]
         seg = Segment.build(batch, ids, dense_fraction=self.dense_fraction, approx_top_n=self.approx_top_n,
                             impact_heads=self.impact_heads, metadata=rows)
         base = self._total()
@@ -187,14 +191,19 @@ class InvertedIndex:
         return count
 
     def compact(self) -> None:
-        """Merge all segments into one without the deleted documents (internal order is kept)."""
+        """Merge all segments into one without the deleted documents (internal order is kept, or with an
+        ordered hub prior the documents are in hubness order again)."""
         ids = self.ids()
+        self._rebuild(ids, self._rows_prior(ids) if ids else None)
+
+    def _rebuild(self, ids: list[str], prior: np.ndarray | None) -> None:
+        """One segment of these live documents (their stored rows, metadata and given prior)."""
         batch = self.get(ids) if ids else None
         fresh = InvertedIndex(self.dim, self.vocab, dense_fraction=self.dense_fraction,
                               approx_top_n=self.approx_top_n or None, impact_heads=self.impact_heads)
         fresh._hub = self._hub
         if batch is not None:  # the stored rows are already filtered: not again (scaling is not idempotent)
-            fresh.add(batch, ids, metadata=self.metadata(ids), prior=self._rows_prior(ids))
+            fresh.add(batch, ids, metadata=self.metadata(ids), prior=prior)
         fresh.token_filter = self.token_filter
         path, nxt, gen, hub_files = self._path, self._next_seg, self._generation, self._hub_files
         self.__dict__.update(fresh.__dict__)
@@ -202,12 +211,19 @@ class InvertedIndex:
 
     # ----------------------------------------------------------------- ranking: hub prior, idf
     def set_hub_prior(self, bank: SparseBatch, k: int = hubness.DEFAULT_K,
-                      weight: float = hubness.CSLS_WEIGHT) -> None:
+                      weight: float = hubness.CSLS_WEIGHT, order: bool = True) -> None:
         """Store a hub prior (CSLS, hubness.py): each document's r_D, the mean of its ``k`` largest dot
         products with the rows of ``bank`` (query vectors of training captions or prompts, never test
         queries), is computed now and for every later ``add``; search ranks by dot product -
         ``weight`` x r_D (``prior_weight=`` changes the weight per search, 0 switches it off). The bank
-        is stored with the index (persisted by the next ``save``), so later adds need nothing else."""
+        is stored with the index (persisted by the next ``save``), so later adds need nothing else.
+
+        order: keep the documents in hubness order (the index is rebuilt now, as ``compact`` does, and
+        every later ``add`` writes its segment in that order), so that neighbouring documents have
+        alike penalties and the kernels' per-run penalty bounds stay tight: exact search with the prior
+        then costs about what it costs without (real-text-100K: 1.50x the time in insertion order, about
+        1.0x in hubness order; docs/results.md). Results are the same top-k; only ties between equal
+        scores follow the new order, as ``build(reorder=True)``'s do."""
         if not isinstance(bank, SparseBatch):
             raise TypeError(f"the bank must be a SparseBatch of query vectors, got {type(bank).__name__}")
         weight = _check_weight(weight, "weight")
@@ -222,10 +238,13 @@ class InvertedIndex:
             raise ValueError(f"bank row {bad} must have strictly increasing dims and finite weights >= 0")
         bank = SparseBatch(bank.indptr, bank.indices, bank.values, bank.dim)  # stored without its vocabulary
         priors = [hubness.csls_hubness(seg.rows(np.arange(seg.n)), bank, k) for seg in self._segments]
-        self._hub = {"bank": bank, "k": int(k), "weight": weight}
+        self._hub = {"bank": bank, "k": int(k), "weight": weight, "ordered": bool(order)}
         self._priors = priors
         self._prior_files = [None] * len(self._segments)
         self._hub_files = None
+        if order and self._segments:
+            ids = self.ids()
+            self._rebuild(ids, self._rows_prior(ids))
 
     def clear_hub_prior(self) -> None:
         """Drop the hub prior (the next ``save`` stores the index without it)."""
@@ -235,10 +254,11 @@ class InvertedIndex:
 
     @property
     def hub_prior(self) -> dict | None:
-        """{"k", "weight", "bank_size"} of the stored hub prior, or None."""
+        """{"k", "weight", "bank_size", "ordered"} of the stored hub prior, or None."""
         if self._hub is None:
             return None
-        return {"k": self._hub["k"], "weight": self._hub["weight"], "bank_size": len(self._hub["bank"])}
+        return {"k": self._hub["k"], "weight": self._hub["weight"], "bank_size": len(self._hub["bank"]),
+                "ordered": self._hub["ordered"]}
 
     def hubness(self, ids: Sequence[str]) -> np.ndarray:
         """r_D of these documents (float32, in order); zeros without a hub prior."""
@@ -632,7 +652,7 @@ class InvertedIndex:
                     rel = f"hub-{gen:06d}.{a}.npy"
                     written = storage.write_array(root / rel, getattr(bank, a))
                     hub_files[a] = FileEntry(rel, written["bytes"], written["crc32"])
-            hub = HubPrior(self._hub["k"], self._hub["weight"], hub_files)
+            hub = HubPrior(self._hub["k"], self._hub["weight"], hub_files, self._hub["ordered"])
         vocab = None
         if self.vocab is not None:
             written = storage.write_text(root / storage.VOCAB, "\n".join(self.vocab.tokens) + "\n")
@@ -681,7 +701,7 @@ class InvertedIndex:
         index.token_filter = TokenFilter.from_dict(index.dim, man.token_filter)
         if man.hub_prior is not None:
             index._hub = {"bank": _load_bank(root, man.hub_prior.bank, man.dim), "k": man.hub_prior.k,
-                          "weight": man.hub_prior.weight}
+                          "weight": man.hub_prior.weight, "ordered": man.hub_prior.ordered}
             index._hub_files = man.hub_prior.bank
         for s in man.segments:
             arrays = {a: storage.load_array(root / f"{s.name}/{a}.npy", mmap) for a in ARRAYS

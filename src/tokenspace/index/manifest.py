@@ -63,6 +63,7 @@ class HubPrior:
     k: int
     weight: float
     bank: dict[str, FileEntry]
+    ordered: bool = True  # every segment's documents in hubness order (InvertedIndex.set_hub_prior)
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,7 @@ class Manifest:
                           "prior": None if s.prior is None else dict(entry(s.prior), file=s.prior.file)}
                          for s in self.segments],
             "hub_prior": None if self.hub_prior is None else {
-                "k": self.hub_prior.k, "weight": self.hub_prior.weight,
+                "k": self.hub_prior.k, "weight": self.hub_prior.weight, "ordered": self.hub_prior.ordered,
                 "bank": {a: dict(entry(e), file=e.file) for a, e in self.hub_prior.bank.items()}},
         }
 
@@ -216,7 +217,9 @@ def parse(doc, path: Path) -> Manifest:
 def _hub_prior(f: _Fields, value) -> HubPrior | None:
     if value is None:
         return None
-    v = f.obj(value, "hub_prior", {"k", "weight", "bank"})
+    v = f.obj(value, "hub_prior", {"k", "weight", "bank", "ordered"})
+    if not isinstance(v["ordered"], bool):
+        f.fail("hub_prior.ordered", f"expected true or false, got {_show(v['ordered'])}")
     k = f.int_(v["k"], "hub_prior.k", 1)
     w = v["weight"]
     if not isinstance(w, (int, float)) or isinstance(w, bool) or not 0 <= w < float("inf"):
@@ -226,7 +229,7 @@ def _hub_prior(f: _Fields, value) -> HubPrior | None:
     for a, e in entries.items():
         if not e.file.endswith(f".{a}.npy"):
             f.fail(f"hub_prior.bank.{a}.file", f"{e.file!r} is not a {a} file")
-    return HubPrior(k, float(w), entries)
+    return HubPrior(k, float(w), entries, v["ordered"])
 
 
 def _token_filter(f: _Fields, value, dim: int, version: int) -> dict | None:
