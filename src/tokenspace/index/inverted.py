@@ -193,17 +193,29 @@ class InvertedIndex:
     def compact(self) -> None:
         """Merge all segments into one without the deleted documents (internal order is kept, or with an
         ordered hub prior the documents are in hubness order again)."""
-        ids = self.ids()
-        self._rebuild(ids, self._rows_prior(ids) if ids else None)
+        self._rebuild()
 
-    def _rebuild(self, ids: list[str], prior: np.ndarray | None) -> None:
-        """One segment of these live documents (their stored rows, metadata and given prior)."""
-        batch = self.get(ids) if ids else None
+    def _rebuild(self) -> None:
+        """One segment of the live documents in internal order (their stored rows, metadata, prior),
+        gathered segment by segment (get() by id costs ~0.1 ms a document: minutes at 1M)."""
+        rows, ids, meta, prior = [], [], [], []
+        for si, seg in enumerate(self._segments):
+            dele = self._deleted[si]
+            live = np.arange(seg.n) if dele is None else np.nonzero(dele == 0)[0]
+            if not len(live):
+                continue
+            rows.append(seg.rows(live))
+            ids += seg.ids_of(live.tolist())
+            seg_meta = seg.metadata()
+            meta += [seg_meta[i] for i in live]
+            if self._priors[si] is not None:
+                prior.append(self._priors[si][live])
         fresh = InvertedIndex(self.dim, self.vocab, dense_fraction=self.dense_fraction,
                               approx_top_n=self.approx_top_n or None, impact_heads=self.impact_heads)
         fresh._hub = self._hub
-        if batch is not None:  # the stored rows are already filtered: not again (scaling is not idempotent)
-            fresh.add(batch, ids, metadata=self.metadata(ids), prior=prior)
+        if ids:  # the stored rows are already filtered: not again (scaling is not idempotent)
+            fresh.add(SparseBatch.concat(rows).with_vocab(self.vocab), ids, metadata=meta,
+                      prior=np.concatenate(prior) if self._hub is not None else None)
         fresh.token_filter = self.token_filter
         path, nxt, gen, hub_files = self._path, self._next_seg, self._generation, self._hub_files
         self.__dict__.update(fresh.__dict__)
@@ -243,8 +255,7 @@ class InvertedIndex:
         self._prior_files = [None] * len(self._segments)
         self._hub_files = None
         if order and self._segments:
-            ids = self.ids()
-            self._rebuild(ids, self._rows_prior(ids))
+            self._rebuild()
 
     def clear_hub_prior(self) -> None:
         """Drop the hub prior (the next ``save`` stores the index without it)."""
