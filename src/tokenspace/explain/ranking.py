@@ -3,7 +3,7 @@ service and the demo.
 
     ranking = Ranking(idf=0.5, expansion=0.5, expansion_floor=0.1)       # prior_weight: the index's
     q = encode_queries(model, ["a black cat"], ranking)                   # shaped query rows
-    hits = index.search(index.weigh(q, ranking.idf), k=10, **ranking.index_options())
+    hits = index.search(q, k=10, idf=ranking.idf, **ranking.index_options())
 
 The levers (each 'off' at its default, so a Ranking() search is the model's own dot product):
 - ``expansion``: the weight of a query's *expansion* tokens (the ones the text encoder adds, not the
@@ -11,7 +11,7 @@ The levers (each 'off' at its default, so a Ranking() search is the model's own 
   holds the recall (a query word no image carries still finds images through its neighbours) and the
   noise ("a black cat" -> x, code, co, brain...): it needs weighting, not removal.
 - ``expansion_floor``: expansion tokens below this fraction of the query's largest weight are dropped.
-- ``idf``: each query weight times BM25's idf ** idf over the index's live documents (index.weigh): a
+- ``idf``: each query weight times BM25's idf ** idf over the index's live documents (search(idf=)): a
   token most images hold (def, sun, x on the demo's index) says little about any one of them.
 - ``prior_weight``: the hub prior's weight (index.set_hub_prior; None: the weight stored with the index).
 Shaped rows are L2-normalised again for a cosine model, so scores stay cosines and a prior's weight
