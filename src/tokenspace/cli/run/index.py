@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
 
@@ -106,8 +107,8 @@ def _ranking(args):
                 raise ValueError("--no-hub-prior: not with --hub-bank or --hub-k")
             return ranking.with_(prior_weight=0.0), None, share
         if args.hub_bank or (hub is not None and args.hub_k):
-            hub = HubBank.from_dict({**(hub.__dict__ if hub else {}), "specs": args.hub_bank or hub.specs,
-                                     **({"k": args.hub_k} if args.hub_k else {})})
+            hub = replace(hub or HubBank(tuple(args.hub_bank)), specs=tuple(args.hub_bank or hub.specs),
+                          k=args.hub_k or (hub.k if hub else HubBank.k))
         elif args.hub_k:
             raise ValueError("--hub-k: give --hub-bank (this model's ranking has no hub bank)")
         if hub is None:
@@ -115,7 +116,7 @@ def _ranking(args):
                 raise ValueError("--prior-weight: give --hub-bank SPEC (training captions) for a hub prior")
             return ranking.with_(prior_weight=0.0), None, share
         if ranking.prior_weight is not None:  # the weight stored with the index
-            hub = HubBank.from_dict({**hub.__dict__, "weight": ranking.prior_weight})
+            hub = replace(hub, weight=ranking.prior_weight)
         hub.texts(args.home)  # the bank's data must load (a typo in a spec fails here, before the encoding)
         return ranking, hub, share
     except (ValueError, KeyError, FileNotFoundError) as e:
