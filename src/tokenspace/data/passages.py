@@ -1,4 +1,4 @@
-"""Passages of real English from offline Debian text, for the real learned-sparse corpus (issue 30).
+"""Passages of real English from offline Debian text, for the real learned-sparse corpus (benchmarks/real_corpus.py).
 
 Sources and how each is cut:
     dictd databases (``dict-gcide``, ``dict-foldoc``, ``dict-jargon``: ``NAME.index`` + ``NAME.dict.dz``)

@@ -1,5 +1,5 @@
 """Hybrid search: a sparse index and a dense index of the same collection, searched together and their
-hit lists fused into one ranking (issue 32).
+hit lists fused into one ranking.
 
 Two fusions, both over each index's top ``depth`` hits per query:
 

@@ -4,7 +4,7 @@ and headers (slowloris) is answered 408 and closed instead of being held forever
 uvicorn has no such timeout: its ``timeout_keep_alive`` runs only between requests (it starts after a
 response and is cancelled by the first byte of the next request), ``limit_concurrency`` counts only
 connections whose headers are complete, and h11's ``max_incomplete_event_size`` bounds the size of the
-headers, not their time (200 half-sent requests stayed open, issue 34 item 7). So this is uvicorn's h11
+headers, not their time (200 half-sent requests stayed open in a fault probe). So this is uvicorn's h11
 protocol with one timer: armed when a connection opens and when the first byte of a later request on a
 kept-alive connection arrives, cancelled once the headers are complete (the body then has the app's own
 deadline, body_timeout.py). The deadline is for the whole header block, not per byte, so trickling
