@@ -158,17 +158,29 @@ def _drop_heads(root, doc) -> None:
             (root / rel).unlink()
 
 
+def _saved_as_version(root, docs, version: int) -> InvertedIndex:
+    """Build and save ``docs``, then make the folder look written by format ``version`` (2-4); returns
+    the fresh index."""
+    fresh = InvertedIndex.build(docs, ids_for(len(docs)))
+    fresh.save(root)
+    doc = _doc(root)
+    doc["version"] = version
+    if version < 3:
+        del doc["n"]
+    if version < 4:
+        _drop_heads(root, doc)
+    else:
+        _drop_hub_prior(doc)
+    _write(root, doc)
+    return fresh
+
+
 def test_version_4_manifest_still_reads(tmp_path):
     """Indexes written before the hub prior (format 4) load and search as before, and saved again
     they gain the format's new fields."""
     root = tmp_path / "idx"
     docs = random_batch(40, 30, 0.2, seed=5)
-    fresh = InvertedIndex.build(docs, ids_for(40))
-    fresh.save(root)
-    doc = _doc(root)
-    doc["version"] = 4
-    _drop_hub_prior(doc)
-    _write(root, doc)
+    fresh = _saved_as_version(root, docs, 4)
     old = InvertedIndex.load(root)
     assert old.hub_prior is None and old.search(docs[:3], 5) == fresh.search(docs[:3], 5)
     old.set_hub_prior(docs[:8], k=2)
@@ -198,13 +210,7 @@ def test_prior_files_must_match_the_hub_prior(tmp_path):
 def test_version_2_manifest_still_reads(saved, tmp_path):
     """Indexes written before the document count (format 2) load as before."""
     root = tmp_path / "idx"
-    docs = random_batch(20, 30, 0.2, seed=6)
-    InvertedIndex.build(docs, ids_for(20)).save(root)
-    doc = _doc(root)
-    del doc["n"]
-    doc["version"] = 2
-    _drop_heads(root, doc)
-    _write(root, doc)
+    _saved_as_version(root, random_batch(20, 30, 0.2, seed=6), 2)
     assert len(InvertedIndex.load(root)) == 20
 
 
@@ -212,13 +218,7 @@ def test_version_3_index_gets_its_heads_at_load_and_keeps_them_when_saved(tmp_pa
     """A format-3 index (no impact heads) loads with the heads a fresh build has, searches the same with
     an impact floor, and saved again in place gains the head files (the version-4 manifest names them)."""
     root = tmp_path / "idx"
-    docs = random_batch(300, 40, 0.2, seed=8)
-    fresh = InvertedIndex.build(docs, ids_for(300))
-    fresh.save(root)
-    doc = _doc(root)
-    doc["version"] = 3
-    _drop_heads(root, doc)
-    _write(root, doc)
+    fresh = _saved_as_version(root, random_batch(300, 40, 0.2, seed=8), 3)
     old = InvertedIndex.load(root)
     for name in HEADS:
         np.testing.assert_array_equal(old._segments[0].arrays[name], fresh._segments[0].arrays[name])
