@@ -75,10 +75,11 @@ def recall(index: InvertedIndex, queries, targets: list[str], ranking: Ranking, 
 def zeroshot(model, img, records, ranking: Ranking, idf: np.ndarray) -> float:
     classes = sorted({r.label for r in records})
     labels = np.array([classes.index(r.label) for r in records])
+    idf_pow = np.power(idf.astype(np.float64), ranking.idf).astype(np.float32)
 
     def encode(texts):
         q = encode_queries(model, texts, ranking)
-        return hubness.weigh_queries(q, idf, ranking.idf)
+        return hubness.weigh_queries(q, idf_pow) if ranking.idf else q
 
     return 100.0 * ZeroShotEvaluator(classes, labels, list(TEMPLATES), metric="cosine")(img, encode)["acc1"]
 

@@ -58,12 +58,10 @@ def bm25_idf(df: np.ndarray, n: int) -> np.ndarray:
     return np.log1p((n - df + 0.5) / (df + 0.5)).astype(np.float32)
 
 
-def weigh_queries(queries: SparseBatch, weights: np.ndarray, power: float) -> SparseBatch:
-    """Each query weight times ``weights[dim] ** power`` (power 0: the queries unchanged)."""
-    if power == 0:
-        return queries
-    factor = np.power(weights[queries.indices].astype(np.float64), power).astype(np.float32)
-    return SparseBatch(queries.indptr, queries.indices, queries.values * factor, queries.dim, queries.vocab)
+def weigh_queries(queries: SparseBatch, factors: np.ndarray) -> SparseBatch:
+    """Each query weight times ``factors[dim]`` (float32 per dim, e.g. idf ** power)."""
+    return SparseBatch(queries.indptr, queries.indices, queries.values * factors[queries.indices], queries.dim,
+                       queries.vocab)
 
 
 def generic_factors(docs: SparseBatch, share: float) -> np.ndarray:

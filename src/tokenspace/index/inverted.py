@@ -273,11 +273,8 @@ class InvertedIndex:
 
     def hubness(self, ids: Sequence[str]) -> np.ndarray:
         """r_D of these documents (float32, in order); zeros without a hub prior."""
-        return self._rows_prior(ids) if self._hub is not None else np.zeros(len(_check_ids(ids, None)), np.float32)
-
-    def _rows_prior(self, ids) -> np.ndarray | None:
         if self._hub is None:
-            return None
+            return np.zeros(len(_check_ids(ids, None)), np.float32)
         id_map = self._ids()
         out = np.empty(len(ids), np.float32)
         for j, s in enumerate(ids):
@@ -319,7 +316,7 @@ class InvertedIndex:
         """The queries with each weight times idf(dim) ** ``idf`` (0: unchanged): what search(idf=)
         scores with, and what an explanation's query weights are."""
         table = self._idf_table(idf)
-        return queries if table is None else hubness.weigh_queries(queries, table, 1.0)
+        return queries if table is None else hubness.weigh_queries(queries, table)
 
     def _idf_table(self, idf) -> np.ndarray | None:
         """float32[dim] of idf ** ``idf`` (None for 0), one per power until the postings change."""
