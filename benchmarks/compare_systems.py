@@ -104,7 +104,7 @@ def measure(model, spec: str) -> dict[str, float]:
     """R@1/5/10 both ways (exact scores), nnz, and QPS of text->image search in the project's engine."""
     enc = pipeline.image_grids(model, pipeline.load_split(spec), progress=False)
     texts, target = pipeline.texts_and_targets(enc.records)
-    img, txt = model.encode_image_grids(enc.grids), model.encode_texts(texts)
+    img, txt = model.encode_image_grids(enc.grids), model.encode_text(texts)
     out = RetrievalEvaluator(target)(img, txt)
     ids = [r.id for r in enc.records]
     if isinstance(img, SparseBatch):
@@ -178,7 +178,7 @@ def cmd_topn(a) -> None:
     rows, r1, lat = {}, [], []
     enc = pipeline.image_grids(model, pipeline.load_split(EVAL_SPEC), progress=False)
     texts, target = pipeline.texts_and_targets(enc.records)
-    full, txt = model.encode_image_grids(enc.grids), model.encode_texts(texts)
+    full, txt = model.encode_image_grids(enc.grids), model.encode_text(texts)
     ids = [r.id for r in enc.records]
     for n in (50, 100, 500, 1000, 2000, None):
         img = full.prune_topk(n) if n else full

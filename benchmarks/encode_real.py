@@ -35,7 +35,7 @@ def main(argv=None) -> int:
     model = tokenspace.load(a.model)
     images, ids, records = pipeline.encode_collection(model, a.data)
     texts, _ = pipeline.texts_and_targets(records)
-    queries = model.encode_texts(texts, progress=True)
+    queries = model.encode_text(texts, progress=True)
     if not isinstance(queries, SparseBatch):
         raise SystemExit(f"{a.model} produces dense text vectors: nothing to fit a sparse corpus to")
     a.out.mkdir(parents=True, exist_ok=True)

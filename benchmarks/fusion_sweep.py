@@ -46,7 +46,7 @@ def log(msg: str) -> None:
 
 def coverage(model, texts) -> float:
     """Share of texts whose every content word piece (the anchor's bag) is among their encoded tokens."""
-    enc = model.encode_texts(texts)
+    enc = model.encode_text(texts)
     ids, mask = model.tokenize(texts)
     bag = model.bag(ids, mask).numpy() > 0
     got = enc.to_dense() > 0
@@ -56,7 +56,7 @@ def coverage(model, texts) -> float:
 def zeroshot(model, img, records) -> float:
     classes = sorted({r.label for r in records})
     labels = np.array([classes.index(r.label) for r in records])
-    return ZeroShotEvaluator(classes, labels, list(TEMPLATES), metric="cosine")(img, model.encode_texts)["acc1"]
+    return ZeroShotEvaluator(classes, labels, list(TEMPLATES), metric="cosine")(img, model.encode_text)["acc1"]
 
 
 def sweep(stair: str, arm: str, weights, anchors, home) -> list[dict]:
@@ -74,7 +74,7 @@ def sweep(stair: str, arm: str, weights, anchors, home) -> list[dict]:
         label[w] = token_row(model, sets["emoji:val"])["token_acc1"]
     for a in anchors:
         model.anchor = a
-        txt = {s: model.encode_texts(texts[s][0]) for s in DRAWINGS}
+        txt = {s: model.encode_text(texts[s][0]) for s in DRAWINGS}
         cov = coverage(model, [t for s in DRAWINGS for t in texts[s][0]])
         for w in weights:
             row = {"arm": arm, "w": w, "a": a, "content_coverage": cov, "emoji:val label top-1": label[w]}

@@ -44,7 +44,7 @@ def encode(model, spec: str):
     enc = pipeline.image_grids(model, pipeline.load_split(spec), progress=False)
     texts, target = pipeline.texts_and_targets(enc.records)
     ids = [r.id for r in enc.records]
-    return model.encode_image_grids(enc.grids), model.encode_texts(texts), ids, [ids[t] for t in target]
+    return model.encode_image_grids(enc.grids), model.encode_text(texts), ids, [ids[t] for t in target]
 
 
 def recall(hits, truth) -> dict[str, float]:

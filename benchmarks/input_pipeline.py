@@ -8,7 +8,7 @@
 2. Encode end to end, files -> SparseBatch -> index (InvertedIndex.add): ``--jpegs`` ImageNet-size JPEGs
    (500 x 375, crops of scikit-image's bundled photos) encoded by the model (default: the release
    model's config stair-emoji, EfficientNet-Lite0 at 128 px; or ``--model FOLDER``):
-   - eager: ``model.encode_images(paths)``, decoding in the main thread between batches;
+   - eager: ``model.encode_image(paths)``, decoding in the main thread between batches;
    - loader: ``encode.encode_files`` with 0, 1, 2 workers decoding ahead while the model runs;
    - with ``--onnx``: the loader arms with the image tower in ONNX Runtime (``tower="onnx"``), and the
      encoded rows of both towers compared on one batch of files.
@@ -102,7 +102,7 @@ def time_encode(model, paths, batch: int, arm: str) -> tuple[float, int, float]:
 
     t0, c0 = time.perf_counter(), cpu_seconds()
     if arm == "eager":
-        rows, kept = model.encode_images([str(p) for p in paths], batch_size=batch), list(range(len(paths)))
+        rows, kept = model.encode_image([str(p) for p in paths], batch_size=batch), list(range(len(paths)))
     else:  # loader-W or loader-W-onnx
         parts = arm.split("-")
         rows, kept = encode_files(model, paths, batch, workers=int(parts[1]),

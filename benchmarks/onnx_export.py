@@ -6,8 +6,8 @@
 The model is exported with ``export_onnx(model, folder, int8=True)`` (models/onnx_export.py: checked
 against PyTorch to 1e-4 before it is written). Then, on the split's images and captions, three encoders:
 
-* PyTorch: ``encode_images``' path from pixels (``encode.encode_pixels``, contiguous layout: the tower,
-  heads, top-n) and ``encode_texts``;
+* PyTorch: ``encode_image``' path from pixels (``encode.encode_pixels``, contiguous layout: the tower,
+  heads, top-n) and ``encode_text``;
 * ONNX float32: image_encoder.onnx / text_encoder.onnx in ONNX Runtime (CPU);
 * ONNX int8: the dynamically quantised files (int8 weights of the matrix products; convolutions stay float).
 
@@ -53,12 +53,12 @@ def batched(fn, n: int, batch_size: int) -> np.ndarray:
 
 
 def torch_encoders(model, pixels, texts):
-    """(rows of images a..b, rows of texts a..b) as encode_images / encode_texts compute them, from pixels."""
+    """(rows of images a..b, rows of texts a..b) as encode_image / encode_text compute them, from pixels."""
     def images(a, b):
         return encode_pixels(model, pixels[a:b], channels_last=False).to_dense()
 
     def text(a, b):
-        return model.encode_texts(texts[a:b], batch_size=b - a).to_dense()
+        return model.encode_text(texts[a:b], batch_size=b - a).to_dense()
     return images, text
 
 

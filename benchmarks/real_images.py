@@ -78,7 +78,7 @@ def encode_photo_set(model, name: str, out: Path, encode: bool = True):
             if not encode:
                 continue
             t0 = time.perf_counter()
-            batch = model.encode_images([Image.fromarray(x) for x in images[s0:s0 + PART]])
+            batch = model.encode_image([Image.fromarray(x) for x in images[s0:s0 + PART]])
             batch.save(f)
             write_text(log, json.dumps({"images": len(batch), "seconds": time.perf_counter() - t0}))
             print(f"{name} part {i}: {len(batch):,} images in {time.perf_counter() - t0:.0f} s", flush=True)
@@ -155,7 +155,7 @@ def main(argv=None) -> int:
         pick = np.random.default_rng(0).choice(len(captions), a.n_queries, replace=False)
         captions = [captions[i] for i in sorted(pick)]
     t0 = time.perf_counter()
-    queries = model.encode_texts(captions, progress=True)
+    queries = model.encode_text(captions, progress=True)
     write_corpus(a.out, docs, queries)
     write_text(a.out / "queries.txt", "".join(c.replace("\n", " ") + "\n" for c in captions))
     stats = {**corpus_stats(docs, queries, [], captions), "model": a.model, "specs": timing,

@@ -112,7 +112,7 @@ def zeroshot_row(model, enc: pipeline.BackboneFeatures) -> dict[str, float]:
     classes = sorted({r.label for r in enc.records})
     labels = np.array([classes.index(r.label) for r in enc.records])
     ev = ZeroShotEvaluator(classes, labels, list(TEMPLATES), metric="cosine")
-    return {f"ensemble_{k}": v for k, v in ev(model.encode_image_grids(enc.grids), model.encode_texts).items()}
+    return {f"ensemble_{k}": v for k, v in ev(model.encode_image_grids(enc.grids), model.encode_text).items()}
 
 
 def recipe_note(rec: dict) -> str:
@@ -175,7 +175,7 @@ def measure(model, home, specs) -> dict[str, dict]:
             out["retrieval"][spec] = pipeline.evaluate_retrieval(model, enc)
             if model.sparse:
                 texts, _ = pipeline.texts_and_targets(enc.records)
-                out["word_coverage"][spec] = word_coverage(texts, model.encode_texts(texts), model.tokenizer)
+                out["word_coverage"][spec] = word_coverage(texts, model.encode_text(texts), model.tokenizer)
         else:
             out["zeroshot"][spec] = zeroshot_row(model, enc)
         if spec in CONCEPTS:

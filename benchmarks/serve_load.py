@@ -65,7 +65,7 @@ def build_tiny_world(out: Path, n_images: int = 200, seed: int = 0) -> tuple[Pat
         Image.fromarray(arr).save(path)
         records.append(Record(id=f"img{i:04d}", image=str(path), text=f"a {' '.join(rng.choice(WORDS, 2))}",
                               split="test"))
-    vectors = model.encode_images([r.image for r in records])
+    vectors = model.encode_image([r.image for r in records])
     from tokenspace.index import InvertedIndex
 
     InvertedIndex.build(vectors, [r.id for r in records]).save(out / "index")

@@ -63,7 +63,7 @@ def measure(model) -> dict[str, float]:
     enc = pipeline.image_grids(model, pipeline.load_data([EVAL_SPEC]), progress=False)
     out = pipeline.evaluate_retrieval(model, enc)
     texts, _ = pipeline.texts_and_targets(enc.records)
-    img, txt = model.encode_image_grids(enc.grids), model.encode_texts(texts)
+    img, txt = model.encode_image_grids(enc.grids), model.encode_text(texts)
     dense = [x.to_dense() if hasattr(x, "to_dense") else x for x in (img, txt)]
     out.update(sparsity_metrics(*dense))
     out["mean_recall"] = sum(out[f"{d}_retrieval_recall@{k}"] for d in ("image", "text") for k in (1, 5, 10)) / 6

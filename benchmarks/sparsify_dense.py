@@ -118,7 +118,7 @@ def examples(dense: Path, trained, n: int = 3, top_k: int = 8) -> list[dict]:
     out = [{"id": enc.records[i].id, "caption": texts[j]} for j, i in enumerate(picks)]
 
     def top(model):
-        img, txt = model.encode_image_grids(grids), model.encode_texts(texts)
+        img, txt = model.encode_image_grids(grids), model.encode_text(texts)
         return model.decode(img, top_k=top_k), model.decode(txt, top_k=top_k)
 
     for name, model in (("start", untrained), ("trained", trained)):

@@ -49,7 +49,7 @@ def run_spec(model, spec: str, templates, ks, strengths, seed: int) -> dict:
     labels = np.array([classes.index(n) for n in names])
     image_acts = np.concatenate(list(raw_image_blocks(model, enc.grids)))  # [N, F] raw
     concept_acts = np.concatenate(list(raw_text_blocks(model, classes)))  # [C, F] raw
-    clf = build_classifier(classes, templates, model.encode_texts, metric="cosine")
+    clf = build_classifier(classes, templates, model.encode_text, metric="cosine")
     clf = clf.to_dense() if isinstance(clf, SparseBatch) else clf
     rows = steering_sweep(image_acts, labels, concept_acts, clf, ks, strengths, seed)
     scale = {"median_max_image_act": float(np.median(image_acts.max(1))),

@@ -84,9 +84,9 @@ def zeroshot(model, enc: pipeline.BackboneFeatures) -> dict[str, float]:
     classes = sorted({r.label for r in enc.records})
     labels = np.array([classes.index(r.label) for r in enc.records])
     img = model.encode_image_grids(enc.grids)
-    out = {f"acc1[{t}]": ZeroShotEvaluator(classes, labels, [t], metric="cosine")(img, model.encode_texts)["acc1"]
+    out = {f"acc1[{t}]": ZeroShotEvaluator(classes, labels, [t], metric="cosine")(img, model.encode_text)["acc1"]
            for t in TEMPLATES}
-    ens = ZeroShotEvaluator(classes, labels, list(TEMPLATES), metric="cosine")(img, model.encode_texts)
+    ens = ZeroShotEvaluator(classes, labels, list(TEMPLATES), metric="cosine")(img, model.encode_text)
     out.update({f"ensemble_{k}": v for k, v in ens.items()})
     out["image_nnz"] = float(img.nnz / max(1, len(img)))
     return out

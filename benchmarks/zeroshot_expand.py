@@ -81,7 +81,7 @@ def measure(model, enc: pipeline.BackboneFeatures, expansions: dict[str, list[st
     img = model.encode_image_grids(enc.grids)
     ev = ZeroShotEvaluator(classes, labels, list(TEMPLATES), metric="cosine",
                            expansions={c: expansions.get(c, []) for c in classes})
-    out = ev(img, model.encode_texts)
+    out = ev(img, model.encode_text)
     ranks = true_class_ranks(img, ev.classifier, labels, "cosine", ev.groups)
     out["per_class_acc1"] = {c: float(np.mean(ranks[labels == k] == 0)) for k, c in enumerate(classes)}
     out["correct"] = "".join("1" if r == 0 else "0" for r in ranks)  # per image, for paired comparisons

@@ -23,7 +23,7 @@ class BagModel:
     def __init__(self, vocab):
         self.vocab = vocab
 
-    def encode_texts(self, texts):
+    def encode_text(self, texts):
         rows = [{self.vocab.id(w): 1.0 for w in t.lower().split() if w in self.vocab} for t in texts]
         return SparseBatch.from_dicts(rows, dim=len(self.vocab), vocab=self.vocab)
 
@@ -38,7 +38,7 @@ def test_searches_report_found_missed_and_the_photo_line(tiny_vocab, monkeypatch
                Record(id="d2", image="", split="test", text="blue moon", source="emoji"),
                Record(id="p1", image="", split="test", text="a blue fish", source="skimage"),
                Record(id="p2", image="", split="test", text="a green tree", source="skimage")]
-    vectors = model.encode_texts([r.text for r in records])
+    vectors = model.encode_text([r.text for r in records])
     index = InvertedIndex.build(vectors, [r.id for r in records])
     meta = {r.id: {"text": r.text} for r in records}
     plain = Ranking(prior_weight=0.0)
@@ -58,8 +58,8 @@ def test_searches_count_generic_tokens_and_show_the_ranking(tiny_vocab, monkeypa
     monkeypatch.setattr(demo, "QUERIES", [("a red sun", "sun")])
     texts = ["a red sun", "a red moon", "a red star", "a blue sun"]
     records = [Record(id=f"d{i}", image="", split="test", text=t, source="emoji") for i, t in enumerate(texts)]
-    index = InvertedIndex.build(model.encode_texts(texts), [r.id for r in records])
-    index.set_hub_prior(model.encode_texts(["a red moon", "a red star"]), k=1, weight=0.5)
+    index = InvertedIndex.build(model.encode_text(texts), [r.id for r in records])
+    index.set_hub_prior(model.encode_text(["a red moon", "a red star"]), k=1, weight=0.5)
     meta = {r.id: {"text": r.text} for r in records}
     assert demo.print_searches(model, index, meta, Ranking(idf=1.0))["at1"] == 1
     out = capsys.readouterr().out

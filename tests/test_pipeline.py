@@ -49,7 +49,7 @@ def test_encode_index_search_equals_exact_scores(make_model, manifest, tmp_path)
     index = InvertedIndex.build(vectors, ids)
     index.save(tmp_path / "idx")
     index = InvertedIndex.load(tmp_path / "idx")
-    queries = model.encode_texts(["a red dog", "a blue car", "green tree"])
+    queries = model.encode_text(["a red dog", "a blue car", "green tree"])
     hits = index.search(queries, k=5)
     exact = queries.to_scipy() @ vectors.to_scipy().T
     for qi, row in enumerate(hits):

@@ -65,7 +65,7 @@ class Bench:
     def texts(self, run: str, spec: str):
         """(text embeddings of every caption, caption -> image index)."""
         texts, target = pipeline.texts_and_targets(self.records(spec, run))
-        return self._memo(("txt", run, spec), lambda: self.models[run].encode_texts(texts)), target
+        return self._memo(("txt", run, spec), lambda: self.models[run].encode_text(texts)), target
 
 
 @dataclass

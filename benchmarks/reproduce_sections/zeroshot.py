@@ -14,7 +14,7 @@ def zeroshot_row(bench: Bench, run: str, spec: str, templates: Sequence[str], en
     """Accuracy per single template and for the ensemble (cosine-averaged prompts, CLIP style);
     ``encode`` replaces the model's text encoder (STAIR_IMAGE's token masks)."""
     classes, labels = class_indices([clean_classname(r.label or "?") for r in bench.records(spec, run)])
-    img, encode = bench.images(run, spec), encode or bench.models[run].encode_texts
+    img, encode = bench.images(run, spec), encode or bench.models[run].encode_text
     out = {f"acc1[{t}]": ZeroShotEvaluator(classes, labels, [t], metric="cosine")(img, encode)["acc1"]
            for t in templates}
     ens = ZeroShotEvaluator(classes, labels, list(templates), ks=(1, min(5, len(classes))), metric="cosine")

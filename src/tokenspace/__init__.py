@@ -2,7 +2,7 @@
 from tokenspace.sparse import SparseBatch
 from tokenspace.vocab import Vocabulary
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 __all__ = ["SparseBatch", "Vocabulary", "load", "__version__"]
 
 

@@ -147,7 +147,7 @@ def image_tower(model, kind: str = "torch"):
 
 def encode_pixels(model, x, channels_last: bool = True, tower=None, precision: str = "fp32") -> SparseBatch:
     """Normalised pixels [b, 3, S, S] (a loader batch, pinned when the model is on a GPU) -> encoded
-    rows: copied to the model's device without blocking, NHWC (the layout ``model.encode_images``
+    rows: copied to the model's device without blocking, NHWC (the layout ``model.encode_image``
     feeds its tower too), the tower (or ``tower``, e.g. an OnnxImageTower) and heads in inference mode
     (``precision``: see the module doc)."""
     model.eval()
@@ -370,7 +370,7 @@ def encode_files(model, paths, batch_size: int = 256, workers: int | None = None
             if len(b["index"]):
                 outs.append(encode_pixels(model, b["pixels"], tower=run, precision=precision))
                 kept += b["index"].tolist()
-    return (SparseBatch.concat(outs) if outs else model.encode_images([])), kept
+    return (SparseBatch.concat(outs) if outs else model.encode_image([])), kept
 
 
 RECORD = "encode.json"  # in the work folder: what its parts were made from (module doc)
@@ -573,7 +573,7 @@ def encode_parts(model, collection, work_dir, part_size: int = 8192, batch_size:
                 if len(b["index"]):
                     outs.append(encode_pixels(model, b["pixels"], tower=run(), precision=precision))
                     ids += b["keys"]
-        return (SparseBatch.concat(outs) if outs else model.encode_images([])), ids
+        return (SparseBatch.concat(outs) if outs else model.encode_image([])), ids
 
     def finish(k: int, batch: SparseBatch, ids: list[str], write: bool) -> None:
         t0 = time.perf_counter()

@@ -200,15 +200,18 @@ class SparseBatch:
         out[rows, self.indices] = self.values
         return out
 
-    def to_torch(self, dense: bool = True):
+    def to_torch(self, sparse: bool = False):
+        """A dense float32 [N, D] tensor, or with ``sparse=True`` a coalesced sparse COO tensor: the layout
+        torch and sentence-transformers' SparseEncoder use by default (torch's sparse CSR is still beta
+        and warns)."""
         import torch  # lazy: the index side must not import torch
 
-        if dense:
+        if not sparse:
             return torch.from_numpy(self.to_dense())
-        return torch.sparse_csr_tensor(
-            torch.from_numpy(self.indptr), torch.from_numpy(self.indices.astype(np.int64)),
-            torch.from_numpy(self.values), size=(len(self), self.dim),
-        )
+        rows = np.repeat(np.arange(len(self), dtype=np.int64), self.row_nnz())
+        coords = torch.from_numpy(np.stack([rows, self.indices.astype(np.int64)]))
+        values = torch.from_numpy(self.values.copy())
+        return torch.sparse_coo_tensor(coords, values, size=(len(self), self.dim)).coalesce()
 
     def to_dicts(self, use_tokens: bool = False) -> list[dict]:
         """Rows as dicts keyed by dim id, or by token name when ``use_tokens`` (needs a vocab)."""

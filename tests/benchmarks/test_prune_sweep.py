@@ -26,7 +26,7 @@ def test_sweep_rows_equal_retrieval_on_rows_pruned_by_hand(ps, make_model):
     rows = ps.sweep(model, {"tiny:val": enc}, image_ns=[0, 3], text_ns=[0, 2])
     assert [(r["image_top_n"], r["text_top_n"]) for r in rows] == [(0, 0), (0, 2), (3, 0), (3, 2)]
     model.image_top_n = model.text_top_n = None
-    full_img, full_txt = model.encode_image_grids(enc.grids), model.encode_texts(texts)
+    full_img, full_txt = model.encode_image_grids(enc.grids), model.encode_text(texts)
 
     def cut(batch, n):
         dense = (batch.prune_topk(n) if n else batch).to_dense()

@@ -46,12 +46,12 @@ def test_photo_sets_are_the_whole_files_with_class_names(ri, installed):
 
 
 class StandIn:
-    """encode_images: row i has token (mean pixel) with weight 1."""
+    """encode_image: row i has token (mean pixel) with weight 1."""
 
     def __init__(self):
         self.calls = []
 
-    def encode_images(self, images):
+    def encode_image(self, images):
         self.calls.append(len(images))
         return SparseBatch.from_dicts([{int(np.asarray(im).mean()): 1.0} for im in images], dim=256)
 

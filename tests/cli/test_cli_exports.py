@@ -29,7 +29,7 @@ def test_export_onnx_writes_files_that_give_the_models_vectors(world, tmp_path):
     ids, mask = model.tokenize(["a red dog", "a blue car and a green tree"])
     got = session(tmp_path / "onnx" / "text_encoder.onnx").run(
         None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})[0]
-    np.testing.assert_allclose(got, model.encode_texts(["a red dog", "a blue car and a green tree"]).to_dense(),
+    np.testing.assert_allclose(got, model.encode_text(["a red dog", "a blue car and a green tree"]).to_dense(),
                                atol=1e-4, rtol=0)
 
 
@@ -79,7 +79,7 @@ def test_index_export_opensearch_queries_rank_as_search_does(world, tmp_path, fi
         rows = bulk.read_text().splitlines()
         docs.update({json.loads(a)["index"]["_id"]: json.loads(s)["vector"] for a, s in zip(rows[::2], rows[1::2])})
     index = InvertedIndex.load(world.index)
-    hits = index.search(load(world.model).encode_texts(["a red dog", "a blue car"]), k=3)
+    hits = index.search(load(world.model).encode_text(["a red dog", "a blue car"]), k=3)
     for body, ours in zip(bodies, hits):
         assert body["size"] == 3
         theirs = sorted(docs, key=lambda d: -_scores(body, docs[d]))[:3]

@@ -50,8 +50,8 @@ def test_search_fuses_as_the_library_does(world, dense, fusion):
     assert r.code == 0, r.err
     assert f"hybrid, {fusion} fusion" in r.out
     sparse_model, dense_model = load(world.model), load(world.root / "dense-model")
-    expect = hybrid_search(InvertedIndex.load(world.index), sparse_model.encode_texts(["a red dog"]),
-                           DenseIndex.load(dense), dense_model.encode_texts(["a red dog"]), k=4, fusion=fusion,
+    expect = hybrid_search(InvertedIndex.load(world.index), sparse_model.encode_text(["a red dog"]),
+                           DenseIndex.load(dense), dense_model.encode_text(["a red dog"]), k=4, fusion=fusion,
                            weight=0.3)[0]
     assert printed_hits(r.out) == [h.id for h in expect]
 

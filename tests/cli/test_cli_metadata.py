@@ -73,7 +73,7 @@ def test_search_takes_must_must_not_and_steer_as_the_http_api_does(world):
     from tokenspace.models.registry import load
 
     index, model = InvertedIndex.load(world.index), load(world.model)
-    plain = explained_search(index, model.encode_texts(["a red dog"]), 12)
+    plain = explained_search(index, model.encode_text(["a red dog"]), 12)
     top = plain[0].parts[0].token  # the (random) tiny model's rows all hold it
     for args, must, must_not, steering in (
         (["--must", top], [top], [], {}),
@@ -82,7 +82,7 @@ def test_search_takes_must_must_not_and_steer_as_the_http_api_does(world):
     ):
         r = world.run("search", "--index", world.index, "a red dog", "-k", "12", *args)
         assert r.code == 0, r.err
-        q = steer(model.encode_texts(["a red dog"]), steering, model.vocab)
+        q = steer(model.encode_text(["a red dog"]), steering, model.vocab)
         want = explained_search(index, q, 12, **search_options(index, model.vocab, must=must, must_not=must_not))
         assert _hit_ids(r.out) == [h.id for h in want], (args, r.out)
         assert re.findall(r"^\s*\d+\.\s+(\S+)", r.out, flags=re.M) == [f"{h.score:.4f}" for h in want]

@@ -27,7 +27,7 @@ def test_shape_keeps_own_words_weighs_and_cuts_the_expansion(tiny_vocab):
 def test_encode_queries_is_the_model_s_own_vectors_with_everything_off(make_model):
     model = make_model("stair")
     texts = ["a red dog", "blue cat"]
-    plain = model.encode_texts(texts)
+    plain = model.encode_text(texts)
     same = encode_queries(model, texts, Ranking())
     np.testing.assert_array_equal(same.indices, plain.indices)
     np.testing.assert_array_equal(same.values, plain.values)

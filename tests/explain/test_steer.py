@@ -128,7 +128,7 @@ def test_protocol_on_a_tiny_sparse_clip_model_matches_a_slow_reference(make_mode
     labels = np.arange(12) % 4
     img = np.concatenate(list(raw_image_blocks(m, grids, batch_size=5)))
     concept = np.concatenate(list(raw_text_blocks(m, classes)))
-    clf = build_classifier(classes, ["a {c}", "{c}"], m.encode_texts, metric="cosine").to_dense()
+    clf = build_classifier(classes, ["a {c}", "{c}"], m.encode_text, metric="cosine").to_dense()
     rows = steering_sweep(img, labels, concept, clf, ks=(1, 3), strengths=(None, 2.0, 50.0), seed=3)
     alt = alternative_labels(labels, 4, seed=3)
     unit_clf = clf / np.linalg.norm(clf, axis=1, keepdims=True)

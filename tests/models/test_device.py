@@ -52,8 +52,8 @@ def test_encode_follows_the_model_to_another_device(make_model, family):
     assert model.device.type == "meta"
     seen: list = []
     outputs = _record_inputs(model, seen)
-    model.encode_texts(["a red dog", "the blue cat on a car"], batch_size=1)
-    model.encode_images([draw("red", 0), draw("blue", 1), draw("green", 2)], batch_size=2)
+    model.encode_text(["a red dog", "the blue cat on a car"], batch_size=1)
+    model.encode_image([draw("red", 0), draw("blue", 1), draw("green", 2)], batch_size=2)
     model.encode_image_grids(np.zeros((3, model.image_tower.out_channels, 4, 4), np.float32), batch_size=2)
     model.encode_image_grids(torch.zeros(1, model.image_tower.out_channels, 4, 4))
     where = {w for w, _, _ in seen}
@@ -68,11 +68,11 @@ def test_encode_follows_the_model_to_another_device(make_model, family):
 def test_batches_give_the_same_rows_and_the_weights_still_train(make_model):
     model = make_model("stair")
     texts = ["a red dog", "the blue cat on a car", "a big green tree", "sun and moon"]
-    one = model.encode_texts(texts, batch_size=1)
-    all_at_once = model.encode_texts(texts, batch_size=64)
+    one = model.encode_text(texts, batch_size=1)
+    all_at_once = model.encode_text(texts, batch_size=64)
     np.testing.assert_allclose(one.to_dense(), all_at_once.to_dense(), atol=1e-6)
     with pytest.raises(ValueError, match="batch_size"):
-        model.encode_texts(texts, batch_size=0)
+        model.encode_text(texts, batch_size=0)
     # the weights still train after an encode (inference mode left no inference tensors behind)
     ids, mask = model.tokenize(texts)
     model.text_embed(ids, mask).sum().backward()
@@ -85,9 +85,9 @@ def test_cuda_encodes_as_the_cpu_does(make_model, family):
     cpu = make_model(family)
     texts = ["a red dog", "the blue cat"]
     images = [draw("red", 0), draw("blue", 1)]
-    ref_t, ref_i = cpu.encode_texts(texts), cpu.encode_images(images)
+    ref_t, ref_i = cpu.encode_text(texts), cpu.encode_image(images)
     gpu = cpu.to("cuda")
-    got_t, got_i = gpu.encode_texts(texts), gpu.encode_images(images)
+    got_t, got_i = gpu.encode_text(texts), gpu.encode_image(images)
     dense = (lambda x: x.to_dense()) if cpu.sparse else (lambda x: x)
     np.testing.assert_allclose(dense(got_t), dense(ref_t), atol=1e-4)
     np.testing.assert_allclose(dense(got_i), dense(ref_i), atol=1e-4)

@@ -3,7 +3,7 @@
 * A saved folder's config.json says what it holds (``model_type``/``architectures``), transformers'
   AutoTokenizer loads its tokenizer files and gives the model's ids, and README.md is a model card.
 * ``export_sentence_transformers`` writes the STAIR text side as a SparseEncoder folder that
-  sentence-transformers loads and encodes to ``encode_texts``'s vectors (1e-5).
+  sentence-transformers loads and encodes to ``encode_text``'s vectors (1e-5).
 * ``tokenspace.load(name)`` never returns untrained heads silently.
 """
 from __future__ import annotations
@@ -39,7 +39,7 @@ def test_saved_folder_says_what_it_holds_and_round_trips(make_model, tmp_path):
     back = tokenspace.load(folder)
     assert _same_weights(back, model)
     assert back.vocab.tokenizer_file == folder / "tokenizer.json"  # read with Tokenizer.from_file
-    np.testing.assert_array_equal(back.encode_texts(TEXTS).to_dense(), model.encode_texts(TEXTS).to_dense())
+    np.testing.assert_array_equal(back.encode_text(TEXTS).to_dense(), model.encode_text(TEXTS).to_dense())
 
 
 @pytest.mark.parametrize("family", ["stair", "sparse-clip", "visualsparta"])
@@ -97,7 +97,7 @@ def test_export_st_loads_in_sentence_transformers_with_the_same_vectors(make_mod
     out = export_sentence_transformers(model, tmp_path / "st")
     encoder = st.SparseEncoder(str(out), device="cpu")
     theirs = encoder.encode(TEXTS, convert_to_tensor=True).to_dense().numpy()
-    ours = model.encode_texts(TEXTS).to_dense()
+    ours = model.encode_text(TEXTS).to_dense()
     assert theirs.shape == ours.shape and (ours > 0).any()
     np.testing.assert_allclose(theirs, ours, atol=1e-5)
     bracketed = [i for i, t in enumerate(model.vocab.tokens) if t.startswith("[") and t.endswith("]")]
@@ -165,7 +165,7 @@ def test_half_precision_folder_loads_back_as_float32(make_model, tmp_path):
     for k, v in back.state_dict().items():
         if v.is_floating_point():
             torch.testing.assert_close(v, ref[k].half().float())  # exactly the rounded weights
-    a, b = back.encode_texts(TEXTS).to_dense(), model.encode_texts(TEXTS).to_dense()
+    a, b = back.encode_text(TEXTS).to_dense(), model.encode_text(TEXTS).to_dense()
     np.testing.assert_allclose(a, b, rtol=2e-2, atol=2e-2)
 
 
@@ -178,7 +178,7 @@ def test_the_shipped_release_model_loads_by_name_offline():
     assert model.family == "fused" and len(model.vocab) == 30522
     assert [p.family for p in model.parts] == ["stair", "tagger"] and model.part(0).family == "stair"
     assert all(p.dtype == torch.float32 for p in model.parameters() if p.is_floating_point())
-    vec = model.encode_texts(["a red heart"])
+    vec = model.encode_text(["a red heart"])
     tokens = [t for t, _ in model.decode(vec, top_k=40)[0]]
     assert 0 < vec.nnz <= 40 and tokens[:2] == ["heart", "red"], tokens  # the query's own words first
 

@@ -49,7 +49,7 @@ def test_anchor_puts_every_content_word_in_the_query(tiny_vocab, parts):
     texts = ["a red dog", "green tree with a star"]
     for anchor, expect in ((0.0, None), (1.0, True)):
         m = fused(tiny_vocab, parts, anchor=anchor, text_top_n=8)
-        dense = m.encode_texts(texts).to_dense()
+        dense = m.encode_text(texts).to_dense()
         assert np.allclose(np.linalg.norm(dense, axis=1), 1.0) and (dense >= 0).all()
         assert ((dense > 0).sum(axis=1) <= 8).all()
         if expect:
@@ -75,8 +75,8 @@ def test_a_part_alone_is_the_model_before_fusing(tiny_vocab, parts, make_model):
     with torch.no_grad():
         torch.testing.assert_close(alone.image_embed(alone.image_grid(pixels)),
                                    original.image_embed(original.image_grid(pixels)))
-    np.testing.assert_allclose(alone.encode_texts(["a red dog"]).to_dense(),
-                               original.encode_texts(["a red dog"]).to_dense(), atol=1e-6)
+    np.testing.assert_allclose(alone.encode_text(["a red dog"]).to_dense(),
+                               original.encode_text(["a red dog"]).to_dense(), atol=1e-6)
 
 
 def test_save_load_round_trip_without_the_parts(tiny_vocab, parts, tmp_path):
@@ -92,10 +92,10 @@ def test_save_load_round_trip_without_the_parts(tiny_vocab, parts, tmp_path):
     from PIL import Image
 
     images = [Image.fromarray(x) for x in images]
-    np.testing.assert_allclose(back.encode_images(images).to_dense(), m.encode_images(images).to_dense(), atol=1e-6)
-    np.testing.assert_allclose(back.encode_texts(["a red dog"]).to_dense(),
-                               m.encode_texts(["a red dog"]).to_dense(), atol=1e-6)
-    assert (back.encode_images(images).row_nnz() <= 5).all()
+    np.testing.assert_allclose(back.encode_image(images).to_dense(), m.encode_image(images).to_dense(), atol=1e-6)
+    np.testing.assert_allclose(back.encode_text(["a red dog"]).to_dense(),
+                               m.encode_text(["a red dog"]).to_dense(), atol=1e-6)
+    assert (back.encode_image(images).row_nnz() <= 5).all()
     assert back.image_weights == [1.0, 2.0] and back.anchor == 0.5
 
 
@@ -171,7 +171,7 @@ def test_heatmaps_of_a_packed_model_are_its_first_parts_cells(tiny_vocab, parts)
     m.config.extra["parts"][0]["image_size"] = 16
     m = build_model(m.config, vocab=tiny_vocab).eval()
     image = Image.fromarray(np.random.default_rng(0).integers(0, 255, (32, 32, 3), dtype=np.uint8))
-    act = cell_activation(m, image, m.encode_texts(["a red dog"]))
+    act = cell_activation(m, image, m.encode_text(["a red dog"]))
     alone = from_pretrained(parts[0])
     with torch.no_grad():
         small = alone.image_grid(torch.nn.functional.interpolate(

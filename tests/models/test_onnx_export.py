@@ -1,6 +1,6 @@
 """export-onnx (models/onnx_export.py): every family's image and text encoders as ONNX files whose outputs,
 run by ONNX Runtime on images and texts the export never saw (other batch sizes and text lengths), equal
-encode_images / encode_texts to 1e-4, top-n and normalisation included; clear errors otherwise."""
+encode_image / encode_text to 1e-4, top-n and normalisation included; clear errors otherwise."""
 import json
 
 import numpy as np
@@ -52,15 +52,15 @@ def assert_same_as_pytorch(model, out, top_n=(None, None)):
     imgs = images()
     for texts in (TEXTS, TEXTS[1:2], TEXTS[:3]):  # three batch sizes and lengths
         image, text = onnx_rows(out, model, imgs, texts)
-        np.testing.assert_allclose(text, dense(model.encode_texts(texts)), atol=1e-4, rtol=0)
-    np.testing.assert_allclose(image, dense(model.encode_images(imgs)), atol=1e-4, rtol=0)
+        np.testing.assert_allclose(text, dense(model.encode_text(texts)), atol=1e-4, rtol=0)
+    np.testing.assert_allclose(image, dense(model.encode_image(imgs)), atol=1e-4, rtol=0)
     if model.sparse:  # top-n is in the graph: no row has more active terms than the model keeps
         for rows, n in ((image, top_n[0]), (text, top_n[1])):
             assert rows.shape[1] == len(model.vocab) and (rows >= 0).all()
             if n:
                 assert ((rows > 0).sum(1) <= n).all() and ((rows > 0).sum(1) == n).any()
     assert (image != 0).any(1).all() and (text != 0).any(1).all()  # no empty row: the comparison means something
-    if model.similarity == "cosine":
+    if model.similarity_fn_name == "cosine":
         np.testing.assert_allclose(np.linalg.norm(image, axis=1), 1.0, atol=1e-5)
 
 

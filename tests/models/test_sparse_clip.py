@@ -208,7 +208,7 @@ def test_paper_config_pools_like_openclip_and_round_trips(tiny_vocab, tmp_path):
     back = DualEncoder.from_pretrained(m.save_pretrained(tmp_path / "m"))
     assert back.image_tower.output == "cls" and back.text_tower.causal and back.text_pooling == "eos"
     px, texts = torch.randn(2, 3, 32, 32), ["a red dog", "a cat"]
-    np.testing.assert_allclose(back.encode_texts(texts).to_dense(), m.encode_texts(texts).to_dense(), atol=1e-6)
+    np.testing.assert_allclose(back.encode_text(texts).to_dense(), m.encode_text(texts).to_dense(), atol=1e-6)
     with torch.no_grad():
         torch.testing.assert_close(back.image_embed(back.image_grid(px)), m.image_embed(m.image_grid(px)))
 

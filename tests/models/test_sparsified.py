@@ -129,7 +129,7 @@ def test_saved_folder_round_trips_without_the_dense_folder(dense_dir, tiny_vocab
     grids = torch.randn(6, 16, 2, 2).numpy()
     texts = ["a red dog", "the blue car with a hat"]
     for a, b in ((model.encode_image_grids(grids), loaded.encode_image_grids(grids)),
-                 (model.encode_texts(texts), loaded.encode_texts(texts))):
+                 (model.encode_text(texts), loaded.encode_text(texts))):
         np.testing.assert_array_equal(a.to_dense(), b.to_dense())
     assert max(np.diff(model.encode_image_grids(grids).indptr)) <= 5
     # the towers are the dense model's, stored once under dense.*
@@ -147,7 +147,7 @@ def test_a_dense_model_with_batchnorm_in_its_tower_reloads(make_model, tiny_voca
     model = build_model(sparsified_config(dense.save_pretrained(tmp_path / "dense")), vocab=tiny_vocab)
     loaded = from_pretrained(model.save_pretrained(tmp_path / "sparsified"))
     pil = [Image.fromarray(np.full((32, 32, 3), c, np.uint8)) for c in (0, 90, 200)]
-    np.testing.assert_array_equal(model.encode_images(pil).to_dense(), loaded.encode_images(pil).to_dense())
+    np.testing.assert_array_equal(model.encode_image(pil).to_dense(), loaded.encode_image(pil).to_dense())
 
 
 def test_a_dense_model_over_hugging_face_clip_towers(tiny_vocab, tmp_path):
@@ -166,12 +166,12 @@ def test_a_dense_model_over_hugging_face_clip_towers(tiny_vocab, tmp_path):
     shutil.rmtree(dense_dir)
     loaded = from_pretrained(folder)
     pil = [Image.fromarray(np.full((32, 32, 3), c, np.uint8)) for c in (0, 128, 255)]
-    np.testing.assert_allclose(model.encode_images(pil).to_dense(), loaded.encode_images(pil).to_dense(), atol=1e-6)
+    np.testing.assert_allclose(model.encode_image(pil).to_dense(), loaded.encode_image(pil).to_dense(), atol=1e-6)
     # the text side round-trips too (an untrained tiny head may leave a text with no positive token, so
     # the check is equality, not a count: transformers 5.24's initialisation left "a red dog" empty)
     texts = ["a red dog", "blue cat", "green car and a tree"]
-    rows = loaded.encode_texts(texts)
-    np.testing.assert_allclose(model.encode_texts(texts).to_dense(), rows.to_dense(), atol=1e-6)
+    rows = loaded.encode_text(texts)
+    np.testing.assert_allclose(model.encode_text(texts).to_dense(), rows.to_dense(), atol=1e-6)
     assert (rows.values > 0).all() and len(loaded.decode(rows)) == len(texts)
 
 

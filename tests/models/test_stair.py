@@ -65,7 +65,7 @@ def test_stage1_restricted_text_equals_masked_full_output(make_model):
 def test_encode_outputs_are_normalised_sparse_batches(make_model, tiny_pairs):
     m = make_model()
     paths, texts = tiny_pairs
-    imgs, txts = m.encode_images(paths[:3]), m.encode_texts(texts[:4])
+    imgs, txts = m.encode_image(paths[:3]), m.encode_text(texts[:4])
     assert isinstance(imgs, SparseBatch) and len(imgs) == 3 and len(txts) == 4
     assert imgs.vocab is m.vocab and (imgs.values > 0).all()
     assert np.allclose(np.linalg.norm(imgs.to_dense(), axis=1), 1.0, atol=1e-5)
@@ -76,12 +76,12 @@ def test_encode_outputs_are_normalised_sparse_batches(make_model, tiny_pairs):
     assert np.allclose(imgs.to_dense() @ txts.to_dense().T, ref.numpy(), atol=1e-5)
 
 
-def test_encode_texts_rejects_empty_and_bare_strings(make_model):
+def test_encode_text_rejects_empty_texts(make_model):
     m = make_model()
     with pytest.raises(ValueError, match="empty text"):
-        m.encode_texts(["a dog", "  "])
-    with pytest.raises(TypeError):
-        m.encode_texts("a dog")
+        m.encode_text(["a dog", "  "])
+    with pytest.raises(ValueError, match="empty text"):
+        m.encode_text("")
 
 
 @pytest.mark.parametrize("family", ["stair", "dense", "sparse-clip"])
@@ -91,11 +91,11 @@ def test_save_load_round_trip(make_model, tmp_path, family):
     m = make_model(family, expansion=4) if family == "sparse-clip" else make_model(family)
     m.eval()
     texts = ["a red dog", "blue stars"]
-    before = m.encode_texts(texts)
+    before = m.encode_text(texts)
     m.save_pretrained(tmp_path / "m")
     loaded = DualEncoder.from_pretrained(tmp_path / "m")
     assert type(loaded) is type(m) and loaded.config.name == m.config.name
-    after = loaded.encode_texts(texts)
+    after = loaded.encode_text(texts)
     if m.sparse:
         np.testing.assert_allclose(before.to_dense(), after.to_dense(), atol=1e-6)
         assert loaded.vocab.tokens == m.vocab.tokens
@@ -227,7 +227,7 @@ def test_top_n_options_prune_encoded_rows_against_a_numpy_reference(make_model, 
         torch.testing.assert_close(pruned.image_embed(grids), full.image_embed(grids))
         raw_img = full.image_embed(grids).numpy()
         raw_txt = full.text_embed(*full.tokenize(texts)).numpy()
-    for got, raw, n in ((pruned.encode_image_grids(grids), raw_img, 3), (pruned.encode_texts(texts), raw_txt, 2)):
+    for got, raw, n in ((pruned.encode_image_grids(grids), raw_img, 3), (pruned.encode_text(texts), raw_txt, 2)):
         ref = np.zeros_like(raw)
         for i, row in enumerate(raw):
             top = np.argsort(-row, kind="stable")[:n]
@@ -285,5 +285,5 @@ def test_a_bert_encoder_without_mlm_head_becomes_a_tied_text_tower(make_model, t
     m.save_pretrained(tmp_path / "m")
     loaded = DualEncoder.from_pretrained(tmp_path / "m")
     assert loaded.config.text_tower["weights"] is None  # rebuilt from its own folder, not the encoder's
-    np.testing.assert_allclose(m.encode_texts(["a red dog"]).to_dense(),
-                               loaded.encode_texts(["a red dog"]).to_dense(), atol=1e-6)
+    np.testing.assert_allclose(m.encode_text(["a red dog"]).to_dense(),
+                               loaded.encode_text(["a red dog"]).to_dense(), atol=1e-6)

@@ -203,7 +203,7 @@ def test_one_class_per_cell_gives_its_tokens(assets_dir, vocab):
 # ------------------------------------------------------------------------------------- text side
 def test_bag_text_side_is_the_content_tokens_of_the_query(assets_dir, vocab):
     m = build(assets_dir, vocab)
-    vec = m.encode_texts(["a photo of a tabby.", "dog dog"])
+    vec = m.encode_text(["a photo of a tabby.", "dog dog"])
     assert {t for t, _ in m.decode(vec, top_k=None)[0]} == {"photo", "tab", "##by"}  # no a/of/./specials
     assert m.decode(vec, top_k=None)[1] == [("dog", pytest.approx(1.0))]
 
@@ -242,7 +242,7 @@ def test_save_and_load_round_trip_without_the_assets(assets_dir, vocab, tmp_path
     a, b = m.encode_image_grids(grid), back.encode_image_grids(grid)
     np.testing.assert_array_equal(a.indices, b.indices)
     np.testing.assert_allclose(a.values, b.values, rtol=1e-6)
-    np.testing.assert_allclose(m.encode_texts(texts).values, back.encode_texts(texts).values, rtol=1e-6)
+    np.testing.assert_allclose(m.encode_text(texts).values, back.encode_text(texts).values, rtol=1e-6)
     assert back.class_tokens_of(0) == m.class_tokens_of(0)
 
 
@@ -255,7 +255,7 @@ def test_encode_index_search_finds_the_class(assets_dir, vocab):
     for k in range(3):
         grids[k, k] = 1.0  # image k shows class k (tabby, dog, cat) in every cell
     index = InvertedIndex.build(m.encode_image_grids(grids), ["tabby.png", "dog.png", "cat.png"])
-    hits = index.search(m.encode_texts(["a photo of a tabby", "dog", "true cat"]), k=3)
+    hits = index.search(m.encode_text(["a photo of a tabby", "dog", "true cat"]), k=3)
     assert [h[0].id for h in hits] == ["tabby.png", "dog.png", "cat.png"]
     assert [h.id for h in hits[1]] == ["dog.png"]  # no other image carries "dog"
 

@@ -59,7 +59,7 @@ def test_indexed_term_cache_equals_direct_scores(make_model):
     grids = torch.randn(5, 16, 3, 3)
     texts = ["a red dog", "the big blue cat with a hat", "dogs", "sun moon star star", "green tree"]
     imgs = m.encode_image_grids(grids)
-    txts = m.encode_texts(texts)
+    txts = m.encode_text(texts)
     assert isinstance(imgs, SparseBatch) and imgs.vocab is m.vocab
     ids, mask = m.tokenize(texts)
     with torch.no_grad():
@@ -99,7 +99,7 @@ def test_top_n_refuses_what_is_not_a_positive_int(make_model, value):
 
 def test_encode_returns_unnormalised_rows(make_model):
     m = vs_model(make_model)
-    txts = m.encode_texts(["dog dog"])
+    txts = m.encode_text(["dog dog"])
     assert txts.values.tolist() == [2.0]  # the raw count, not a unit vector
 
 

@@ -111,7 +111,7 @@ def test_search_by_image(client, served, tiny_pairs):
     assert len(hits) == 3
     # the scores are the dot products of the uploaded image's vector with the indexed rows
     service, model = served[0], served[1]
-    q = model.encode_images([Image.open(io.BytesIO(data))])
+    q = model.encode_image([Image.open(io.BytesIO(data))])
     for h in hits:
         expect = float((q.to_dense() @ service.index.get([h["id"]]).to_dense().T)[0, 0])
         assert h["score"] == pytest.approx(expect, rel=1e-4)

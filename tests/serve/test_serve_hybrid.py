@@ -20,7 +20,7 @@ def hybrid(served, make_model):
 
     service, model, records, index_dir = served
     dense_model = make_model("dense", seed=1)
-    dense_index = DenseIndex.build(dense_model.encode_images([Image.open(r.image) for r in records]),
+    dense_index = DenseIndex.build(dense_model.encode_image([Image.open(r.image) for r in records]),
                                    [r.id for r in records])
     hybrid_service = SearchService.from_dir(model, index_dir, dense_model=dense_model, dense_index=dense_index)
     with TestClient(build_app(hybrid_service)) as c:
@@ -35,7 +35,7 @@ def test_fusion_gives_the_library_hits(hybrid, fusion, weight):
     r = client.post("/search", json={"text": "a red dog", "k": 4, "fusion": fusion, "weight": weight})
     assert r.status_code == 200, r.text
     expect = hybrid_search(service.index, service.encode_text("a red dog"), dense_index,
-                           dense_model.encode_texts(["a red dog"]), k=4, fusion=fusion, weight=weight)[0]
+                           dense_model.encode_text(["a red dog"]), k=4, fusion=fusion, weight=weight)[0]
     assert [(h["id"], h["score"]) for h in r.json()["hits"]] == [(h.id, pytest.approx(h.score)) for h in expect]
     # every hit still explained by the sparse side's tokens
     assert all("tokens" in h for h in r.json()["hits"])

@@ -148,7 +148,7 @@ def test_teacher_scores_follow_the_student_pair_order(run_setup, family):
                             home=root / "home", progress=False)
     assert len(scores) == 13  # 12 images, the first with two captions
     img = teacher.encode_image_grids(pipeline.image_grids(teacher, records, root / "home", False).grids)
-    txt = teacher.encode_texts([t for r in records for t in r.texts])
+    txt = teacher.encode_text([t for r in records for t in r.texts])
     img, txt = [x.to_dense() if hasattr(x, "to_dense") else x for x in (img, txt)]
     image_of = np.array([0] + list(range(12)))
     idx = np.array([0, 1, 5, 12])

@@ -143,7 +143,7 @@ def test_encode_parts_decodes_in_workers_on_the_models_device(make_model, tmp_pa
     assert pids and os.getpid() not in pids
     keep = [i for i in range(len(c)) if i != BAD]
     assert index.ids() == [c.keys[i] for i in keep]  # the corrupt one is not indexed
-    ref = model.encode_images([c.image(i) for i in keep])
+    ref = model.encode_image([c.image(i) for i in keep])
     got = index.get([c.keys[i] for i in keep])
     np.testing.assert_array_equal(got.indices, ref.indices)
     np.testing.assert_allclose(got.values, ref.values, rtol=1e-5, atol=1e-6)

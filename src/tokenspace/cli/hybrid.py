@@ -46,7 +46,7 @@ class DenseHalf:
 
     def encode(self, texts=None, image=None):
         """Dense query rows [n, d] of texts or of one image file."""
-        return self.model.encode_images([image]) if image is not None else self.model.encode_texts(texts)
+        return self.model.encode_image([image]) if image is not None else self.model.encode_text(texts)
 
     def search(self, sparse_index, sparse_queries, dense_queries, k: int):
         return hybrid_search(sparse_index, sparse_queries, self.index, dense_queries, k, fusion=self.fusion,

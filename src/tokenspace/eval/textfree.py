@@ -2,7 +2,7 @@
 
 Only the image encoder runs; each caption or class prompt becomes a sparse vector over the vocabulary
 that is nonzero on every (non-special) token it tokenizes into. Feed the result to RetrievalEvaluator
-(as the text embeddings) or ZeroShotEvaluator (``encode_texts=TokenMaskEncoder(...)``).
+(as the text embeddings) or ZeroShotEvaluator (``encode_text=TokenMaskEncoder(...)``).
 
 The mask is L2-normalised (weight 1/sqrt(#tokens)) by default: STAIR scores a pair by cosine
 similarity (eq. 2), and the image side is already unit-norm, so a plain dot product with the
@@ -41,7 +41,7 @@ def token_mask_embeddings(texts: Sequence[str], token_ids: Callable[[str], Seque
 
 
 class TokenMaskEncoder:
-    """An ``encode_texts`` callable that needs no text model: texts -> (L2-normalised) token masks."""
+    """An ``encode_text`` callable that needs no text model: texts -> (L2-normalised) token masks."""
 
     def __init__(self, token_ids: Callable[[str], Sequence[int]], dim: int, vocab=None,
                  exclude_ids: Sequence[int] | None = None, normalize: bool = True):

@@ -28,7 +28,7 @@ def _fill(template: Template, classname: str) -> str:
     return template(classname) if callable(template) else template.format(c=classname)
 
 
-def build_classifier(classnames: Sequence[str], templates: Sequence[Template], encode_texts: EncodeTexts,
+def build_classifier(classnames: Sequence[str], templates: Sequence[Template], encode_text: EncodeTexts,
                      metric: str = "dot") -> Embeddings:
     """One vector per class: the mean of its template embeddings (the CLIP prompt ensemble).
 
@@ -39,9 +39,9 @@ def build_classifier(classnames: Sequence[str], templates: Sequence[Template], e
     if not classnames or not templates:
         raise ValueError("build_classifier needs at least one class name and one template")
     prompts = [_fill(t, c) for c in classnames for t in templates]  # class-major: rows c*T .. c*T+T-1
-    emb = encode_texts(prompts)
+    emb = encode_text(prompts)
     if n_rows(emb) != len(prompts):
-        raise ValueError(f"encode_texts returned {n_rows(emb)} rows for {len(prompts)} prompts")
+        raise ValueError(f"encode_text returned {n_rows(emb)} rows for {len(prompts)} prompts")
     if metric == "cosine":
         emb = l2_normalize(emb)
     n_cls, n_tpl = len(classnames), len(templates)
@@ -90,7 +90,7 @@ class ZeroShotEvaluator:
     """Binds class names, templates and labels; call with image embeddings and the text encoder.
 
     >>> ev = ZeroShotEvaluator(["cat", "dog"], labels, templates=["a photo of a {c}."])
-    >>> ev(image_emb, encode_texts)  # {"acc1": ..., "acc5": ..., "mean_per_class_recall": ...}
+    >>> ev(image_emb, encode_text)  # {"acc1": ..., "acc5": ..., "mean_per_class_recall": ...}
 
     ``expansions`` (class name -> more names for it, e.g. ``eval.expand.wordnet_expansions``): each name
     gets its own prompt ensemble, and a class scores the max over its own name and its expansions
@@ -120,8 +120,8 @@ class ZeroShotEvaluator:
         self.groups = np.cumsum([0] + [1 + len(expansions.get(c, ())) for c in self.classnames])
         self.classifier: Embeddings | None = None  # kept after a call: one row per name of self.names
 
-    def __call__(self, image_emb: Embeddings, encode_texts: EncodeTexts) -> dict[str, float]:
-        self.classifier = build_classifier(self.names, self.templates, encode_texts, self.metric)
+    def __call__(self, image_emb: Embeddings, encode_text: EncodeTexts) -> dict[str, float]:
+        self.classifier = build_classifier(self.names, self.templates, encode_text, self.metric)
         groups = None if len(self.names) == len(self.classnames) else self.groups
         ranks = true_class_ranks(image_emb, self.classifier, self.labels, self.metric, groups)
         return classification_metrics(ranks, self.labels, self.ks)

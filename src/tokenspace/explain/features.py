@@ -310,7 +310,7 @@ def _table(wtop: TopActivations, words: list[str], itop: TopActivations, image_i
 # ------------------------------------------------------------------------------------ raw activations
 def raw_text_blocks(model, texts: Sequence[str], batch_size: int = 256) -> Iterator[np.ndarray]:
     """[b, F] raw text activations per batch: the model's ``text_embed`` output (after the ReLU, before
-    the L2 normalisation ``encode_texts`` applies)."""
+    the L2 normalisation ``encode_text`` applies)."""
     import torch  # start-up: explain/ stays torch-free to import (the server uses it)
 
     model.eval()

@@ -129,14 +129,14 @@ def shape(queries: SparseBatch, own: Sequence[np.ndarray], expansion: float = 1.
 def encode_queries(model, texts: Sequence[str], ranking: Ranking | None = None) -> SparseBatch:
     """The model's text vectors shaped by ``ranking``'s expansion and floor (idf and the prior are the
     index's: index.weigh, ranking.index_options)."""
-    queries = model.encode_texts(list(texts))
+    queries = model.encode_text(list(texts))
     if ranking is None or not ranking.shapes_queries():
         return queries
     if model.vocab.tokens != model.tokenizer.vocab.tokens:
         raise ValueError(f"expansion / expansion_floor need a model whose dims are its tokenizer's tokens; "
                          f"{model.family}'s are learned features")
     return shape(queries, own_tokens(model, texts), ranking.expansion, ranking.expansion_floor,
-                 normalize=getattr(model, "similarity", "cosine") == "cosine")
+                 normalize=getattr(model, "similarity_fn_name", "cosine") == "cosine")
 
 
 @dataclass(frozen=True)

@@ -110,13 +110,13 @@ def render_card(model, info: dict | None = None) -> str:
               "Images and texts encode to sparse vectors over the vocabulary below (one weight per token), "
               "searched with tokenspace's inverted index.", ""]
     lines += ["## Use", "", "```python", "import tokenspace", "", 'model = tokenspace.load("path/to/this/folder")',
-              'vectors = model.encode_texts(["a red dog"])', "print(model.decode(vectors, top_k=10))", "```", "",
+              'vectors = model.encode_text(["a red dog"])', "print(model.decode(vectors, top_k=10))", "```", "",
               "The tokenizer files open with `transformers.BertTokenizer.from_pretrained(folder)` (or "
               "`AutoTokenizer`, which also reads config.json and warns that its model type `tokenspace` is "
               "not a transformers model: harmless, only the tokenizer is loaded).", ""]
     arch = [("family", cfg.family), ("class", type(model).__name__),
             ("image tower", cfg.image_tower.get("type", "?")), ("text tower", cfg.text_tower.get("type", "?")),
-            ("output dimensions", str(len(model.vocab))), ("similarity", model.similarity),
+            ("output dimensions", str(len(model.vocab))), ("similarity", model.similarity_fn_name),
             ("sparse output", str(model.sparse)), ("max text tokens", str(cfg.max_text_len)),
             ("parameters", f"{n_params:,}")]
     lines += ["## Architecture", "", _table(arch, ("", "")), ""]

@@ -10,7 +10,7 @@ from tokenspace.models.pooling import grid_to_cells, masked_mean
 
 class DenseModel(DualEncoder):
     family = "dense"
-    similarity = "cosine"
+    similarity_fn_name = "cosine"
     sparse = False
     Options = DenseOptions
 

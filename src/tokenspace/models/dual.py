@@ -4,7 +4,7 @@ The training loop sees three tensors-in, tensors-out steps:
     image_grid(pixels)   -> [B, C, h, w]   frozen-backbone features (cacheable)
     image_embed(grid)    -> [B, D]         head + pooling
     text_embed(ids, m)   -> [B, D]
-Users see batches of images or texts in and a SparseBatch out (``encode_images`` / ``encode_texts``),
+Users see batches of images or texts in and a SparseBatch out (``encode_image`` / ``encode_text``),
 already in the form the model scores with: for cosine models the rows are L2-normalised, so the
 plain dot product that the inverted index computes is the model's similarity.
 """
@@ -42,9 +42,17 @@ from tokenspace.sparse import SparseBatch
 from tokenspace.vocab import Vocabulary, WordPieceTokenizer
 
 
+def _as_matrix(rows) -> torch.Tensor:
+    """SparseBatch / torch (dense or sparse) / numpy rows -> a dense float32 [N, D] tensor."""
+    if isinstance(rows, SparseBatch):
+        return rows.to_torch()
+    t = rows.to_dense() if isinstance(rows, torch.Tensor) and rows.is_sparse else torch.as_tensor(rows)
+    return (t.unsqueeze(0) if t.dim() == 1 else t).float()
+
+
 class DualEncoder(nn.Module):
     family: str = ""
-    similarity: str = "cosine"  # cosine | dot
+    similarity_fn_name: str = "cosine"  # cosine | dot
     sparse: bool = True  # False: encode_* return dense np.ndarray rows (dense baseline only)
     # the typed form of config.extra (models/options.py); the base has none, so any key is refused
     Options: type[FamilyOptions] = FamilyOptions
@@ -104,7 +112,7 @@ class DualEncoder(nn.Module):
         raise NotImplementedError
 
     def normalize(self, emb: torch.Tensor) -> torch.Tensor:
-        if self.similarity == "cosine":
+        if self.similarity_fn_name == "cosine":
             return emb / emb.norm(dim=-1, keepdim=True).clamp_min(1e-12)
         return emb
 
@@ -150,15 +158,20 @@ class DualEncoder(nn.Module):
             return SparseBatch.from_torch(emb, vocab=self.vocab)  # copies to the CPU
         return emb.cpu().numpy()
 
-    def encode_images(self, images, batch_size: int = 64, progress: bool = False):
-        """PIL images or paths -> SparseBatch (one row per image). Unreadable files raise ImageLoadError;
-        use ``tokenspace.data`` readers to skip and count them over a collection."""
+    def encode_image(self, images, batch_size: int = 64, progress: bool = False,
+                     convert_to_sparse_tensor: bool = False):
+        """One image or a list (PIL images or paths) -> SparseBatch, one row per image (open_clip's name).
+        ``convert_to_sparse_tensor=True`` returns a torch sparse COO tensor instead, as
+        sentence-transformers' SparseEncoder does: [N, D] for a list, [D] for one image. Unreadable files
+        raise ImageLoadError; use ``tokenspace.data`` readers to skip and count them over a collection."""
+        single = not isinstance(images, (list, tuple))
+        images = [images] if single else list(images)
         outs = []
         with self._encoding(batch_size) as device:
             for s in tqdm(range(0, len(images), batch_size), disable=not progress, desc="encode images"):
                 pixels = self.preprocess(images[s : s + batch_size]).to(device)  # [b, 3, H, W]
                 outs.append(self._to_output(self.image_embed(self.image_grid(pixels)), self.image_top_n))
-        return self._concat(outs, len(images))
+        return self._finish(outs, len(images), single, convert_to_sparse_tensor)
 
     def encode_image_grids(self, grids: torch.Tensor | np.ndarray, batch_size: int = 256):
         """Cached backbone features [N, C, h, w] -> encoded rows (the fast path for collections)."""
@@ -171,12 +184,17 @@ class DualEncoder(nn.Module):
                 outs.append(self._to_output(emb, self.image_top_n))
         return self._concat(outs, len(grids))
 
-    def encode_texts(self, texts: Sequence[str], batch_size: int = 256, progress: bool = False):
-        """Texts -> SparseBatch (one row per text). Empty texts raise ValueError: an empty caption has
-        no meaning to encode, and silently returning a zero row hides data bugs."""
-        if isinstance(texts, str):
-            raise TypeError("encode_texts takes a list of texts (batches in, batches out)")
-        empty = [i for i, t in enumerate(texts) if not t or not t.strip()]
+    def encode_text(self, texts: str | Sequence[str], batch_size: int = 256, progress: bool = False,
+                    convert_to_sparse_tensor: bool = False):
+        """One text or a list -> SparseBatch, one row per text (open_clip's name; ``convert_to_sparse_tensor``
+        as in ``encode_image``). Empty texts raise ValueError: an empty caption has no meaning to encode,
+        and silently returning a zero row hides data bugs."""
+        single = isinstance(texts, str)
+        texts = [texts] if single else list(texts)
+        bad = [i for i, t in enumerate(texts) if not isinstance(t, str)]
+        if bad:
+            raise TypeError(f"encode_text takes strings; position {bad[0]} is {type(texts[bad[0]]).__name__}")
+        empty = [i for i, t in enumerate(texts) if not t.strip()]
         if empty:
             raise ValueError(f"empty text at positions {empty[:10]}")
         outs = []
@@ -184,18 +202,56 @@ class DualEncoder(nn.Module):
             for s in tqdm(range(0, len(texts), batch_size), disable=not progress, desc="encode texts"):
                 ids, mask = self.tokenize(texts[s : s + batch_size])  # [b, L] each
                 outs.append(self._to_output(self.text_embed(ids.to(device), mask.to(device)), self.text_top_n))
-        return self._concat(outs, len(texts))
+        return self._finish(outs, len(texts), single, convert_to_sparse_tensor)
+
+    def encode_query(self, texts: str | Sequence[str], **kwargs):
+        """Search queries -> rows (sentence-transformers' name). Queries are texts, so this is
+        ``encode_text``; a family whose query side differs (an inference-free one) overrides it."""
+        return self.encode_text(texts, **kwargs)
+
+    def encode_document(self, images, **kwargs):
+        """The documents a collection indexes -> rows (sentence-transformers' name): here they are images,
+        so this is ``encode_image``."""
+        return self.encode_image(images, **kwargs)
+
+    def similarity(self, a, b) -> torch.Tensor:
+        """[Na, Nb] similarities of two sets of encoded rows (SparseBatch, torch or numpy), as
+        sentence-transformers' ``model.similarity``: the rows ``encode_*`` return are already in the form
+        the model scores with (L2-normalised when ``similarity_fn_name`` is "cosine"), so this is their
+        dot product, the score the inverted index computes."""
+        a, b = _as_matrix(a), _as_matrix(b)
+        if a.shape[-1] != b.shape[-1]:
+            raise ValueError(f"rows of {a.shape[-1]} and {b.shape[-1]} dimensions cannot be compared")
+        return a @ b.T
 
     def _concat(self, outs, n):
         if self.sparse:
             return SparseBatch.concat(outs) if outs else SparseBatch.empty(0, len(self.vocab), self.vocab)
         return np.concatenate(outs) if outs else np.zeros((0, self.config.embed_dim), np.float32)
 
-    def decode(self, batch: SparseBatch, top_k: int = 20) -> list[list[tuple[str, float]]]:
-        """Top (token, weight) pairs of each row: what the model sees in an image or text."""
+    def _finish(self, outs, n: int, single: bool, sparse_tensor: bool):
+        out = self._concat(outs, n)
+        if sparse_tensor:
+            if not self.sparse:
+                raise TypeError(f"{self.family} embeddings are dense: there is no sparse tensor to return")
+            t = out.to_torch(sparse=True)
+            return t[0].coalesce() if single else t
+        return out
+
+    def decode(self, rows, top_k: int | None = 20):
+        """Top (token, weight) pairs, heaviest first: what the model sees in an image or text. A SparseBatch
+        or a 2-D tensor gives one list per row; one vector (a 1-D torch tensor, dense or sparse, as
+        ``encode_text("...", convert_to_sparse_tensor=True)`` returns) gives one flat list, as in
+        sentence-transformers."""
         if not self.sparse:
             raise TypeError(f"{self.family} embeddings are dense: there are no tokens to decode")
-        return self.vocab.decode(batch, top_k=top_k)
+        if isinstance(rows, SparseBatch):
+            return self.vocab.decode(rows, top_k=top_k)
+        t = rows.to_dense() if isinstance(rows, torch.Tensor) and rows.is_sparse else torch.as_tensor(rows)
+        if t.dim() not in (1, 2):
+            raise ValueError(f"decode takes a vector or a matrix of rows, got {t.dim()} dimensions")
+        decoded = self.vocab.decode(SparseBatch.from_torch(t.reshape(-1, t.shape[-1])), top_k=top_k)
+        return decoded[0] if t.dim() == 1 else decoded
 
     # ------------------------------------------------------------------ persistence
     def save_pretrained(self, save_directory: str | os.PathLike, *, push_to_hub: bool = False,

@@ -4,7 +4,7 @@ STAIR's text encoder is SPLADE's architecture: a BERT masked language model, log
 a max over positions. ``export_sentence_transformers(model, out)`` writes it in the layout
 sentence-transformers saves (``modules.json``: the MLM at the folder root, then ``1_SpladePooling``,
 then ``2_Normalize`` for cosine models), so ``SparseEncoder(out).encode(texts)`` gives the vectors of
-``model.encode_texts(texts)``:
+``model.encode_text(texts)``:
 
 * the MLM is a plain ``BertForMaskedLM`` (config.json + model.safetensors) holding the tower's BERT, its
   MLM transform, the word embeddings (the tied decoder) and the MLM bias;
@@ -15,7 +15,7 @@ then ``2_Normalize`` for cosine models), so ``SparseEncoder(out).encode(texts)``
   ``max_active_dims`` would cut after the normalisation); such a folder loads with
   ``SparseEncoder(out, trust_remote_code=True)``;
 * STAIR's rows are L2-normalised (cosine similarity, eq. 2): a Normalize module does the same, last,
-  as ``encode_texts`` does (cut, then normalise).
+  as ``encode_text`` does (cut, then normalise).
 
 sentence-transformers is not needed to write the folder (only to read it).
 """
@@ -122,13 +122,13 @@ def export_sentence_transformers(model, out: str | Path, source: str | Path | No
         write_tokenizer_files(tmp, vocab, model.config.max_text_len)
         modules = [{"idx": 0, "name": "0", "path": "", "type": MLM},
                    {"idx": 1, "name": "1", "path": "1_SpladePooling", "type": SPLADE}]
-        # encode_texts' order (DualEncoder.rows): the top-n cut, then the normalisation
+        # encode_text' order (DualEncoder.rows): the top-n cut, then the normalisation
         if model.text_top_n:
             modules.append({"idx": 2, "name": "2", "path": "2_TopN", "type": TOP_N})
             (tmp / "2_TopN").mkdir()
             (tmp / "2_TopN" / "config.json").write_text(json.dumps({"top_n": int(model.text_top_n)}) + "\n")
             shutil.copyfile(TOP_N_SOURCE, tmp / TOP_N_SOURCE.name)
-        if model.similarity == "cosine":
+        if model.similarity_fn_name == "cosine":
             n = len(modules)
             modules.append({"idx": n, "name": str(n), "path": f"{n}_Normalize", "type": NORMALIZE})
             (tmp / f"{n}_Normalize").mkdir()
@@ -148,8 +148,8 @@ def export_sentence_transformers(model, out: str | Path, source: str | Path | No
             f"# {model.config.name}: text encoder\n\nThe text side of the tokenspace STAIR model "
             f"`{model.config.name}` as a sentence-transformers SparseEncoder (MLM + SPLADE max pooling"
             f"{f' + the {model.text_top_n} heaviest tokens (st_top_n.py)' if model.text_top_n else ''}"
-            f"{' + L2 normalisation' if model.similarity == 'cosine' else ''}), written by "
-            f"`tokenspace export-st`. Its vectors equal `model.encode_texts(texts)`.\n\n"
+            f"{' + L2 normalisation' if model.similarity_fn_name == 'cosine' else ''}), written by "
+            f"`tokenspace export-st`. Its vectors equal `model.encode_text(texts)`.\n\n"
             "```python\nfrom sentence_transformers import SparseEncoder\n\n"
             f"encoder = SparseEncoder(\"path/to/this/folder\"{trust})\n"
             "vectors = encoder.encode([\"a red dog\"])\n```\n\n"

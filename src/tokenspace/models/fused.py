@@ -61,7 +61,7 @@ class _Borrowed(nn.Module):
 
 class FusedModel(DualEncoder):
     family = "fused"
-    similarity = "cosine"
+    similarity_fn_name = "cosine"
     Options = FusedOptions
 
     def __init__(self, config, vocab, tokenizer_vocab=None):

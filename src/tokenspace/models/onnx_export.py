@@ -7,7 +7,7 @@ them (encode.py: OnnxImageTower), and ``export_onnx`` writes two files a user ke
 * ``image_encoder.onnx``: ``pixels`` [B, 3, S, S] float32 -> ``vector`` [B, D] float32;
 * ``text_encoder.onnx``: ``input_ids``, ``attention_mask`` [B, L] int64 -> ``vector`` [B, D] float32.
 
-Each graph holds everything ``encode_images`` / ``encode_texts`` run after preprocessing: the tower, the
+Each graph holds everything ``encode_image`` / ``encode_text`` run after preprocessing: the tower, the
 family's head (the sparse head of every sparse family), top-n pruning and the L2 normalisation of
 cosine models (``DualEncoder.rows``), so a row of ``vector`` is the dense form of the row encode_*
 returns. Before anything is written, both files are run by ONNX Runtime on images and texts other than
@@ -71,7 +71,7 @@ class OnnxExportError(RuntimeError):
 
 
 class ImageEncoder(nn.Module):
-    """pixels [B, 3, S, S] -> the rows of ``model.encode_images`` [B, D] (dense, float32)."""
+    """pixels [B, 3, S, S] -> the rows of ``model.encode_image`` [B, D] (dense, float32)."""
 
     def __init__(self, model):
         super().__init__()
@@ -83,7 +83,7 @@ class ImageEncoder(nn.Module):
 
 
 class TextEncoder(nn.Module):
-    """input_ids, attention_mask [B, L] -> the rows of ``model.encode_texts`` [B, D] (dense, float32)."""
+    """input_ids, attention_mask [B, L] -> the rows of ``model.encode_text`` [B, D] (dense, float32)."""
 
     def __init__(self, model):
         super().__init__()
@@ -228,7 +228,7 @@ def _export_side(name: str, module: nn.Module, args: tuple, path: Path, inputs: 
 def export_onnx(model, out: str | Path, *, source: str | Path | None = None, int8: bool = False,
                 tol: float = DEFAULT_TOL) -> OnnxExport:
     """Write ``model``'s image and text encoders as ONNX files into the folder ``out`` (module doc), after
-    checking each against ``encode_images`` / ``encode_texts`` to ``tol``. ``out`` is replaced atomically
+    checking each against ``encode_image`` / ``encode_text`` to ``tol``. ``out`` is replaced atomically
     only when it is new, empty or a previous export (``source``: the model's own folder, which ``out``
     must neither be, hold nor lie in); nothing is left behind when a check fails."""
     missing = missing_runtime()
@@ -254,13 +254,13 @@ def export_onnx(model, out: str | Path, *, source: str | Path | None = None, int
                      model.family)
         images = probe_images(S)
         got = session(tmp / IMAGE_FILE).run(None, {"pixels": model.preprocess(images).numpy()})[0]
-        result.max_diff["image"] = _check("image", got, _dense(model.encode_images(images)), tol)
+        result.max_diff["image"] = _check("image", got, _dense(model.encode_image(images)), tol)
         text = session(tmp / TEXT_FILE)
         diffs = []
         for texts in (PROBE_TEXTS, PROBE_TEXTS[:1]):  # two lengths, two batch sizes
             ids, mask = model.tokenize(list(texts))
             got = text.run(None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})[0]
-            diffs.append(_check("text", got, _dense(model.encode_texts(list(texts))), tol))
+            diffs.append(_check("text", got, _dense(model.encode_text(list(texts))), tol))
         result.max_diff["text"] = max(diffs)
         files = [IMAGE_FILE, TEXT_FILE]
         if int8:
@@ -285,7 +285,7 @@ def _write_sidecars(model, folder: Path, files: list[str], max_diff: dict, tol: 
     (folder / DIMENSIONS_FILE).write_text("".join(f"{t}\n" for t in model.vocab.tokens), encoding="utf-8")
     record = {
         "format": MARKER_FORMAT, "model": model.config.name, "family": model.family, "opset": OPSET,
-        "files": files, "similarity": model.similarity, "sparse": model.sparse, "dim": len(model.vocab),
+        "files": files, "similarity": model.similarity_fn_name, "sparse": model.sparse, "dim": len(model.vocab),
         "image": {"file": IMAGE_FILE, "input": "pixels", "shape": ["batch", 3, tower.image_size, tower.image_size],
                   "preprocess": "letterbox on white to image_size (PIL bicubic), then (x - mean) / std on 0..255",
                   "image_size": tower.image_size, "mean": list(map(float, tower.pixel_mean)),

@@ -31,7 +31,7 @@ from tokenspace.vocab import Vocabulary
 
 class SparseClipModel(DualEncoder):
     family = "sparse-clip"
-    similarity = "cosine"
+    similarity_fn_name = "cosine"
     Options = SparseClipOptions
 
     @classmethod

@@ -49,7 +49,7 @@ FROM_DENSE = {"type": "from-dense"}  # a sparsified config's towers: the dense m
 
 class SparsifiedModel(DualEncoder):
     family = "sparsified"
-    similarity = "cosine"
+    similarity_fn_name = "cosine"
     Options = SparsifiedOptions
 
     def __init__(self, config, vocab, tokenizer_vocab=None):

@@ -1,6 +1,6 @@
 """A sentence-transformers module that keeps each row's n heaviest entries: copied as it is into the
 `tokenspace export-st` folder of a model with a text top-n (models/export_st.py), between SpladePooling
-and Normalize, so the folder's vectors are ``model.encode_texts``'s: cut, then normalised.
+and Normalize, so the folder's vectors are ``model.encode_text``'s: cut, then normalised.
 
 SparseEncoder's own ``max_active_dims`` cuts after the last module, that is after Normalize: its rows
 would keep the norm of the uncut vector. This file is self-contained (torch and sentence-transformers

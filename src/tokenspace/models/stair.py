@@ -17,7 +17,7 @@ from tokenspace.models.pooling import grid_to_cells, log1p_relu
 
 class StairModel(DualEncoder):
     family = "stair"
-    similarity = "cosine"  # eq. 2
+    similarity_fn_name = "cosine"  # eq. 2
     Options = StairOptions
     # dtype of the two big products into the vocabulary; the trainer sets bf16 for bf16 recipes
     compute_dtype = torch.float32

@@ -87,7 +87,7 @@ def build_class_table(tokenizer, classes_ref: str, wordnet_ref: str | None, leve
 
 class TaggerModel(DualEncoder):
     family = "tagger"
-    similarity = "cosine"
+    similarity_fn_name = "cosine"
     Options = TaggerOptions
 
     def __init__(self, config, vocab, tokenizer_vocab=None):

@@ -61,7 +61,7 @@ def text_to_image_loss(logits: torch.Tensor, cols: torch.Tensor | None = None, o
 
 class VisualSpartaModel(DualEncoder):
     family = "visualsparta"
-    similarity = "dot"  # eq. 15 is a plain sum of looked-up term scores: no normalisation
+    similarity_fn_name = "dot"  # eq. 15 is a plain sum of looked-up term scores: no normalisation
     Options = VisualSpartaOptions
     compute_dtype = torch.float32  # the trainer switches to bf16 for bf16 recipes
 

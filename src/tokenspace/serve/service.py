@@ -125,7 +125,7 @@ class SearchService:
 
     def encode_image(self, image) -> SparseBatch:
         with self._model_lock:
-            return self.model.encode_images([image]).with_vocab(self.vocab)
+            return self.model.encode_image([image]).with_vocab(self.vocab)
 
     def steer(self, query: SparseBatch, weights: Mapping[str, float] | None) -> SparseBatch:
         try:
@@ -161,7 +161,7 @@ class SearchService:
             raise ServiceError(f"fusion: {', '.join(options)} filter on the sparse index's tokens or metadata, which the "
                                "dense index lacks; search without them, or without fusion")
         with self._model_lock:
-            dense_query = self.dense_model.encode_texts([text.strip()])
+            dense_query = self.dense_model.encode_text([text.strip()])
         try:
             return hybrid_search(self.index, query, self.dense_index, dense_query, k, fusion=fusion, weight=weight)[0]
         except ValueError as e:

@@ -75,7 +75,7 @@ class TeacherScores:
                              f"(e.g. {next(iter(enc.skipped.items()), None)})")
         image_of, texts = pair_layout(records)
         image = teacher.encode_image_grids(enc.grids)
-        text = teacher.encode_texts(texts)
+        text = teacher.encode_text(texts)
         if scale is None:
             scale = float(teacher.logit_scale.detach())
         return cls(image, text, scale, image_of)

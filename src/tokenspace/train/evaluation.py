@@ -42,7 +42,7 @@ def evaluate_retrieval(model, enc: BackboneFeatures, folds: int | None = None) -
 
     texts, target = texts_and_targets(enc.records)
     img = model.encode_image_grids(enc.grids)
-    txt = model.encode_texts(texts)
+    txt = model.encode_text(texts)
     out = RetrievalEvaluator(target, folds=folds)(img, txt)
     if isinstance(img, SparseBatch):
         out.update(SparsityEvaluator()(img, txt))

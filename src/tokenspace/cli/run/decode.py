@@ -9,7 +9,7 @@ def run(args) -> int:
     if not args.image and not args.text:
         raise UsageError("give --image or --text")
     model = load_model(args.model)
-    for names, encode in ((args.image, model.encode_images), (args.text, model.encode_texts)):
+    for names, encode in ((args.image, model.encode_image), (args.text, model.encode_text)):
         if not names:
             continue
         for name, row in zip(names, model.decode(encode(names), top_k=args.k)):

@@ -287,7 +287,7 @@ def _export_queries(args, path: Path):
     if not getattr(model, "sparse", True):
         raise CLIError(f"--model {model_ref}: a {model.family} model gives dense vectors, not the token vectors "
                        "the index holds: encode the queries with a sparse model (by default the index's own)")
-    queries = model.encode_texts(texts)
+    queries = model.encode_text(texts)
     qids = [f"q{n}" for n in range(1, len(texts) + 1)]
     if args.format == "jsonl":
         export.write_queries_jsonl(queries, qids, path)

@@ -42,7 +42,7 @@ def run(args) -> int:
         raise CLIError(f"--model {model_path}: a {model.family} model gives dense vectors, not the token vectors the "
                        "index holds: search with a sparse model, or pass it as --dense-model with --dense-index")
     if args.image:
-        queries = model.encode_images([args.image])
+        queries = model.encode_image([args.image])
     else:
         try:
             queries = encode_queries(model, args.query, ranking)
