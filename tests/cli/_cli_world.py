@@ -1,17 +1,24 @@
-"""A tiny world on disk for running the `tokenspace` command as a subprocess: a saved tiny STAIR model,
-12 coloured-square PNGs with captions in a manifest, an index of them, webdataset shards, a recipe.
+"""A tiny world on disk for running the `tokenspace` command: a saved tiny STAIR model, 12 coloured-square
+PNGs with captions in a manifest, an index of them, webdataset shards, a recipe.
 
-Built once per module (each CLI call is a fresh process, so nothing is shared in memory); the fixtures
-of tests/conftest.py are per test, so the few lines that make the tiny model are repeated here.
+Built once per module; the fixtures of tests/conftest.py are per test, so the few lines that make the tiny
+model are repeated here. Commands run in this process by default (``cli.main`` with the streams, file
+descriptors, warnings, logging and $TOKENSPACE_HOME of a fresh process): a fresh interpreter costs seconds
+of imports per call and checks nothing more. ``fresh=True`` runs the installed console script in a
+subprocess, for what only a process shows (signals, exit on kill, the console script itself).
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import logging
 import os
 import subprocess
 import sys
 import tarfile
+import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,14 +45,68 @@ class Ran:
         return lines[0]
 
 
-def run_cli(*args: str, home: Path, timeout: float = 600) -> Ran:
-    """`tokenspace ARGS` in a fresh process (the installed console script); never a traceback."""
-    script = Path(sys.executable).with_name("tokenspace")
-    cmd = [str(script)] if script.exists() else [sys.executable, "-m", "tokenspace.cli"]
-    env = dict(os.environ, TOKENSPACE_HOME=str(home), PYTHONUNBUFFERED="1")
-    p = subprocess.run([*cmd, *map(str, args)], capture_output=True, text=True, timeout=timeout, env=env)
-    assert "Traceback" not in p.stderr and "Traceback" not in p.stdout, p.stderr
-    return Ran(p.returncode, p.stdout, p.stderr)
+def run_cli(*args: str, home: Path, timeout: float = 600, fresh: bool = False) -> Ran:
+    """`tokenspace ARGS` (in this process, or with ``fresh`` the installed console script in a new one);
+    never a traceback."""
+    if fresh:
+        script = Path(sys.executable).with_name("tokenspace")
+        cmd = [str(script)] if script.exists() else [sys.executable, "-m", "tokenspace.cli"]
+        env = dict(os.environ, TOKENSPACE_HOME=str(home), PYTHONUNBUFFERED="1")
+        p = subprocess.run([*cmd, *map(str, args)], capture_output=True, text=True, timeout=timeout, env=env)
+        ran = Ran(p.returncode, p.stdout, p.stderr)
+    else:
+        ran = _in_process([str(a) for a in args], home)
+    assert "Traceback" not in ran.err and "Traceback" not in ran.out, ran.err
+    return ran
+
+
+# what a fresh interpreter shows: each warning once per place, deprecations outside __main__ hidden
+_DEFAULT_FILTERS = (("ignore", DeprecationWarning), ("ignore", PendingDeprecationWarning),
+                    ("ignore", ImportWarning), ("ignore", ResourceWarning))
+
+
+def _in_process(argv: list[str], home: Path) -> Ran:
+    """``main(argv)`` with what a subprocess would give it and show of it: $TOKENSPACE_HOME, stdout and
+    stderr (Python's streams and the file descriptors, so C libraries' messages count too), warnings as
+    printed lines, and a logging setup that does not outlive the call."""
+    from tokenspace.cli import main
+
+    logger = logging.getLogger("tokenspace")
+    saved_log = logger.handlers[:], logger.level, logger.propagate
+    saved_home = os.environ.get("TOKENSPACE_HOME")
+    os.environ["TOKENSPACE_HOME"] = str(home)
+    out, err = io.StringIO(), io.StringIO()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved_fds = os.dup(1), os.dup(2)
+    with tempfile.TemporaryFile() as fd_out, tempfile.TemporaryFile() as fd_err:
+        os.dup2(fd_out.fileno(), 1)
+        os.dup2(fd_err.fileno(), 2)
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
+                    warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("default")
+                for action, category in _DEFAULT_FILTERS:
+                    warnings.filterwarnings(action, category=category)
+                try:
+                    code = main(argv)
+                except SystemExit as e:  # argparse's usage errors and --help
+                    code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        finally:
+            os.dup2(saved_fds[0], 1)
+            os.dup2(saved_fds[1], 2)
+            for fd in saved_fds:
+                os.close(fd)
+            logger.handlers[:], logger.level, logger.propagate = saved_log
+            if saved_home is None:
+                os.environ.pop("TOKENSPACE_HOME", None)
+            else:
+                os.environ["TOKENSPACE_HOME"] = saved_home
+        fd_out.seek(0)
+        fd_err.seek(0)
+        shown = "".join(warnings.formatwarning(w.message, w.category, w.filename, w.lineno) for w in caught)
+        return Ran(code, out.getvalue() + fd_out.read().decode(errors="replace"),
+                   err.getvalue() + fd_err.read().decode(errors="replace") + shown)
 
 
 def draw(color: str, shape: int, size: int = 32) -> Image.Image:
