@@ -1,6 +1,6 @@
 """The README's "Using it" section, run as written on the tiny world of _cli_world.py: its Python block
 verbatim (in a folder holding the files it names, with the tiny model where it loads a model folder),
-and its shell block line by line with only the data swapped for tiny data (dataset specs, the recipe,
+and its shell block line by line (in this process, `serve` as a real server) with only the data swapped for tiny data (dataset specs, the recipe,
 the shard pattern; `serve` gets a free port and is stopped once it answers). `assets install` is the one
 line not run: it installs the real offline assets (GBs); tests/test_assets.py covers it. A README
 edit that breaks any line fails here."""
@@ -18,7 +18,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from _cli_world import Ran
+from _cli_world import Ran, run_cli
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -73,7 +73,7 @@ def _tiny(line: str, world) -> str:
     return line
 
 
-def test_the_shell_block_runs_line_by_line_on_tiny_data(world, tmp_path):
+def test_the_shell_block_runs_line_by_line_on_tiny_data(world, tmp_path, monkeypatch):
     (block,) = _blocks("bash")
     lines = [ln.split("  #")[0].strip() for ln in block.splitlines()]
     lines = [ln for ln in lines if ln and not ln.startswith("#")]
@@ -87,8 +87,9 @@ def test_the_shell_block_runs_line_by_line_on_tiny_data(world, tmp_path):
         argv[0] = str(script)
         if argv[1] == "serve":
             _serve(argv + ["--port", str(_free_port())], tmp_path, world.home)
-        else:
-            r = _run(argv, tmp_path, world.home)
+        else:  # in this process, as tests/cli/_cli_world.py runs commands; the relative paths from tmp_path
+            monkeypatch.chdir(tmp_path)
+            r = run_cli(*argv[1:], home=world.home)
             assert r.code == 0, f"{line}\n{r.err}"
         ran.append(argv[1])
     # the walk-through ends with a running page over an index it built itself
