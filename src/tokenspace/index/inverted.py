@@ -77,6 +77,9 @@ class InvertedIndex:
         self._hub_files: dict[str, FileEntry] | None = None  # the bank's committed files
         self._df: np.ndarray | None = None  # live document frequencies (doc_freq), cached
         self._idf_pow: tuple[float, np.ndarray] | None = None  # (power, idf ** power) of the cached df
+        # what the index records about its collection (manifest.INFO_FIELDS: the model that encoded the
+        # rows, the default ranking), saved with it, so a search session opens from the folder alone
+        self.info: dict = {}
 
     # ----------------------------------------------------------------- build / add / delete
     @classmethod
@@ -212,7 +215,7 @@ class InvertedIndex:
                 prior.append(self._priors[si][live])
         fresh = InvertedIndex(self.dim, self.vocab, dense_fraction=self.dense_fraction,
                               approx_top_n=self.approx_top_n or None, impact_heads=self.impact_heads)
-        fresh._hub = self._hub
+        fresh._hub, fresh.info = self._hub, self.info
         if ids:  # the stored rows are already filtered: not again (scaling is not idempotent)
             fresh.add(SparseBatch.concat(rows).with_vocab(self.vocab), ids, metadata=meta,
                       prior=np.concatenate(prior) if self._hub is not None else None)
@@ -603,6 +606,7 @@ class InvertedIndex:
         files, so the memory of the built arrays is freed: ``add`` part by part, each followed by
         ``save(path, remap=True)``, builds an index larger than RAM (benchmarks/cost_curve.py: 10M docs).
         """
+        info = manifest.check_info(self.info)  # before any file is written
         root = Path(path)
         root.mkdir(parents=True, exist_ok=True)
         same = self._path is not None and root.resolve() == self._path.resolve()
@@ -669,7 +673,8 @@ class InvertedIndex:
             dim=self.dim, n=self._total(), dense_fraction=self.dense_fraction, top_n=self.approx_top_n,
             generation=gen, next_segment=self._next_seg, segments=tuple(segments), vocab=vocab,
             vocab_name=self.vocab.name if self.vocab is not None else None,
-            token_filter=self.token_filter.to_dict() if self.token_filter else None, hub_prior=hub)
+            token_filter=self.token_filter.to_dict() if self.token_filter else None, hub_prior=hub,
+            info=info)
         storage.write_manifest(root, body.to_dict())
         keep = {s.name for s in segments} | {s.tombstones.file for s in segments if s.tombstones} | {
             s.prior.file for s in segments if s.prior}
@@ -707,6 +712,7 @@ class InvertedIndex:
                 raise IndexCorruptError(f"{vocab_file}: {len(vocab)} tokens for dim {man.dim}")
         index = cls(man.dim, vocab, dense_fraction=man.dense_fraction, approx_top_n=man.top_n or None)
         index.token_filter = TokenFilter.from_dict(index.dim, man.token_filter)
+        index.info = dict(man.info or {})
         if man.hub_prior is not None:
             index._hub = {"bank": _load_bank(root, man.hub_prior.bank, man.dim), "k": man.hub_prior.k,
                           "weight": man.hub_prior.weight, "ordered": man.hub_prior.ordered}

@@ -10,8 +10,11 @@ same schema, so reading and writing cannot drift apart.
 Format versions: 3 adds the document count ``n`` (so an emptied or repeated segment list is caught)
 and the optional per-segment row metadata file (metadata.py); 4 adds each segment's impact-head files
 (segment.HEADS); 5 adds the optional hub prior (``hub_prior``: the query bank's three CSR arrays, its K and
-weight; each segment's ``prior`` file, float32 per row, named like tombstones). Versions 2 (no ``n``, no
-metadata), 3 (no heads: computed at load) and 4 (no hub prior) are still read.
+weight; each segment's ``prior`` file, float32 per row, named like tombstones); 6 adds the optional
+collection ``info`` ({"model": the reference of the model that encoded the rows, "ranking": the default
+ranking's fields}: what a search session needs besides the rows, so an index folder is searchable on its
+own). Versions 2 (no ``n``, no metadata), 3 (no heads: computed at load), 4 (no hub prior) and 5 (no
+info) are still read.
 """
 from __future__ import annotations
 
@@ -80,6 +83,7 @@ class Manifest:
     token_filter: dict | None  # {"deny": [dims], "allow": [dims] or None}
     version: int = VERSION
     hub_prior: HubPrior | None = None
+    info: dict | None = None  # {"model": str or None, "ranking": {field: value} or None} (INFO_FIELDS)
 
     def files(self) -> dict[str, dict]:
         """Every file to check: relative path -> {bytes, crc32}."""
@@ -113,6 +117,8 @@ class Manifest:
             "hub_prior": None if self.hub_prior is None else {
                 "k": self.hub_prior.k, "weight": self.hub_prior.weight, "ordered": self.hub_prior.ordered,
                 "bank": {a: dict(entry(e), file=e.file) for a, e in self.hub_prior.bank.items()}},
+            # written only when set: an index without it is what versions before 6 wrote too
+            **({"info": self.info} if self.info else {}),
         }
 
 
@@ -171,7 +177,7 @@ def parse(doc, path: Path) -> Manifest:
     top = {"format", "version", "dim", "dense_fraction", "top_n", "generation", "next_segment", "segments",
            "vocab", "block", "posting_chunk", "token_filter"} | ({"n"} if version >= 3 else set()) | (
                {"hub_prior"} if version >= 5 else set())
-    f.obj(doc, "", top)
+    f.obj(doc, "", top, frozenset({"info"} if version >= 6 else ()))
     dim = f.int_(doc["dim"], "dim", 1, 1 << 31)
     frac = doc["dense_fraction"]
     if not isinstance(frac, (int, float)) or isinstance(frac, bool) or not 0 < frac < float("inf"):
@@ -210,8 +216,37 @@ def parse(doc, path: Path) -> Manifest:
         total = sum(s.n for s in segments)
         if total != n:
             f.fail("segments", f"{len(segments)} segment(s) of {total} rows, the index has n = {n}")
+    info = _info(f, doc["info"]) if "info" in doc else None
     return Manifest(dim, n, float(frac), top_n, generation, next_segment, segments, vocab, vocab_name,
-                    token_filter, version, hub)
+                    token_filter, version, hub, info)
+
+
+INFO_FIELDS = ("model", "ranking")
+
+
+def check_info(info) -> dict | None:
+    """An index's ``info`` as the manifest stores it (None when empty); ValueError for a shape the
+    reader would refuse, raised before anything is written."""
+    if not info:
+        return None
+    if not isinstance(info, dict) or set(info) - set(INFO_FIELDS):
+        raise ValueError(f"index info: a dict of {', '.join(INFO_FIELDS)}, got {info!r:.80}")
+    if not isinstance(info.get("model"), (str, type(None))) or not isinstance(info.get("ranking"), (dict, type(None))):
+        raise ValueError(f"index info: model is a string or None, ranking a dict or None, got {info!r:.80}")
+    return {k: info[k] for k in INFO_FIELDS if info.get(k) is not None} or None
+
+
+def _info(f: _Fields, value) -> dict | None:
+    """The collection info: the model reference (a string or null) and the ranking (an object or null;
+    its fields are checked where a search reads them, explain/ranking.py)."""
+    if value is None:
+        return None
+    v = f.obj(value, "info", set(), frozenset(INFO_FIELDS))
+    if v.get("model") is not None:
+        f.str_(v["model"], "info.model")
+    if v.get("ranking") is not None and not isinstance(v["ranking"], dict):
+        f.fail("info.ranking", f"expected an object or null, got {_show(v['ranking'])}")
+    return dict(v)
 
 
 def _hub_prior(f: _Fields, value) -> HubPrior | None:

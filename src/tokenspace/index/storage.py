@@ -37,9 +37,10 @@ from tokenspace import atomic
 FORMAT = "tokenspace-inverted"
 # 3: the document count n and per-segment row metadata (manifest.py); 4: the impact heads (segment.HEADS;
 # an older segment gets them computed at load); 5: the optional hub prior (a query bank and each segment's
-# per-document prior, manifest.HubPrior); 2, 3 and 4 are still read
-VERSION = 5
-READABLE = (2, 3, 4, 5)
+# per-document prior, manifest.HubPrior); 6: the optional collection info (the model that encoded the rows
+# and the default ranking, manifest.Manifest.info); 2 to 5 are still read
+VERSION = 6
+READABLE = (2, 3, 4, 5, 6)
 VOCAB = "vocab.txt"
 # what changed in each version, for the error that asks to rebuild an older index
 _OLDER = {1: "int32 posting doc ids and forward term ids, before the compressed postings of version 2"}
