@@ -71,24 +71,25 @@ serve: install
 
 # The release model (models/tokenspace-stair-drawings): its STAIR part and the dense twin train in about 75
 # minutes on 2 cores, resumable (run it again after a stop); then release v2 = that STAIR part fused with the
-# tagger (benchmarks/release_model.py FUSION), measured on every test split, card and docs/results.md.
+# tagger (benchmarks/release_model.py FUSION), measured on every test split: the card, benchmarks/results/release_model.json.
 release-model: assets
 	$(BIN)/tokenspace data build
-	$(BIN)/python benchmarks/release_model.py
+	$(BIN)/python -m benchmarks.release_model
 
 test: install e2e-deps
 	$(BIN)/python -m pytest tests --durations=15
 
 bench: install
 	$(BIN)/pip install -q -e ".[$(EXTRAS),bench]"
-	$(BIN)/python benchmarks/search_speed.py
-	$(BIN)/python benchmarks/serve_load.py --connections 32 --duration 30 --write docs/benchmarks.md
+	$(BIN)/python -m benchmarks.search_speed
+	$(BIN)/python -m benchmarks.serve_load --connections 32 --duration 30 \
+		--json benchmarks/results/serve_load.json --write benchmarks/results/serve_load.md
 
 reproduce: assets
-	$(BIN)/python benchmarks/reproduce.py
+	$(BIN)/python -m benchmarks.reproduce
 
 lint: install
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks experiments
 
 clean:
 	rm -rf $(VENV) build *.egg-info
@@ -97,7 +98,7 @@ clean:
 # (random init, synthetic shards): step time, samples/s, peak memory, loss falling. CPU: add ARGS=--tiny.
 .PHONY: gpu-smoke
 gpu-smoke: install
-	$(BIN)/python benchmarks/gpu_smoke.py $(ARGS)
+	$(BIN)/python -m benchmarks.gpu_smoke $(ARGS)
 
 # On a machine with one CUDA GPU, no network needed: every GPU measurement (throughput with and without
 # the active-column loss and the token head's variants; the loss at the paper's global batch; where the
@@ -106,4 +107,4 @@ gpu-smoke: install
 # benchmarks/results/gpu_run.json. No install step: the GPU machine has no network. CPU: ARGS=--tiny.
 .PHONY: gpu-run
 gpu-run:
-	$(BIN)/python benchmarks/gpu_run.py $(ARGS)
+	$(BIN)/python -m benchmarks.gpu_run $(ARGS)

@@ -1,8 +1,8 @@
-"""Wall time of `tokenspace ... --help` (issue 32: `search --help` took 2 s, torch imported before parsing;
-target under 0.5 s). Each command runs as a fresh process, as a user types it; the median of --runs.
+"""Wall time of `tokenspace ... --help` (`search --help` once took 2 s: torch was imported before
+parsing; target under 0.5 s). Each command runs as a fresh process, as a user types it; the median of --runs.
 
-    python benchmarks/cli_startup.py            # table, and benchmarks/results/cli_startup.json
-    python benchmarks/cli_startup.py --runs 9
+    python -m benchmarks.cli_startup            # table, and benchmarks/results/cli_startup.json
+    python -m benchmarks.cli_startup --runs 9
 
 The console script next to this Python (the venv's `tokenspace`) is timed, else `python -m tokenspace`.
 Also timed: a usage error (`search -k 0`), which is answered before any library loads too.
@@ -10,13 +10,13 @@ Also timed: a usage error (`search -k 0`), which is answered before any library 
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from benchmarks.common import run_record, write_json
 
 OUT = Path(__file__).resolve().parent / "results" / "cli_startup.json"
 CASES = [
@@ -43,11 +43,11 @@ def time_once(argv: list[str]) -> float:
     return time.perf_counter() - t0
 
 
-def main() -> None:
+def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=5, help="runs per command (median reported; default 5)")
     ap.add_argument("--out", type=Path, default=OUT, help=f"results JSON (default {OUT})")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     time_once(["--version"])  # warm the file cache once, as a user's second call finds it
     rows = []
     for argv in CASES:
@@ -61,10 +61,7 @@ def main() -> None:
     search = next(r for r in rows if r["command"] == "tokenspace search --help")
     verdict = "meets" if search["median_s"] < TARGET_S else "misses"
     print(f"`tokenspace search --help`: {search['median_s']:.3f} s median, {verdict} the {TARGET_S} s target")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({
-        "runs": args.runs, "target_s": TARGET_S, "python": platform.python_version(),
-        "machine": platform.machine(), "measured": time.strftime("%Y-%m-%d"), "rows": rows}, indent=2) + "\n")
+    write_json(args.out, {"runs": args.runs, "target_s": TARGET_S, "rows": rows}, run_record(__file__, argv))
     print(f"wrote {args.out}")
 
 

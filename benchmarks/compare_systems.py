@@ -1,10 +1,10 @@
 """STAIR, VisualSparta, Sparse CLIP and the dense baseline on the same data, towers, trainer and engine.
 
-    python benchmarks/compare_systems.py systems   --scale 0.5   # train 4 systems, one comparison table
-    python benchmarks/compare_systems.py topn      --scale 0.5   # VisualSparta top-n terms (paper Table 3)
-    python benchmarks/compare_systems.py cap       --scale 0.34  # Sparse CLIP L0 vs logit-scale cap (Fig. 2c)
-    python benchmarks/compare_systems.py expansion --scale 0.34  # expansion without / with ReLU (Fig. 2a)
-    python benchmarks/compare_systems.py features                # Sparse CLIP feature naming table
+    python -m benchmarks.compare_systems systems   --scale 0.5   # train 4 systems, one comparison table
+    python -m benchmarks.compare_systems topn      --scale 0.5   # VisualSparta top-n terms (paper Table 3)
+    python -m benchmarks.compare_systems cap       --scale 0.34  # Sparse CLIP L0 vs logit-scale cap (Fig. 2c)
+    python -m benchmarks.compare_systems expansion --scale 0.34  # expansion without / with ReLU (Fig. 2a)
+    python -m benchmarks.compare_systems features                # Sparse CLIP feature naming table
 
 Every run trains from the recipes in src/tokenspace/configs/recipes (``--scale`` multiplies each stage's
 steps, for 2-core CPU budgets) on cached backbone grids (tokenspace.pipeline), encodes the held-out test
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import shutil
 import sys
 import time
@@ -24,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.common import run_record, write_json
 from tokenspace import pipeline
 from tokenspace.eval import ResultsDoc, RetrievalEvaluator, markdown_table, sparsity_stats
 from tokenspace.eval.plots import line_plot
@@ -35,7 +35,8 @@ from tokenspace.train.tracking import eval_history, tracking_evaluator
 from tokenspace.train.trainer import PairData, Trainer
 
 ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "results.md"
+# the full generated tables go beside the JSON; docs/results.md quotes the current rows
+DOC = ROOT / "benchmarks" / "results" / "compare_systems.md"
 IMG = ROOT / "docs" / "img"
 SYSTEMS = {"stair": "stair-emoji", "visualsparta": "visualsparta-emoji", "sparse-clip": "sparse-clip-emoji",
            "dense": "dense-emoji"}
@@ -135,7 +136,7 @@ def measure(model, spec: str) -> dict[str, float]:
 
 
 def command() -> str:
-    return "python benchmarks/compare_systems.py " + shlex.join(sys.argv[1:])
+    return run_record(__file__)["command"]
 
 
 COLS = ["image_retrieval_recall@1", "image_retrieval_recall@5", "image_retrieval_recall@10",
@@ -158,7 +159,7 @@ def cmd_systems(a) -> None:
             m = measure(model, spec)
             rows[f"{sys_name} · {spec}"] = m
             log(f"{sys_name} {spec}: {json.dumps({k: round(v, 4) for k, v in m.items()})}")
-    (a.runs / "systems.json").write_text(json.dumps(rows, indent=1))
+    write_json(a.runs / "systems.json", {"rows": rows}, run_record(__file__))
     body = (f"Trained on {' + '.join(TRAIN_SPECS)} with the recipes of the same names scaled by {a.scale} "
             f"({', '.join(f'{k}: {v} steps' for k, v in steps.items())}; batch 64, cached EfficientNet-Lite0 "
             f"grids at 128 px, SPLADE-tiny text tower). Recall from exact scores; QPS = text→image top-10 "
@@ -191,7 +192,7 @@ def cmd_topn(a) -> None:
         r1.append(row["image_retrieval_recall@1"] * 100)
         lat.append(row["latency_ms"])
         log(f"top-n {n}: {row}")
-    (a.runs / "topn.json").write_text(json.dumps(rows, indent=1))
+    write_json(a.runs / "topn.json", {"rows": rows}, run_record(__file__))
     xs = [50, 100, 500, 1000, 2000, len(model.vocab)]
     p1 = line_plot({"T→I R@1": (xs, r1)}, IMG / "visualsparta-topn-recall.png", "top-n terms kept per image",
                    "R@1 (%)", "VisualSparta: recall vs top-n (emoji:test)", logx=True)
@@ -330,7 +331,7 @@ def main(argv=None) -> None:
     p.add_argument("--model", type=Path, default=None, help="features: name this trained model folder")
     p.add_argument("--doc", type=Path, default=DOC, help="results markdown (smoke runs: a scratch file)")
     a = p.parse_args(argv)
-    DOC, IMG = a.doc, a.doc.parent / "img"
+    DOC, IMG = a.doc, (IMG if a.doc == DOC else a.doc.parent / "img")
     a.runs.mkdir(parents=True, exist_ok=True)
     {"systems": cmd_systems, "topn": cmd_topn, "cap": cmd_cap, "expansion": cmd_expansion,
      "features": cmd_features}[a.what](a)

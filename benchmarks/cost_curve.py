@@ -1,6 +1,6 @@
 """The cost curve of the embedded index: build time, memory and QPS against the corpus size N.
 
-    python benchmarks/cost_curve.py bench-data/stair-10M --sizes 100000,1000000,10000000 \\
+    python -m benchmarks.cost_curve bench-data/stair-10M --sizes 100000,1000000,10000000 \\
         --json benchmarks/results/cost_curve.json --plot docs/img/cost_curve.png
 
 The corpus folder is in gen_corpus.py's layout (d_* and q_* .npy; fitted_corpus.py --stream writes a
@@ -37,8 +37,9 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.common import run_record, write_json
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
 
 from tokenspace.index import InvertedIndex  # noqa: E402
 from tokenspace.sparse import SparseBatch  # noqa: E402
@@ -286,11 +287,11 @@ def main(argv=None) -> int:
 
     results = []
     for n in [int(x) for x in args.sizes.split(",")]:
-        cmd = [sys.executable, __file__, str(args.corpus), "--one", str(n), "--queries", str(args.queries),
+        cmd = [sys.executable, "-m", "benchmarks.cost_curve", str(args.corpus), "--one", str(n), "--queries", str(args.queries),
                "--check", str(args.check), "--segment-docs", str(args.segment_docs),
                "--scipy-max-gb", str(args.scipy_max_gb), "--workdir", str(args.workdir)]
         cmd += ["--keep"] * args.keep + ["--verify"] * args.verify
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=False)
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=False, cwd=ROOT)
         lines = p.stdout.splitlines()
         print("\n".join(x for x in lines if not x.startswith("RESULT ")), flush=True)
         got = [json.loads(x[7:]) for x in lines if x.startswith("RESULT ")]
@@ -300,10 +301,9 @@ def main(argv=None) -> int:
             continue
         results.append(got[0])
 
-    command = "python benchmarks/cost_curve.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    record = run_record(__file__, argv)
     for r in results:
-        r["run"] = {"command": command, "date": date}
+        r["run"] = record  # per size: a merged file keeps each size's own run
     if args.merge and args.json and args.json.exists():
         old = json.loads(args.json.read_text())
         done = {r["n"] for r in results}
@@ -321,11 +321,10 @@ def main(argv=None) -> int:
               f"{r['size_vs_raw_csr']:6.2f} {r['exact']['qps']:9.1f} {r['approx']['qps']:10.1f} "
               f"{r['approx']['recall@10_vs_exact']:11.3f} {('%.1f' % sq) if sq else '-':>9s} "
               f"{r['check']['same_ranking']:>5d}/{r['check']['queries']:<5d} {mem:>19s}")
-    report = {"command": "; ".join(dict.fromkeys(r["run"]["command"] for r in results)), "date": date,
-              "corpus": str(args.corpus), "results": results}
+    record = dict(record, command="; ".join(dict.fromkeys(r["run"]["command"] for r in results)))
+    report = {"corpus": str(args.corpus), "results": results}
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=1) + "\n")
+        write_json(args.json, report, record)
     if args.plot and ok:
         plot(ok, args.plot, f"{args.corpus.name}: cost vs N ({ok[0]['queries']} queries, k={K})")
         print(f"plot: {args.plot}")

@@ -3,7 +3,7 @@ searches, the 18 sample photos found by their own caption at rank 1, and how man
 contributions come from tokens held by more than half of the images; on the demo's own index (the held-out
 drawings and scikit-image's photos: test data, so this reports rankings chosen elsewhere, never chooses).
 
-    python benchmarks/demo_searches.py --rankings benchmarks/search_quality_rows.json
+    python -m benchmarks.demo_searches --rankings benchmarks/search_quality_rows.json
 
 Writes benchmarks/results/demo_searches.json.
 """
@@ -14,9 +14,9 @@ import contextlib
 import io
 import json
 import sys
-import time
 from pathlib import Path
 
+from benchmarks.common import run_record, write_json
 from tokenspace import demo, pipeline
 from tokenspace.explain.ranking import HubBank, Ranking, add_hub_prior, read_model_ranking
 from tokenspace.index import InvertedIndex
@@ -50,9 +50,7 @@ def main(argv=None) -> int:
         print(f"| {name} | {found['at1']} / {len(demo.QUERIES)} | {found['top_k']} | {photos} / 18 | "
               f"{found['generic']} / {found['contributions']} |", flush=True)
     out = ROOT / "benchmarks" / "results" / "demo_searches.json"
-    out.write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                               "command": "python benchmarks/demo_searches.py " + " ".join(argv or sys.argv[1:]),
-                               "model": args.model, "rows": rows}, indent=1) + "\n")
+    write_json(out, {"model": args.model, "rows": rows}, run_record(__file__, argv))
     print(f"wrote {out}", file=sys.stderr)
     return 0
 

@@ -1,26 +1,25 @@
 """Encode real images and captions with a trained sparse model, as input for fitted_corpus.py.
 
-    python benchmarks/encode_real.py --model runs/demo/stair-emoji/model \\
+    python -m benchmarks.encode_real --model runs/demo/stair-emoji/model \\
         --data emoji:train emoji:val emoji:test openclipart:train openclipart:test --out bench-data/stair-real
 
 Writes OUT/images.npz and OUT/texts.npz (SparseBatch.save format: one row per image, one per
 non-empty caption) and OUT/stats.json (rows, mean nnz, dims used). Then:
 
-    python benchmarks/fitted_corpus.py bench-data/stair-real/images.npz bench-data/stair-1M \\
+    python -m benchmarks.fitted_corpus bench-data/stair-real/images.npz bench-data/stair-1M \\
         --n 1000000 --queries bench-data/stair-real/texts.npz
-    python benchmarks/search_speed.py --corpus-dir bench-data/stair-1M
+    python -m benchmarks.search_speed --corpus-dir bench-data/stair-1M
 """
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
 
 import tokenspace  # noqa: E402
+from benchmarks.common import run_record, write_json
 from tokenspace import pipeline  # noqa: E402
 from tokenspace.sparse import SparseBatch  # noqa: E402
 
@@ -42,7 +41,7 @@ def main(argv=None) -> int:
     images.save(a.out / "images.npz")
     queries.save(a.out / "texts.npz")
     stats = {"model": str(a.model), "data": a.data, "images": images.stats(), "texts": queries.stats()}
-    (a.out / "stats.json").write_text(json.dumps(stats, indent=1, default=str))
+    write_json(a.out / "stats.json", json.loads(json.dumps(stats, default=str)), run_record(__file__, argv))
     print(json.dumps(stats, indent=1, default=str))
     return 0
 

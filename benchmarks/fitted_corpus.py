@@ -1,6 +1,6 @@
 """A benchmark corpus fitted to real model outputs: scale a SparseBatch of STAIR vectors up to N docs.
 
-    python benchmarks/fitted_corpus.py stair_images.npz bench-data/stair-1M --n 1000000 \\
+    python -m benchmarks.fitted_corpus stair_images.npz bench-data/stair-1M --n 1000000 \\
         [--queries stair_texts.npz] [--n-queries 1000] [--seed 0]
 
 Input: .npz files in SparseBatch.save format (real image embeddings; optionally real text-query
@@ -26,15 +26,14 @@ produce the same rows for one seed.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
 from numba import njit, prange
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
 
+from benchmarks.common import run_record, write_json
 from tokenspace.sparse import SparseBatch
 
 
@@ -219,9 +218,13 @@ def main(argv=None):
     if a.stream:
         indptr, queries = generate_streaming(a.docs, a.out, a.n, a.queries, a.n_queries, a.seed)
         print(f"wrote {a.out}: {a.n:,} docs, nnz {int(indptr[-1]):,}; queries {queries.stats()}")
+        write_json(a.out / "stats.json", {"docs": a.n, "docs_nnz": int(indptr[-1]), "source": str(a.docs)},
+                   run_record(__file__, argv))
         return
     docs, queries = fit_and_generate(a.docs, a.out, a.n, a.queries, a.n_queries, a.seed)
     print(f"wrote {a.out}: docs {docs.stats()}, queries {queries.stats()}")
+    write_json(a.out / "stats.json", {"docs": len(docs), "docs_nnz": int(docs.nnz), "source": str(a.docs)},
+               run_record(__file__, argv))
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
 """Every GPU measurement in one run (under 10 minutes on one H100 / H200), into one JSON file.
 
-    python benchmarks/gpu_run.py                      # one CUDA GPU -> benchmarks/results/gpu_run.json
-    python benchmarks/gpu_run.py --tiny               # the same code paths on the CPU at toy width (~1 min)
-    python benchmarks/gpu_run.py --sections smoke throughput --budget 300
-    python benchmarks/gpu_run.py --sections encode stair_step compile --out $OUT/gpu_run.json
+    python -m benchmarks.gpu_run                      # one CUDA GPU -> benchmarks/results/gpu_run.json
+    python -m benchmarks.gpu_run --tiny               # the same code paths on the CPU at toy width (~1 min)
+    python -m benchmarks.gpu_run --sections smoke throughput --budget 300
+    python -m benchmarks.gpu_run --sections encode stair_step compile --out $OUT/gpu_run.json
 
 Needs no network: models are built at random init from the paper configs with a synthetic 30,522-entry
 vocabulary, data are synthetic tensors (throughput) or shards / JPEGs the script writes (smoke, encode),
@@ -70,11 +70,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+
+from benchmarks.common import run_record  # noqa: E402
 
 # config name -> (model config it is built from, recipe, paper per-GPU batch, GPUs in the paper)
 MODELS = {"stair-paper": ("stair-paper", "stair-paper", 256, 64),
@@ -126,8 +126,8 @@ def oom_errors() -> tuple:
 def build(name: str, tiny: bool):
     """Random-init model at the config's real shapes (tiny: toy width) and its paper recipe's joint stage."""
     import yaml
-    from paper_costs import VOCAB_SIZE, random_init, synthetic_vocab
 
+    from benchmarks.paper_costs import VOCAB_SIZE, random_init, synthetic_vocab
     from tokenspace.models.config import ModelConfig
     from tokenspace.models.registry import build_model
     from tokenspace.models.shrink import shrink
@@ -418,7 +418,7 @@ def _unique_graphs() -> int:
 
 def forward_flops(name: str) -> dict:
     """Forward FLOPs per pair of each part (paper_costs.model_costs: counted on the meta device)."""
-    from paper_costs import model_costs
+    from benchmarks.paper_costs import model_costs
 
     return model_costs(MODELS[name][0])["forward_flops"]
 
@@ -1139,7 +1139,7 @@ def open_clip_reference(device, tiny, clock, results: dict, out: dict) -> None:
 
 # ---------------------------------------------------------------------------------------------- smoke
 def smoke(tiny, clock, out: dict, work: Path) -> None:
-    import gpu_smoke
+    from benchmarks import gpu_smoke
 
     a = argparse.Namespace(tiny=tiny, steps=12 if tiny else 60, batch=8 if tiny else 128,
                            images=64 if tiny else 2048, workers=0 if tiny else None, compile=False)
@@ -1178,8 +1178,7 @@ def main(argv=None) -> int:
     if a.tiny:
         torch.set_num_threads(1)  # a check of the code paths: leave the other cores alone
     out = a.out if a.out is not None or a.tiny else ROOT / "benchmarks" / "results" / "gpu_run.json"
-    results = {"command": "python benchmarks/gpu_run.py " + " ".join(sys.argv[1:] if argv is None else argv),
-               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "torch": torch.__version__,
+    results = {**run_record(__file__, argv), "torch": torch.__version__,
                "cuda": torch.version.cuda, "device": torch.cuda.get_device_name(0) if not a.tiny else
                f"cpu ({platform.machine()}, {os.cpu_count()} cores)", "sections": {}}
     try:

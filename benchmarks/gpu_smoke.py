@@ -1,8 +1,8 @@
 """GPU smoke run: each paper config trained at its real tower shapes on synthetic shards it writes.
 
     make gpu-smoke                                  # on a machine with one CUDA GPU
-    python benchmarks/gpu_smoke.py --steps 300 --batch 128 --out benchmarks/results/gpu_smoke.json
-    python benchmarks/gpu_smoke.py --tiny           # CPU, toy width: checks the path starts (tests do)
+    python -m benchmarks.gpu_smoke --steps 300 --batch 128 --out benchmarks/results/gpu_smoke.json
+    python -m benchmarks.gpu_smoke --tiny           # CPU, toy width: checks the path starts (tests do)
 
 For each of stair-paper, sparse-clip-vitb32 and visualsparta-paper: the config with random init
 (pretrained weights dropped; a synthetic vocabulary of the paper's 30,522 entries), a few thousand
@@ -28,9 +28,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.common import run_record, write_json
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
 CONFIGS = ["stair-paper", "sparse-clip-vitb32", "visualsparta-paper"]
 COLORS = {"red": (220, 30, 30), "blue": (30, 30, 220), "green": (30, 180, 30), "yellow": (230, 210, 20),
@@ -75,8 +75,8 @@ def prepare(name: str, work: Path, tiny: bool, steps: int, batch: int, images: i
     """(Recipe, data spec) for one config: its model config (random init, synthetic vocabulary) and the
     paper recipe's optimiser, precision and loss over one joint stage."""
     import yaml
-    from paper_costs import VOCAB_SIZE, random_init, synthetic_vocab
 
+    from benchmarks.paper_costs import VOCAB_SIZE, random_init, synthetic_vocab
     from tokenspace.models.config import ModelConfig
     from tokenspace.models.shrink import shrink
     from tokenspace.train.recipe import RECIPE_DIR, Recipe
@@ -184,12 +184,12 @@ def main(argv=None) -> int:
     if a.tiny:
         torch.set_num_threads(1)  # a smoke check: leave the other cores to whatever else runs
     try:
-        return _run(a, torch)
+        return _run(a, torch, argv)
     finally:
         torch.set_num_threads(threads)  # as found (the test suite runs this in its own process)
 
 
-def _run(a, torch) -> int:
+def _run(a, torch, argv=None) -> int:
     out = a.out if a.out is not None or a.tiny else ROOT / "benchmarks" / "results" / "gpu_smoke.json"
     results, ok = [], True
     with tempfile.TemporaryDirectory(prefix="gpu-smoke-") as tmp:
@@ -213,10 +213,10 @@ def _run(a, torch) -> int:
               f"{r['contrastive_last']:.3f}{'' if r['loss_falls'] else ' (did not fall)'} | "
               f"{r['loss_first']:.3f} -> {r['loss_last']:.3f} |")
     if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
         meta = {"torch": torch.__version__, "cuda": torch.version.cuda,
                 "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
-        out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(a).items()}, **meta, "results": results}, indent=1))
+        write_json(out, {"args": {k: str(v) for k, v in vars(a).items()}, **meta, "results": results},
+                   run_record(__file__, argv))
         print(f"wrote {out}")
     return 0 if ok else 1
 

@@ -1,7 +1,7 @@
 """Hybrid sparse + dense search (index/hybrid.py) against each index alone: text -> image R@1 / R@10.
 
-    nice -n 10 python benchmarks/hybrid_search.py
-    nice -n 10 python benchmarks/hybrid_search.py --pair runs/demo/stair-emoji/model runs/demo/dense-emoji/model
+    nice -n 10 python -m benchmarks.hybrid_search
+    nice -n 10 python -m benchmarks.hybrid_search --pair runs/demo/stair-emoji/model runs/demo/dense-emoji/model
 
 Each pair (SPARSE DENSE) encodes the test splits' images and captions with both models, builds an
 InvertedIndex and a DenseIndex of the images, and searches every caption four ways: the sparse index
@@ -15,12 +15,12 @@ dense-drawings, is not kept on disk), and the demo's STAIR with that same dense 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
-from tokenspace import atomic, pipeline
+from benchmarks.common import run_record, write_json
+from tokenspace import pipeline
 from tokenspace.index import InvertedIndex
 from tokenspace.index.dense import DenseIndex
 from tokenspace.index.hybrid import hybrid_search
@@ -81,19 +81,19 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--pair", nargs=2, action="append", metavar=("SPARSE", "DENSE"),
                    help="a sparse model and a dense model (repeatable; default: the two pairs above)")
     p.add_argument("--splits", nargs="+", default=SPLITS)
     p.add_argument("--out", type=Path, default=JSON_OUT)
-    args = p.parse_args()
+    args = p.parse_args(argv)
     t0 = time.perf_counter()
     results = [evaluate_pair(s, d, spec) for s, d in (args.pair or PAIRS) for spec in args.splits]
     print(table(results))
-    doc = {"command": "python " + " ".join(sys.argv), "weight": WEIGHT, "depth": 100, "rrf_k": 60,
+    doc = {"weight": WEIGHT, "depth": 100, "rrf_k": 60,
            "seconds": round(time.perf_counter() - t0), "results": results}
-    atomic.write_text(args.out, json.dumps(doc, indent=1) + "\n")
+    write_json(args.out, doc, run_record(__file__, argv))
     log(f"wrote {args.out} ({doc['seconds']} s)")
 
 

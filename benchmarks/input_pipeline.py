@@ -1,6 +1,6 @@
 """Input pipeline and end-to-end encode throughput on this machine (issue 15's tables 1 and 2).
 
-    python benchmarks/input_pipeline.py --out benchmarks/results/input_pipeline.json
+    python -m benchmarks.input_pipeline --out benchmarks/results/input_pipeline.json
 
 1. Shards: the drawings of ``--data`` (default emoji:train, PNGs) written as webdataset shards to
    ``--tmp``, then streamed by ``data.loader.stream_shards`` (decode + letterbox + normalise to the
@@ -24,12 +24,12 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
+from benchmarks.common import run_record, write_json
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
 
 
 def load() -> str:
@@ -228,8 +228,7 @@ def main(argv=None) -> int:
         print_shards(res, a)
     if "encode" in res:
         print_encode(res, a)
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(res, indent=1))
+    write_json(a.out, res, run_record(__file__, argv))
     print(f"wrote {a.out}")
     return 0
 

@@ -1,7 +1,7 @@
 """export-onnx's files against PyTorch on a test split: encoding speed and retrieval, float32 and int8.
 
-    nice -n 10 python benchmarks/onnx_export.py                        # the release model, emoji:test
-    nice -n 10 python benchmarks/onnx_export.py --model runs/x/model --split icons:test --doc docs/benchmarks.md
+    nice -n 10 python -m benchmarks.onnx_export                        # the release model, emoji:test
+    nice -n 10 python -m benchmarks.onnx_export --model runs/x/model --split icons:test --doc docs/benchmarks.md
 
 The model is exported with ``export_onnx(model, folder, int8=True)`` (models/onnx_export.py: checked
 against PyTorch to 1e-4 before it is written). Then, on the split's images and captions, three encoders:
@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 import tokenspace
+from benchmarks.common import run_record
 from tokenspace import pipeline
 from tokenspace.atomic import write_text
 from tokenspace.encode import encode_pixels
@@ -169,9 +170,7 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
     threads = torch.get_num_threads()
     model = tokenspace.load(args.model)
-    result = {"command": ("nice -n 10 python benchmarks/onnx_export.py "
-                          + " ".join(sys.argv[1:] if argv is None else argv)).strip(),
-              "model": args.model, "torch": torch.__version__, **measure(model, args.split, args.home,
+    result = {**run_record(__file__, argv), "model": args.model, "torch": torch.__version__, **measure(model, args.split, args.home,
                                                                           args.batch_size, args.repeats, threads)}
     write_text(Path(args.json), json.dumps(result, indent=1) + "\n")
     sizes = ", ".join(f"{k} {v / 2**20:.1f} MiB" for k, v in result["file_bytes"].items())
@@ -183,7 +182,7 @@ def main(argv=None) -> int:
     print(body)
     if args.doc:
         ResultsDoc(args.doc).update("onnx-export", body, result["command"],
-                                    heading="ONNX export: speed and retrieval of float32 and int8 (issue 32)")
+                                    heading="ONNX export: speed and retrieval of float32 and int8")
     return 0
 
 

@@ -1,6 +1,6 @@
 """The paper configs on paper: parameters, FLOPs per image-text pair, and the GPU-days of each paper recipe.
 
-    python benchmarks/paper_costs.py --util 0.4 --out benchmarks/results/paper_costs.json
+    python -m benchmarks.paper_costs --util 0.4 --out benchmarks/results/paper_costs.json
 
 Pure arithmetic, no training: each model is built on the ``meta`` device (shapes, no memory, random
 init; a synthetic vocabulary of the paper's 30,522 entries stands in for the BERT asset) and
@@ -21,13 +21,12 @@ init; a synthetic vocabulary of the paper's 30,522 entries stands in for the BER
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 import warnings
 from pathlib import Path
 
+from benchmarks.common import run_record, write_json
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
 
 # config, recipe, GPUs the paper (or the recipe's comment) trains it on
 PAPER = [("stair-paper", "stair-paper", 64), ("sparse-clip-vitb32", "sparse-clip-vitb32", 64),
@@ -207,8 +206,7 @@ def main(argv=None) -> int:
         print(f"  {c['config']} total {r['total_flops']:.3e} FLOPs / ({PEAK['A100'] / 1e12:.0f}e12 x {a.util}) / 86400 "
               f"= {_g(r['gpu_days']['A100'])} A100-days; / ({PEAK['H100'] / 1e12:.0f}e12 x {a.util}) = "
               f"{_g(r['gpu_days']['H100'])} H100-days")
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps({"util": a.util, "peak_flops": PEAK, "models": rows}, indent=1))
+    write_json(a.out, {"util": a.util, "peak_flops": PEAK, "models": rows}, run_record(__file__, argv))
     print(f"\nwrote {a.out}")
     return 0
 

@@ -1,8 +1,8 @@
 """What the ranking levers cost exact search: a hub prior (subtracted inside the kernels) and idf query
 weights, against the plain dot product, on the same index and queries in one process.
 
-    python benchmarks/ranking_overhead.py                                  # bench-1M (generated when missing)
-    python benchmarks/ranking_overhead.py --corpus-dir bench-data/real-text-100K --docs 100000
+    python -m benchmarks.ranking_overhead                                  # bench-1M (generated when missing)
+    python -m benchmarks.ranking_overhead --corpus-dir bench-data/real-text-100K --docs 100000
 
 One query at a time on one thread, exact mode, k = 10; the four settings interleaved pass by pass
 (--passes, default 5) so that drift of a shared machine hits each alike; the median pass's QPS and its
@@ -15,20 +15,20 @@ without a prior, and every ratio is to it. Writes benchmarks/results/ranking_ove
 from __future__ import annotations
 
 import argparse
-import json
-import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # `python benchmarks/ranking_overhead.py` imports benchmarks.peers
+from benchmarks.common import run_record, write_json
 
-from benchmarks.peers.common import load_corpus  # noqa: E402
-from benchmarks.search_speed import ensure_corpus  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
+
+from benchmarks.common import (
+    ensure_corpus,  # noqa: E402
+    load_corpus,  # noqa: E402
+)
 from tokenspace.index import InvertedIndex  # noqa: E402
 from tokenspace.sparse import SparseBatch  # noqa: E402
 
@@ -90,15 +90,11 @@ def main(argv=None) -> int:
         print(f"| {name} | {qps[name]:,.0f} | {qps['plain'] / qps[name]:.3f}x |")
     name = args.name or Path(data_dir).name
     out = ROOT / "benchmarks" / "results" / f"ranking_overhead-{name}.json"
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    out.write_text(json.dumps({
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "commit": commit,
-        "machine": f"{platform.machine()}, {__import__('os').cpu_count()} cores",
-        "command": "python benchmarks/ranking_overhead.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+    write_json(out, {
         "corpus": name, "docs": len(docs), "queries": nq, "passes": args.passes, "build_s": build_s,
         "hub_prior_s": prior_s, "bank": f"{len(bank)} {'held-out queries' if held_out else 'documents, top 15 weights'}",
         "seconds_per_pass": times, "qps_median": qps,
-        "time_vs_plain": {n: qps["plain"] / qps[n] for n in SETTINGS}}, indent=1) + "\n")
+        "time_vs_plain": {n: qps["plain"] / qps[n] for n in SETTINGS}}, run_record(__file__, argv))
     print(f"wrote {out}", file=sys.stderr)
     return 0
 

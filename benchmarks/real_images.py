@@ -1,7 +1,7 @@
 """A real image corpus (issue 30): the release model's vectors of the installed images, captions as queries.
 
-    nice -n 10 python benchmarks/real_images.py --out bench-data/real-images [--whole-photo-sets]
-    python benchmarks/real_engines.py --corpus-dir bench-data/real-images
+    nice -n 10 python -m benchmarks.real_images --out bench-data/real-images [--whole-photo-sets]
+    python -m benchmarks.real_engines --corpus-dir bench-data/real-images
 
 Encodes each data spec on its own (pipeline.encode_collection, as benchmarks/encode_real.py does) so
 that the feature cache, keyed per collection, is reused where an earlier run (evaluation, training)
@@ -20,17 +20,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
 
-from real_corpus import corpus_stats, write_corpus  # noqa: E402
-
+from benchmarks.common import run_record, write_json
+from benchmarks.real_corpus import corpus_stats, write_corpus  # noqa: E402
 from tokenspace.atomic import write_text  # noqa: E402
 from tokenspace.sparse import SparseBatch  # noqa: E402
 
@@ -162,7 +160,7 @@ def main(argv=None) -> int:
              "left_out": [s for s in SPECS if s not in a.specs and SUBSET_OF.get(s) not in timing],
              "encode_queries_seconds": round(time.perf_counter() - t0, 1)}
     stats.pop("doc_words_mean")  # documents are images
-    write_text(a.out / "stats.json", json.dumps(stats, indent=1))
+    write_json(a.out / "stats.json", stats, run_record(__file__, argv))
     print(json.dumps(stats, indent=1))
     return 0
 

@@ -1,15 +1,15 @@
 """The release model: train it (resumable), fuse it, store it under models/, measure the stored weights on
 every test split beside its dense twin, and write the model card and the docs/results.md section.
 
-    make release-model                                  # = python benchmarks/release_model.py
-    python benchmarks/release_model.py --skip-train      # re-measure the runs already trained
-    python benchmarks/release_model.py --stair-from DIR  # release v2 from a trained STAIR folder (no training)
+    make release-model                                  # = python -m benchmarks.release_model
+    python -m benchmarks.release_model --skip-train      # re-measure the runs already trained
+    python -m benchmarks.release_model --stair-from DIR  # release v2 from a trained STAIR folder (no training)
 
 Release v2 (issue O) is a fused model (models/fused.py): the trained STAIR model (part 0, as release v1
 shipped it) plus the training-free tagger on the image side (weight FUSION["tagger_weight"]), the lexical
 anchor on the text side (FUSION["anchor"]), EfficientNet-Lite0 read at 128 px (STAIR) and 224 px (tagger),
 each row pruned to its 100 / 40 heaviest tokens. The weights were chosen on the val splits by
-benchmarks/fusion_sweep.py; nothing here chooses anything on a test split.
+experiments/fusion_sweep.py; nothing here chooses anything on a test split.
 
 Recipes: stair-drawings (3-stage STAIR, the paper's compute split; see its YAML for the tower and λ) and
 dense-drawings (the dense CLIP baseline: same towers, data, batch and the dense budget). Both train on
@@ -29,11 +29,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from reproduce import TOKEN_KS, backbone_reference, class_indices, clean_classname, concept
-from tagger_zeroshot import TEMPLATES
 
 import tokenspace
 import tokenspace.models.registry
+from benchmarks.common import run_record
+from benchmarks.reproduce import TOKEN_KS, backbone_reference, class_indices, clean_classname, concept
+from benchmarks.tagger_zeroshot import TEMPLATES
 from tokenspace import pipeline
 from tokenspace.atomic import write_text
 from tokenspace.demo import SPLITS_FILE, split_build
@@ -50,11 +51,11 @@ RECIPES = {STAIR: "stair-drawings", "dense baseline": "dense-drawings"}
 UNPRUNED = "STAIR (3-stage, release) without top-n"
 # The stored folder's encoded rows keep each image's / text's n heaviest tokens (VisualSparta's top-n
 # pruning, Table 3; not in STAIR: a labelled deviation). Chosen on the val splits with
-# benchmarks/prune_sweep.py (docs/results.md "prune-sweep"): the sparsest setting within noise of the
+# experiments/prune_sweep.py (docs/results.md "prune-sweep"): the sparsest setting within noise of the
 # unpruned model there. The same weights are also measured without it (the UNPRUNED rows).
 ENCODE_TOP_N = {"image_top_n": 80, "text_top_n": 40}
 FUSED = "release v2: STAIR + tagger fused, anchored queries"
-# chosen on val by `python benchmarks/fusion_sweep.py` (benchmarks/results/fusion_sweep.json: the
+# chosen on val by `python -m experiments.fusion_sweep` (benchmarks/results/fusion_sweep.json: the
 # highest mean of drawing T→I R@1 and Fashion-MNIST val top-1 among settings that keep the label the
 # top-1 token for >= 25% of emoji:val images; w = 2 scored higher, 24.8 vs 23.1, but buried the label:
 # 10.1%); not in any of the three papers. The STAIR part
@@ -277,7 +278,8 @@ def main(argv=None) -> int:
                     help="build release v2 from this trained STAIR folder instead of training one (its steps and "
                          "times from --json's previous run)")
     ap.add_argument("--core", action="store_true", help="measure only the splits issue O's targets read (CORE)")
-    ap.add_argument("--doc", default=str(ROOT / "docs" / "results.md"), help="'' to skip the docs section")
+    ap.add_argument("--doc", default=str(ROOT / "benchmarks" / "results" / "release_model.md"),
+                    help="markdown page of the full tables ('' skips it)")
     ap.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "release_model.json"))
     ap.add_argument("--report-only", action="store_true",
                     help="rewrite the card and the docs section from --json's measurements (no training, no measuring)")
@@ -324,12 +326,12 @@ def main(argv=None) -> int:
     step_seconds = {n: train_seconds(runs / r) if (n != STAIR or stair_here) and (runs / r / "log.jsonl").exists()
                     else previous["train_step_seconds"][n] for n, r in RECIPES.items()}
     trained_with = json.loads((stair_run / "recipe.json").read_text()) if stair_here else card_recipe(folder)
-    command = "make release-model  (python benchmarks/release_model.py)"
+    command = "make release-model  (python -m benchmarks.release_model)"
     if args.stair_from:
-        command = (f"python benchmarks/release_model.py --stair-from {args.stair_from} --skip-train"
+        command = (f"python -m benchmarks.release_model --stair-from {args.stair_from} --skip-train"
                    + (" --core" if args.core else ""))
     elif args.stored:
-        command = "python benchmarks/release_model.py --stored  (the committed weights, built by make release-model)"
+        command = "python -m benchmarks.release_model --stored  (the committed weights, built by make release-model)"
     if args.report_only:  # the measurements' own command
         command = previous["command"]
     dense_note = (" The dense rows are those of the previous run (" + previous.get("date", "2026-11-25")
@@ -342,8 +344,8 @@ def main(argv=None) -> int:
             f"reading images at {FUSION['stair_size']} px and the tagger at {FUSION['tagger_size']} px (two backbone "
             f"forwards of the one frozen EfficientNet-Lite0), rows pruned to the top {FUSION['image_top_n']} image / "
             f"{FUSION['text_top_n']} text tokens. Fusion, anchor and top-n are not in the STAIR paper (labelled "
-            "deviations); their weights were chosen on val (`python benchmarks/fusion_sweep.py`, section "
-            "\"Issue O: the tagger fused in\"). The rows \"STAIR (3-stage, release)\" are release v1: the same STAIR weights alone at "
+            "deviations); their weights were chosen on val (`python -m experiments.run fusion_sweep`, "
+            "benchmarks/results/fusion_sweep.json). The rows \"STAIR (3-stage, release)\" are release v1: the same STAIR weights alone at "
             f"128 px with their top {ENCODE_TOP_N['image_top_n']} / {ENCODE_TOP_N['text_top_n']} tokens "
             "(`tokenspace.load(...).part(0)`), and without top-n.\n\n"
             "STAIR part: recipe `stair-drawings` (dense twin: `dense-drawings`) on emoji:train + emoji:train-extra + "
@@ -356,19 +358,19 @@ def main(argv=None) -> int:
               "paper: 10x lower), batch 64 with AdamW, " + recipe_note(trained_with) + "."
             + (f" This build re-used the STAIR weights of `{args.stair_from}` (release v1): its steps and times are "
                "those of the run that trained them." if args.stair_from else "") + dense_note
-            + "\n\n" + tables(results) + "\n\nIssue O's targets (test splits):\n\n" + goal_table)
+            + "\n\n" + tables(results) + "\n\nThe release's targets (test splits):\n\n" + goal_table)
     notes = (f"{body}\n\nWeights: `model.safetensors`, float16, {weights.stat().st_size / 1e6:.1f} MB, "
              f"sha256 `{sha256(weights)}`.\n\nCommand: `{command}`")
     # the measurements first (an hour of work): --report-only can rewrite the card and docs from them
     date = previous.get("date") if args.report_only else time.strftime("%Y-%m-%d %H:%M")
-    doc = {"command": command, "date": date, "release": RELEASE, "fusion": FUSION,
+    doc = {**run_record(__file__, argv), "command": command, "date": date, "release": RELEASE, "fusion": FUSION,
            "sha256": sha256(weights), "bytes": weights.stat().st_size, "wall_seconds": walls,
            "train_step_seconds": step_seconds, "steps": steps, "results": results, "targets": goals}
     json_path.parent.mkdir(parents=True, exist_ok=True)
     write_text(json_path, json.dumps(doc, indent=1, default=float) + "\n")
     replace_card_notes(folder, notes)
     if args.doc:
-        ResultsDoc(args.doc).update("release", body, command, heading=f"Release model: {RELEASE} (issues H, O)")
+        ResultsDoc(args.doc).update("release", body, command, heading=f"Release model: {RELEASE}")
     print(body)
     return 0
 

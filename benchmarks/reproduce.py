@@ -1,8 +1,8 @@
 """Regenerate the paper-style sections of docs/results.md from models trained by the recipes.
 
-    make reproduce                                    # = python benchmarks/reproduce.py
-    python benchmarks/reproduce.py --only retrieval flops-ablation
-    python benchmarks/reproduce.py --quick            # plumbing check: tiny data, 3 steps per stage, scratch files
+    make reproduce                                    # = python -m benchmarks.reproduce
+    python -m benchmarks.reproduce --only retrieval flops-ablation
+    python -m benchmarks.reproduce --quick            # plumbing check: tiny data, 3 steps per stage, scratch files
 
 Models (trained with tokenspace.pipeline.train, or reused when ``<runs>/<name>/model/model.safetensors``
 exists; the default runs dir is the demo's, so `make demo`'s stair-emoji and dense-emoji are reused):
@@ -28,18 +28,11 @@ from pathlib import Path
 
 import numpy as np
 
-from tokenspace import pipeline
-from tokenspace.atomic import write_text
-from tokenspace.eval import ResultsDoc
-from tokenspace.models.registry import load
-from tokenspace.train.recipe import Recipe
-
-if str(Path(__file__).resolve().parent) not in sys.path:  # loaded by path (tests): the sections beside it
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
 # the section builders and their helpers, also imported from here by steering.py, release_model.py, tests
-from reproduce_sections.bench import HEADERS, R_COLS, Bench, Section, retrieval_row  # noqa: F401
-from reproduce_sections.flops import build_flops
-from reproduce_sections.interpretability import (  # noqa: F401
+from benchmarks.common import run_record
+from benchmarks.reproduce_sections.bench import HEADERS, R_COLS, Bench, Section, retrieval_row  # noqa: F401
+from benchmarks.reproduce_sections.flops import build_flops
+from benchmarks.reproduce_sections.interpretability import (  # noqa: F401
     TOKEN_KS,
     backbone_reference,
     build_interpretability,
@@ -47,16 +40,23 @@ from reproduce_sections.interpretability import (  # noqa: F401
     dense_top_tokens,
     token_accuracy_row,
 )
-from reproduce_sections.labels import class_indices, clean_classname, concept, showcase_rows  # noqa: F401
-from reproduce_sections.localization import build_localization, cell_scores, heatmap_queries  # noqa: F401
-from reproduce_sections.plan import CLIPART_TEMPLATES, EMOJI_TEMPLATES, FULL, QUICK, SHOWCASE, Plan  # noqa: F401
-from reproduce_sections.retrieval import build_retrieval
-from reproduce_sections.runs import LAMBDAS, MAIN, RUNS, STAIRS, Run, quick_overrides  # noqa: F401
-from reproduce_sections.textfree import build_textfree
-from reproduce_sections.zeroshot import build_zeroshot, probe_row, zeroshot_row  # noqa: F401
+from benchmarks.reproduce_sections.labels import class_indices, clean_classname, concept, showcase_rows  # noqa: F401
+from benchmarks.reproduce_sections.localization import build_localization, cell_scores, heatmap_queries  # noqa: F401
+from benchmarks.reproduce_sections.plan import CLIPART_TEMPLATES, EMOJI_TEMPLATES, FULL, QUICK, SHOWCASE, Plan  # noqa: F401
+from benchmarks.reproduce_sections.retrieval import build_retrieval
+from benchmarks.reproduce_sections.runs import LAMBDAS, MAIN, RUNS, STAIRS, Run, quick_overrides  # noqa: F401
+from benchmarks.reproduce_sections.textfree import build_textfree
+from benchmarks.reproduce_sections.zeroshot import build_zeroshot, probe_row, zeroshot_row  # noqa: F401
+from tokenspace import pipeline
+from tokenspace.atomic import write_text
+from tokenspace.eval import ResultsDoc
+from tokenspace.models.registry import load
+from tokenspace.train.recipe import Recipe
 
 ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "results.md"
+# the full generated sections go beside the JSON (docs/results.md quotes the current rows); figures into docs/img
+DOC = ROOT / "benchmarks" / "results" / "reproduce.md"
+IMG = ROOT / "docs" / "img"
 JSON_OUT = ROOT / "benchmarks" / "results" / "reproduce.json"
 
 
@@ -115,12 +115,14 @@ def _jsonable(x):
     return x
 
 
-def save_numbers(path: Path, sections: Sequence[Section], command: str, runs_dir: Path, bench: Bench) -> None:
+def save_numbers(path: Path, sections: Sequence[Section], command: str, runs_dir: Path, bench: Bench,
+                 record: dict | None = None) -> None:
     """Merge this invocation's sections into the JSON (other sections kept: --only updates its own)."""
     doc = json.loads(path.read_text()) if path.exists() else {}
     doc.setdefault("sections", {})
     for s in sections:
-        doc["sections"][s.name] = {"command": command, "runs_dir": str(runs_dir), "updated": time.strftime("%F %T"),
+        doc["sections"][s.name] = {**(record or {}), "command": command, "runs_dir": str(runs_dir),
+                                   "updated": time.strftime("%F %T"),
                                    "models": {r: bench.provenance.get(r, "") for r in s.runs},
                                    "numbers": _jsonable(s.numbers)}
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -135,7 +137,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="tiny data, 3 steps per stage: checks the plumbing")
     p.add_argument("--available-only", action="store_true",
                    help="train nothing: use only the models already in --runs (rows of the others are left out)")
-    p.add_argument("--results", type=Path, default=None, help="results markdown (default docs/results.md; "
+    p.add_argument("--results", type=Path, default=None, help="results markdown (default benchmarks/results/reproduce.md; "
                    "--quick: a temp file, quick numbers never land in the real doc)")
     p.add_argument("--json", type=Path, default=None, help="numbers file (default benchmarks/results/reproduce.json;"
                    " --quick: beside --results)")
@@ -149,8 +151,9 @@ def main(argv=None) -> int:
     runs_dir = a.runs or (scratch / "runs" if a.quick else ROOT / "runs" / "demo")
     results = a.results or (scratch / "results.md" if a.quick else DOC)
     json_out = a.json or (results.parent / "reproduce.json" if a.quick else JSON_OUT)
-    doc, img_dir, plan = ResultsDoc(results), results.parent / "img", QUICK if a.quick else FULL
-    command = "python benchmarks/reproduce.py" + ("" if argv is None and len(sys.argv) < 2 else
+    img_dir = IMG if results == DOC else results.parent / "img"
+    doc, plan = ResultsDoc(results), QUICK if a.quick else FULL
+    command = "python -m benchmarks.reproduce" + ("" if argv is None and len(sys.argv) < 2 else
                                                    " " + shlex.join(sys.argv[1:] if argv is None else argv))
     t0 = time.time()
     needed = list(dict.fromkeys(r for s in a.only for r in NEEDS[s]))
@@ -166,10 +169,10 @@ def main(argv=None) -> int:
     for name in a.only:
         t1 = time.time()
         sec = build_section(name, bench, plan, img_dir, doc)
-        doc.update(sec.name, sec.body, command=command + ("  (make reproduce)" if command.endswith(".py") else ""),
-                   heading=sec.heading)
+        make = "  (make reproduce)" if command == "python -m benchmarks.reproduce" else ""
+        doc.update(sec.name, sec.body, command=command + make, heading=sec.heading)
         done.append(sec)
-        save_numbers(json_out, [sec], command, runs_dir, bench)
+        save_numbers(json_out, [sec], command, runs_dir, bench, run_record(__file__, argv))
         print(f"\n## {sec.heading}\n\n{sec.body}", flush=True)
         log(f"{name}: {time.time() - t1:.0f}s")
     log(f"wrote {len(done)} section(s) to {results} and numbers to {json_out} in {time.time() - t0:.0f}s")

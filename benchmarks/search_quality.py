@@ -8,9 +8,9 @@ searched twice: by the whole caption ("red heart — emotion, heart, love, red")
 ("red heart": the part before " — ", as a user types a query). Fashion-MNIST zero-shot: each image's
 best class under the same shaping and idf (CLIP's prompt ensemble, cosine).
 
-    python benchmarks/search_quality.py --split val        # the sweep: choose on validation splits only
-    python benchmarks/search_quality.py --split val-mixed --expansion 1 0.5 --prior 0 0.25 0.5   # one index
-    python benchmarks/search_quality.py --split test --rankings benchmarks/search_quality_rows.json   # the table
+    python -m benchmarks.search_quality --split val        # the sweep: choose on validation splits only
+    python -m benchmarks.search_quality --split val-mixed --expansion 1 0.5 --prior 0 0.25 0.5   # one index
+    python -m benchmarks.search_quality --split test --rankings benchmarks/search_quality_rows.json   # the table
 
 ``--split val-mixed`` / ``test-mixed`` index every split's images together (as the demo indexes several
 sources in one index, where hubs of one source crowd the others' queries) and add the icon sets' names.
@@ -22,14 +22,13 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
+from benchmarks.common import run_record, write_json
 from tokenspace import pipeline
 from tokenspace.eval import ZeroShotEvaluator
 from tokenspace.explain.ranking import Ranking, encode_queries
@@ -90,10 +89,6 @@ def generic_scaled(img, share: float | None):
     if share is None:
         return img
     return hubness.down_weight_generic(img, share)
-
-
-def commit() -> str:
-    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
 
 
 def main(argv=None) -> int:
@@ -178,11 +173,9 @@ def main(argv=None) -> int:
     for n in order if args.rankings else order[:25]:
         print(f"| {n} | " + " | ".join(f"{rows[n][c]:.1f}" for c in cols) + " |")
     out = args.out or ROOT / "benchmarks" / "results" / f"search_quality-{args.split}.json"
-    out.write_text(json.dumps({
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "commit": commit(), "machine": platform.processor() or platform.machine(),
-        "command": "python " + " ".join([f"benchmarks/{Path(__file__).name}", *(argv if argv is not None else sys.argv[1:])]),
+    write_json(out, {
         "model": args.model, "split": args.split, "bank": {"specs": BANK_SPECS, "size": len(bank_t)},
-        "seconds": round(time.time() - t0, 1), "rows": rows}, indent=1) + "\n")
+        "seconds": round(time.time() - t0, 1), "rows": rows}, run_record(__file__, argv))
     print(f"wrote {out}", file=sys.stderr)
     return 0
 

@@ -1,7 +1,7 @@
 """Seismic's k-NN graph for a big corpus, built once and saved, so that a race can load it.
 
-    python benchmarks/seismic_knn.py --corpus-dir bench-data/real-text --nknn 10 --via tokenspace
-    python benchmarks/seismic_knn.py --corpus-dir bench-data/real-text --nknn 10 \
+    python -m benchmarks.seismic_knn --corpus-dir bench-data/real-text --nknn 10 --via tokenspace
+    python -m benchmarks.seismic_knn --corpus-dir bench-data/real-text --nknn 10 \
         --build '{"centroid_fraction": 0.1, "summary_energy": 0.4, "max_fraction": 4.0, "min_cluster_size": 10, "n_postings": 9668}'
 
 Seismic refines a search's best hits with their neighbours in a graph of the documents' nearest
@@ -24,13 +24,10 @@ parts. Writes benchmarks/results/seismic_knn-<name>.json with the wall times and
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import importlib.util
 import json
 import os
-import shlex
 import struct
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -38,10 +35,8 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT))  # benchmarks.*
 
-from benchmarks.peers.common import corpus_size, load_corpus  # noqa: E402
+from benchmarks.common import corpus_size, load_corpus, run_record, write_json  # noqa: E402
 from tokenspace.atomic import atomic_path, write_bytes  # noqa: E402
 
 PART = 20_000  # documents per resumable part of --via tokenspace
@@ -214,15 +209,13 @@ def main(argv=None):
     recall = graph_recall(corpus, read_graph(out), a.check) if a.check > 0 else None
     report = {"corpus": a.name or a.corpus_dir.name, "n_docs": n, "nknn": a.nknn, "via": a.via,
               **({"build": build} if a.via == "seismic" else {}),
-              "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-              "command": "python benchmarks/seismic_knn.py " + shlex.join(sys.argv[1:] if argv is None else argv),
               **timing, "graph_bytes": out.stat().st_size, "graph_path": str(out),
               "graph_recall": recall, "graph_recall_docs": min(a.check, n),
               "threads": os.environ.get("RAYON_NUM_THREADS", f"all ({os.cpu_count()})") if a.via == "seismic"
               else a.threads,
               "load_avg_1min_end": os.getloadavg()[0]}
     res = ROOT / "benchmarks/results" / f"seismic_knn-{report['corpus']}{_tag(a.via)}.json"
-    res.write_text(json.dumps(report, indent=1) + "\n")
+    write_json(res, report, run_record(__file__, argv))
     print(f"graph built in {timing['knn_build_s']:.0f} s ({report['graph_bytes'] / 1e6:.0f} MB, recall "
           f"{recall if recall is None else round(recall, 3)} of the exact neighbours): {out}; wrote {res}")
 

@@ -1,8 +1,8 @@
 """Load test of the HTTP service on loopback: N keep-alive connections for D seconds, 0 errors expected.
 
-    python benchmarks/serve_load.py                                  # the tiny world (model built in code)
-    python benchmarks/serve_load.py --model runs/demo/stair-emoji/model --index runs/demo/index
-    python benchmarks/serve_load.py --connections 32 --duration 30 --write docs/benchmarks.md
+    python -m benchmarks.serve_load                                  # the tiny world (model built in code)
+    python -m benchmarks.serve_load --model runs/demo/stair-emoji/model --index runs/demo/index
+    python -m benchmarks.serve_load --connections 32 --duration 30 --write docs/benchmarks.md
 
 The server runs in its own process (uvicorn, as `tokenspace serve` runs it) so that the client's event
 loop does not share its interpreter. The client is asyncio + httpx: each connection loops over a mix of
@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from benchmarks.common import run_record, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 WORDS = ["red", "blue", "green", "dog", "cat", "car", "tree", "house", "sun", "moon", "star", "face", "smile",
@@ -215,13 +217,13 @@ def main(argv=None) -> int:
             server.wait(10)
     s = summarise(results, errors, elapsed)
     print(json.dumps({k: v for k, v in s.items()}, indent=2))
+    record = run_record(__file__, argv)
     if args.json:
-        Path(args.json).write_text(json.dumps(s, indent=2))
+        write_json(args.json, s, record)
     if args.write:
         from tokenspace.eval import ResultsDoc
 
-        cmd = "python benchmarks/serve_load.py " + " ".join(argv)
-        ResultsDoc(args.write).update("serve", markdown(s, args, world), cmd.strip(),
+        ResultsDoc(args.write).update("serve", markdown(s, args, world), record["command"],
                                       heading="HTTP service under load")
     return 0 if s["errors"] == 0 else 1
 

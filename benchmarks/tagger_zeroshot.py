@@ -1,7 +1,7 @@
 """The tagger (training-free photo baseline): zero-shot on the photo sets and retrieval on the drawings.
 
-    nice -n 10 python benchmarks/tagger_zeroshot.py                     # every arm, ~15 min on 2 cores
-    python benchmarks/tagger_zeroshot.py --arms tagger tagger-bag --sets fashion-mnist
+    nice -n 10 python -m benchmarks.tagger_zeroshot                     # every arm, ~15 min on 2 cores
+    python -m benchmarks.tagger_zeroshot --arms tagger tagger-bag --sets fashion-mnist
 
 The tagger reads EfficientNet-Lite0's own ImageNet classifier on each grid cell (224 px, 7x7 cells) and
 turns class probabilities into the WordPiece tokens of the classes' WordNet lemmas and hypernyms
@@ -19,13 +19,13 @@ Writes benchmarks/results/tagger_zeroshot.json and the `tagger` section of docs/
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
+from benchmarks.common import run_record, write_json
 from tokenspace import pipeline
 from tokenspace.eval import ResultsDoc, ZeroShotEvaluator, markdown_table
 from tokenspace.models.config import ModelConfig
@@ -99,7 +99,8 @@ def main(argv=None) -> int:
     ap.add_argument("--retrieval", nargs="*", default=list(RETRIEVAL_SETS), help="manifest:split for retrieval")
     ap.add_argument("--home", default=None)
     ap.add_argument("--json", default=str(JSON_OUT))
-    ap.add_argument("--doc", default=str(ROOT / "docs" / "results.md"), help="'' to skip the docs section")
+    ap.add_argument("--doc", default=str(ROOT / "benchmarks" / "results" / "tagger_zeroshot.md"),
+                    help="markdown page of the full tables ('' skips it)")
     args = ap.parse_args(argv)
     t0 = time.time()
     model = arm_model(args.arms[0])
@@ -115,14 +116,13 @@ def main(argv=None) -> int:
         res.update({s: pipeline.evaluate_retrieval(model, data[s]) for s in args.retrieval})
         results[arm] = res
         log(f"{arm}: " + ", ".join(f"{s} {r.get('ensemble_acc1', r.get('mean_recall')):.3f}" for s, r in res.items()))
-    command = "nice -n 10 python benchmarks/tagger_zeroshot.py" + (
-        f" --arms {' '.join(args.arms)}" if args.arms != list(ARMS) else "")
-    doc = {"command": command, "seconds": round(time.time() - t0, 1), "templates": list(TEMPLATES),
+    record = run_record(__file__, argv)
+    command = record["command"]
+    doc = {**record, "seconds": round(time.time() - t0, 1), "templates": list(TEMPLATES),
            "sets": {s: len(e.records) for s, e in data.items()},
            "arms": {a: {"config": ARMS[a][0], "overrides": ARMS[a][1], "what": ARMS[a][2]} for a in args.arms},
            "results": results}
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
+    write_json(args.json, doc)
     log(f"wrote {args.json} ({doc['seconds']:.0f}s)")
     if args.doc:
         ResultsDoc(args.doc).update("tagger", render(doc), command, heading="Tagger (training-free photo baseline)")

@@ -2,10 +2,9 @@
 from __future__ import annotations
 
 import gzip
+import importlib
 import importlib.util
 import logging
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -52,26 +51,16 @@ def tiny_config(family: str = "stair", vocab_size: int = 34, **over):
 
 @pytest.fixture(scope="module")
 def load_benchmark():
-    """``load_benchmark("release_model")`` -> the module of benchmarks/release_model.py, set up as
-    ``python benchmarks/<name>.py`` sees it: the folder on sys.path (scripts import their siblings, some
-    inside functions) and the module in sys.modules (dataclasses resolve string annotations there). Both
-    are undone after the test module, so no script name shadows anything in another test module."""
-    folder = Path(__file__).resolve().parents[1] / "benchmarks"
-    before = set(sys.modules)
-    sys.path.insert(0, str(folder))
-
+    """``load_benchmark("release_model")`` -> the module ``benchmarks.release_model``, imported as
+    ``python -m benchmarks.release_model`` imports it; an ablation moved to experiments/ is found there
+    (``prune_sweep`` -> ``experiments.prune_sweep``). Both folders are packages of the repository root."""
     def load(name: str):
-        spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-        return mod
+        for package in ("benchmarks", "experiments"):
+            if importlib.util.find_spec(f"{package}.{name}") is not None:
+                return importlib.import_module(f"{package}.{name}")
+        raise ModuleNotFoundError(f"no benchmarks.{name} or experiments.{name}")
 
-    yield load
-    sys.path.remove(str(folder))
-    for name in set(sys.modules) - before:
-        if str(getattr(sys.modules[name], "__file__", None) or "").startswith(str(folder)):
-            del sys.modules[name]
+    return load
 
 
 @pytest.fixture

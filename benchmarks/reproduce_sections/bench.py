@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from reproduce_sections.runs import RUNS
+from benchmarks.reproduce_sections.runs import RUNS
 from tokenspace import pipeline
 from tokenspace.eval import RetrievalEvaluator, sparsity_stats
 from tokenspace.models.lexicon import vocabulary_embeddings

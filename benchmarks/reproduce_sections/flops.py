@@ -4,9 +4,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from reproduce_sections.bench import HEADERS, Bench, Section, models_line, retrieval_row
-from reproduce_sections.plan import Plan
-from reproduce_sections.runs import LAMBDAS
+from benchmarks.reproduce_sections.bench import HEADERS, Bench, Section, models_line, retrieval_row
+from benchmarks.reproduce_sections.plan import Plan
+from benchmarks.reproduce_sections.runs import LAMBDAS
 from tokenspace.eval import ResultsDoc, markdown_table
 from tokenspace.eval.plots import scatter_plot
 

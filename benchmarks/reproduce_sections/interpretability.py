@@ -6,10 +6,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from reproduce_sections.bench import Bench, Section, models_line
-from reproduce_sections.labels import class_indices, clean_classname, concept, showcase_rows
-from reproduce_sections.plan import Plan
-from reproduce_sections.runs import MAIN
+from benchmarks.reproduce_sections.bench import Bench, Section, models_line
+from benchmarks.reproduce_sections.labels import class_indices, clean_classname, concept, showcase_rows
+from benchmarks.reproduce_sections.plan import Plan
+from benchmarks.reproduce_sections.runs import MAIN
 from tokenspace import pipeline
 from tokenspace.eval import InterpretabilityEvaluator, markdown_table, similarity
 

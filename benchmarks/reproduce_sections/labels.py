@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from reproduce_sections.plan import SHOWCASE
+from benchmarks.reproduce_sections.plan import SHOWCASE
 
 
 def concept(record) -> str:

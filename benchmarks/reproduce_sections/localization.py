@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from reproduce_sections.bench import Bench, Section, models_line
-from reproduce_sections.labels import clean_classname, concept, showcase_rows
-from reproduce_sections.plan import Plan
+from benchmarks.reproduce_sections.bench import Bench, Section, models_line
+from benchmarks.reproduce_sections.labels import clean_classname, concept, showcase_rows
+from benchmarks.reproduce_sections.plan import Plan
 from tokenspace.data.images import ImageLoadError, load_image
 from tokenspace.eval import ResultsDoc, query_heatmap
 from tokenspace.eval.plots import save_heatmaps

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from reproduce_sections.bench import HEADERS, R_COLS, Bench, Section, models_line, retrieval_row
-from reproduce_sections.plan import Plan
-from reproduce_sections.runs import MAIN
+from benchmarks.reproduce_sections.bench import HEADERS, R_COLS, Bench, Section, models_line, retrieval_row
+from benchmarks.reproduce_sections.plan import Plan
+from benchmarks.reproduce_sections.runs import MAIN
 from tokenspace.eval import markdown_table
 
 

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from reproduce_sections.bench import HEADERS, R_COLS, Bench, Section, models_line, retrieval_row
-from reproduce_sections.plan import Plan
-from reproduce_sections.runs import STAIRS
-from reproduce_sections.zeroshot import zeroshot_row
+from benchmarks.reproduce_sections.bench import HEADERS, R_COLS, Bench, Section, models_line, retrieval_row
+from benchmarks.reproduce_sections.plan import Plan
+from benchmarks.reproduce_sections.runs import STAIRS
+from benchmarks.reproduce_sections.zeroshot import zeroshot_row
 from tokenspace import pipeline
 from tokenspace.eval import TokenMaskEncoder, markdown_table
 

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from reproduce_sections.bench import Bench, Section, models_line
-from reproduce_sections.labels import class_indices, clean_classname
-from reproduce_sections.plan import Plan
-from reproduce_sections.runs import MAIN
+from benchmarks.reproduce_sections.bench import Bench, Section, models_line
+from benchmarks.reproduce_sections.labels import class_indices, clean_classname
+from benchmarks.reproduce_sections.plan import Plan
+from benchmarks.reproduce_sections.runs import MAIN
 from tokenspace.eval import LinearProbeEvaluator, ZeroShotEvaluator, markdown_table
 
 

@@ -1,5 +1,5 @@
 """benchmarks/gpu_run.py's pieces on the CPU at toy size (the whole --tiny run takes over a minute here:
-run it by hand, `python benchmarks/gpu_run.py --tiny`)."""
+run it by hand, `python -m benchmarks.gpu_run --tiny`)."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""benchmarks/impact_heads_option.py's pieces on a tiny random collection."""
+"""experiments/impact_heads_option.py's pieces on a tiny random collection."""
 from __future__ import annotations
 
 import numpy as np

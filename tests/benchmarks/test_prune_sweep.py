@@ -1,4 +1,4 @@
-"""benchmarks/prune_sweep.py on a tiny in-code STAIR model and in-code grids (no assets)."""
+"""experiments/prune_sweep.py on a tiny in-code STAIR model and in-code grids (no assets)."""
 from __future__ import annotations
 
 import numpy as np

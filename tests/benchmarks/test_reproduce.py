@@ -200,7 +200,7 @@ def test_main_writes_doc_and_json(rp, models, plan, tmp_path, monkeypatch):
     assert rp.main(argv) == 0
     doc = ResultsDoc(results)
     assert doc.sections() == ["retrieval", "text-free"]
-    assert "python benchmarks/reproduce.py --quick" in doc.section("retrieval")
+    assert "python -m benchmarks.reproduce --quick" in doc.section("retrieval")
     assert "`stair-emoji` (tiny stair-emoji)" in doc.section("retrieval")
     numbers = json.loads(js.read_text())["sections"]
     assert set(numbers) == {"retrieval", "text-free"}

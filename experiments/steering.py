@@ -1,7 +1,7 @@
 """Sparse CLIP feature steering (paper Sec. 4, Fig. 8b) on zero-shot classification: there is no VLM here.
 
-    python benchmarks/steering.py --model runs/sparse-clip-emoji/model
-    python benchmarks/steering.py --model runs/sparse-clip-emoji/model --ks 1,2,4,8,16,32 --strengths none,1,2,4
+    python -m experiments.steering --model runs/sparse-clip-emoji/model
+    python -m experiments.steering --model runs/sparse-clip-emoji/model --ks 1,2,4,8,16,32 --strengths none,1,2,4
 
 For every test image: zero the top-K features of its true category (the category name's own raw text
 activations choose them, as the paper chooses "the features most strongly activated by target concept
@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.reproduce import CLIPART_TEMPLATES, EMOJI_TEMPLATES, clean_classname  # noqa: E402
 from tokenspace import pipeline
 from tokenspace.eval import ResultsDoc
 from tokenspace.eval.zeroshot import build_classifier
@@ -29,9 +30,6 @@ from tokenspace.explain.features import raw_image_blocks, raw_text_blocks
 from tokenspace.explain.steer import steering_sweep
 from tokenspace.models.dual import DualEncoder
 from tokenspace.sparse import SparseBatch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from reproduce import CLIPART_TEMPLATES, EMOJI_TEMPLATES, clean_classname  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 JSON_OUT = ROOT / "benchmarks" / "results" / "steering.json"
@@ -77,7 +75,7 @@ def main(argv=None) -> None:
     p.add_argument("--ks", default="1,2,4,8,16,32")
     p.add_argument("--strengths", default="none,0.5,1,2,4", help="raw activation units; none = suppress only")
     p.add_argument("--seed", type=int, default=0, help="draws each image's alternative category")
-    p.add_argument("--doc", type=Path, default=ROOT / "docs" / "results.md")
+    p.add_argument("--doc", type=Path, default=ROOT / "benchmarks" / "results" / "steering.md")
     p.add_argument("--json", type=Path, default=JSON_OUT)
     a = p.parse_args(argv)
     if not (a.model / "config.json").exists():
@@ -122,7 +120,7 @@ def main(argv=None) -> None:
                  f"{sc['median_top1_concept_act']:.3g}, image L0 {sc['l0_image']:.0f})\n\n"
                  "Flip rate to the alternative category (%):\n\n" + pivot(res["rows"], "flip_rate", ks, strengths)
                  + "\nTrue category kept (%):\n\n" + pivot(res["rows"], "true_rate", ks, strengths) + "\n")
-    cmd = "python benchmarks/steering.py " + shlex.join(sys.argv[1:] if argv is None else argv)
+    cmd = "python -m experiments.steering " + shlex.join(sys.argv[1:] if argv is None else argv)
     ResultsDoc(a.doc).update("sparse-clip-steering", body, cmd.strip(),
                              heading="Sparse CLIP: feature steering on zero-shot classification (paper Sec. 4, Fig. 8b)")
 

@@ -1,7 +1,7 @@
 """Sparse CLIP's Fig. 2b at small scale: ReLU (+ cap) vs L1 penalty vs TopK activation, recall vs L0.
 
-    nice -n 10 python benchmarks/sparse_clip_ablation.py --steps 100              # ~4 runs, CPU budget
-    nice -n 10 python benchmarks/sparse_clip_ablation.py --steps 300 --l1 0.003,0.01,0.03
+    nice -n 10 python -m experiments.sparse_clip_ablation --steps 100              # ~4 runs, CPU budget
+    nice -n 10 python -m experiments.sparse_clip_ablation --steps 300 --l1 0.003,0.01,0.03
 
 Every arm is the sparse-clip-emoji recipe (EfficientNet-Lite0 grids + SPLADE-tiny, 128 x 32 = 4,096
 features, cap 50, batch 64, AdamW 1e-3) with the step count set by ``--steps`` and one change:
@@ -111,7 +111,7 @@ def main(argv=None) -> None:
     p.add_argument("--topk", default="", help="TopK values (default: the ReLU arm's final image L0)")
     p.add_argument("--runs", type=Path, default=ROOT / "runs" / "sparse-clip-ablation")
     p.add_argument("--reuse", action="store_true", help="keep arms whose model/ exists")
-    p.add_argument("--doc", type=Path, default=ROOT / "docs" / "results.md")
+    p.add_argument("--doc", type=Path, default=ROOT / "benchmarks" / "results" / "sparse_clip_ablation.md")
     p.add_argument("--json", type=Path, default=JSON_OUT)
     a = p.parse_args(argv)
     before = json.loads(a.json.read_text()).get("arms", {}) if a.reuse and a.json.exists() else {}
@@ -148,7 +148,7 @@ def main(argv=None) -> None:
             f"{EVAL_SPEC} retrieval (ties count against the query).\n\n"
             + markdown_table(rows, cols, first_column="arm", headers=heads)
             + f"\n![recall vs L0]({doc.relpath(png)})\n")
-    cmd = "python benchmarks/sparse_clip_ablation.py " + shlex.join(sys.argv[1:] if argv is None else argv)
+    cmd = "python -m experiments.sparse_clip_ablation " + shlex.join(sys.argv[1:] if argv is None else argv)
     doc.update("sparse-clip-ablation", body, cmd.strip(),
                heading="Sparse CLIP: ReLU vs L1 vs TopK at matched L0 (paper Fig. 2b, small scale)")
 

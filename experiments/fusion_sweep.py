@@ -1,7 +1,7 @@
 """Issue O's training-free levers on the validation splits: the tagger fused into the release's image
 vectors (weight w) and the lexical anchor on its text vectors (weight a), at three backbone settings.
 
-    python benchmarks/fusion_sweep.py --stair runs/release/stair-v1      # ~40 min on a busy 2-core machine
+    python -m experiments.fusion_sweep --stair runs/release/stair-v1      # ~40 min on a busy 2-core machine
 
 Arms (--arms): "128" = both parts read the images at 128 px (STAIR's training size), "224" = both at 224 (the
 ImageNet classifier's), "128+224" = STAIR at 128 and the tagger at 224 (two backbone forwards per image).
@@ -24,9 +24,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-from release_model import token_row
-from tagger_zeroshot import TEMPLATES
 
+from benchmarks.release_model import token_row
+from benchmarks.tagger_zeroshot import TEMPLATES
 from tokenspace import pipeline
 from tokenspace.atomic import write_text
 from tokenspace.eval import ResultsDoc, RetrievalEvaluator, ZeroShotEvaluator
@@ -173,7 +173,8 @@ def main(argv=None) -> None:
     ap.add_argument("--anchors", type=float, nargs="+", default=[0.0, 0.5, 1.0, 2.0])
     ap.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "fusion_sweep.json"))
     ap.add_argument("--home", default=None)
-    ap.add_argument("--doc", default=str(ROOT / "docs" / "results.md"), help="'' to skip the docs section")
+    ap.add_argument("--doc", default=str(ROOT / "benchmarks" / "results" / "fusion_sweep.md"),
+                    help="markdown page of the full tables ('' skips it)")
     ap.add_argument("--report-only", action="store_true", help="rewrite the docs section from --json")
     ap.add_argument("--add-label-top1", action="store_true",
                     help="add the label top-1 metric to --json's rows (an earlier run without it), re-choose")
@@ -185,7 +186,7 @@ def main(argv=None) -> None:
             doc["command"] += "  (then --add-label-top1)"
             write_text(args.json, json.dumps(doc, indent=1) + "\n")
         ResultsDoc(args.doc).update("issue-o-fusion", render(doc), doc["command"],
-                                    heading="Issue O: the tagger fused in, queries anchored (fusion-sweep)")
+                                    heading="The tagger fused in, queries anchored (fusion-sweep)")
         return
     t0 = time.time()
     rows = []
@@ -194,12 +195,12 @@ def main(argv=None) -> None:
         best = choose(rows)
         doc = {"date": time.strftime("%Y-%m-%d %H:%M"), "stair": args.stair, "top_n": TOP_N, "rows": rows,
                "chosen": best, "seconds": round(time.time() - t0, 1),
-               "command": "python benchmarks/fusion_sweep.py " + " ".join(argv or sys.argv[1:])}
+               "command": "python -m experiments.fusion_sweep " + " ".join(argv or sys.argv[1:])}
         write_text(args.json, json.dumps(doc, indent=1) + "\n")
     log(f"chosen: {best['arm']} px w={best['w']} a={best['a']} (score {100 * best['score']:.1f}); {args.json}")
     if args.doc:
         ResultsDoc(args.doc).update("issue-o-fusion", render(doc), doc["command"],
-                                    heading="Issue O: the tagger fused in, queries anchored (fusion-sweep)")
+                                    heading="The tagger fused in, queries anchored (fusion-sweep)")
 
 
 if __name__ == "__main__":

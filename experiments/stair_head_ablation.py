@@ -1,7 +1,7 @@
 """Where does STAIR's image head lose recall? A frozen-text ladder from the dense probe to STAIR's head.
 
-    python benchmarks/stair_head_ablation.py                 # every arm, ~20 min on 2 cores
-    python benchmarks/stair_head_ablation.py --arms probe stair-head
+    python -m experiments.stair_head_ablation                 # every arm, ~20 min on 2 cores
+    python -m experiments.stair_head_ablation --arms probe stair-head
 
 The text side is frozen: SPLADE-tiny's own vocabulary vector log(1 + ReLU(max MLM logits)) of each caption
 (the text vector STAIR starts from). Only an image head on cached EfficientNet-Lite0 grids (128 px, 4x4
@@ -171,8 +171,8 @@ def main(argv=None) -> None:
     table = markdown_table(rows, first_column="arm")
     print(table)
     if not args.no_doc:
-        cmd = "python benchmarks/stair_head_ablation.py" + (f" --arms {' '.join(args.arms)}" if args.arms != list(ARMS) else "")
-        ResultsDoc(ROOT / "docs" / "results.md").update(
+        cmd = "python -m experiments.stair_head_ablation" + (f" --arms {' '.join(args.arms)}" if args.arms != list(ARMS) else "")
+        ResultsDoc(ROOT / "benchmarks" / "results" / "stair_head_ablation.md").update(
             "stair-head-ablation", (__doc__.split("\n", 4)[4].split("Writes")[0].strip() + "\n\n" + table),
             command=cmd, heading="Where STAIR's image head loses recall: a frozen-text ladder")
 

@@ -1,7 +1,7 @@
 """Top-n pruning of a trained model's encoded rows on the val splits: recall vs tokens per image / text.
 
-    python benchmarks/prune_sweep.py                         # the release model, emoji/icons/openclipart val
-    python benchmarks/prune_sweep.py --model runs/exp/x/model --image 0 100 60 --text 0 40
+    python -m experiments.prune_sweep                         # the release model, emoji/icons/openclipart val
+    python -m experiments.prune_sweep --model runs/exp/x/model --image 0 100 60 --text 0 40
 
 Each (image n, text n) pair sets the model's ``image_top_n`` / ``text_top_n`` (the STAIR options of the
 same name: each encoded row keeps its n heaviest tokens, then is normalised; 0 keeps all) and measures
@@ -84,7 +84,7 @@ def main(argv=None) -> int:
         encoded = {s: pipeline.image_grids(model, pipeline.load_split(s, args.home), args.home, progress=False)
                    for s in args.splits}
         rows = sweep(model, encoded, args.image, args.text)
-        command = ("python benchmarks/prune_sweep.py " + " ".join(sys.argv[1:] if argv is None else argv)).strip()
+        command = ("python -m experiments.prune_sweep " + " ".join(sys.argv[1:] if argv is None else argv)).strip()
         write_text(Path(args.json), json.dumps({"command": command, "model": args.model, "rows": rows},
                                                indent=1, default=float) + "\n")
     body = (f"Model `{args.model}`; R@1/5/10 both ways per val split, mean in %; tokens: the largest split "
@@ -93,7 +93,7 @@ def main(argv=None) -> int:
     print(body)
     if args.doc:
         ResultsDoc(args.doc).update("prune-sweep", body, command,
-                                    heading="Top-n pruning of the release model's vectors, val splits (issue H)")
+                                    heading="Top-n pruning of the release model's vectors, val splits")
     return 0
 
 

@@ -1,7 +1,7 @@
 """What building without impact heads saves, and that searches without an impact floor do not notice.
 
-    python benchmarks/impact_heads_option.py                                    # the two real corpora
-    python benchmarks/impact_heads_option.py --corpora real-images-all --queries 500
+    python -m experiments.impact_heads_option                                    # the two real corpora
+    python -m experiments.impact_heads_option --corpora real-images-all --queries 500
 
 For each corpus in bench-data/: the index built with and without impact heads (InvertedIndex.build's
 ``impact_heads``): build seconds and bytes on disk. On the first corpus also an interleaved A/B of
@@ -23,11 +23,13 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "src"))
 
-from benchmarks.peers.common import corpus_size, dir_bytes, load_corpus  # noqa: E402
-from benchmarks.search_speed import machine  # noqa: E402
+from benchmarks.common import (  # noqa: E402
+    corpus_size,
+    load_corpus,
+    machine,  # noqa: E402
+)
+from benchmarks.peers.common import dir_bytes  # noqa: E402
 from tokenspace.index import InvertedIndex  # noqa: E402
 from tokenspace.sparse import SparseBatch  # noqa: E402
 
@@ -78,7 +80,7 @@ def main(argv=None) -> int:
     ap.add_argument("--queries", type=int, default=2000, help="queries in the A/B (first corpus)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "impact_heads_option.json")
     a = ap.parse_args(argv)
-    report = {"command": "python benchmarks/impact_heads_option.py " + " ".join(sys.argv[1:] if argv is None else argv),
+    report = {"command": "python -m experiments.impact_heads_option " + " ".join(sys.argv[1:] if argv is None else argv),
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": machine(), "corpora": {}}
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory(prefix="heads-") as tmp:

@@ -1,7 +1,7 @@
 """The loss over the active columns (train/active.py) on real batches: how many columns, and the CPU speed-up.
 
-    nice -n 10 python benchmarks/active_loss.py        # release STAIR; emoji:train, 600 openclipart:train pairs
-    python benchmarks/active_loss.py --sizes 256 1024 --time 256 --repeats 1
+    nice -n 10 python -m experiments.active_loss        # release STAIR; emoji:train, 600 openclipart:train pairs
+    python -m experiments.active_loss --sizes 256 1024 --time 256 --repeats 1
 
 Vectors: the release model's STAIR part (``tokenspace-stair-drawings`` part 0: the model a STAIR recipe
 trains) as the trainer's loss sees them: ``image_embed`` of the cached backbone grids and ``text_embed``
@@ -105,7 +105,7 @@ def main(argv=None) -> int:
     model = tokenspace.load(a.model)
     model = model.part(0) if hasattr(model, "part") else model  # a fused release: its STAIR part
     model.eval()
-    res = {"command": "python benchmarks/active_loss.py " + " ".join(sys.argv[1:] if argv is None else argv),
+    res = {"command": "python -m experiments.active_loss " + " ".join(sys.argv[1:] if argv is None else argv),
            "model": a.model, "family": model.family, "vocab": len(model.vocab),
            "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
                       f"torch {torch.__version__}, {torch.get_num_threads()} threads",

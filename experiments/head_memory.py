@@ -1,8 +1,8 @@
 """Peak memory and time of STAIR's token head, forward + backward: the plain autograd head against
 ``models.maxproj.max_projection`` (the head the models use), at paper-like shapes.
 
-    nice -n 10 python benchmarks/head_memory.py
-    python benchmarks/head_memory.py --shapes image:8:196 --repeats 1
+    nice -n 10 python -m experiments.head_memory
+    python -m experiments.head_memory --shapes image:8:196 --repeats 1
 
 The head: ENC = log(1 + relu(max_j (h_j . e_v + b_v))) over positions j, V = 30,522, H = 512 (STAIR's
 text width, the width e is tied to). Shapes: ``image`` = 196 cells (ViT-B/16 at 224 px), ``text`` = 76
@@ -23,7 +23,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "src"))
 V, H = 30522, 512
 
 
@@ -86,7 +85,7 @@ def main(argv=None) -> int:
 
     from tokenspace.atomic import write_text
 
-    res = {"command": "python benchmarks/head_memory.py " + " ".join(sys.argv[1:] if argv is None else argv),
+    res = {"command": "python -m experiments.head_memory " + " ".join(sys.argv[1:] if argv is None else argv),
            "machine": f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}",
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
            "load_average": os.getloadavg(), "rows": rows}

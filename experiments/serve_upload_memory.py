@@ -2,9 +2,9 @@
 110 KB PNG of 5,000 x 5,000 RGBA pixels (just inside the 25-megapixel cap); the server's RSS idle, at
 the peak and 20 s after each burst.
 
-    python benchmarks/serve_upload_memory.py                                  # after make demo: its index
-    python benchmarks/serve_upload_memory.py --bursts 8 32 32 --upload-pixels 25000000
-    python benchmarks/serve_upload_memory.py --serve-src /tmp/old/src --bursts 8   # another checkout's code
+    python -m experiments.serve_upload_memory                                  # after make demo: its index
+    python -m experiments.serve_upload_memory --bursts 8 32 32 --upload-pixels 25000000
+    python -m experiments.serve_upload_memory --serve-src /tmp/old/src --bursts 8   # another checkout's code
 
 The server is the real command (`python -m tokenspace.cli serve`) in its own process; the peak is the
 kernel's high-water mark of that process (VmHWM, reset before each burst through /proc/PID/clear_refs),

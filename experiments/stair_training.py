@@ -5,13 +5,13 @@ eval on emoji:val at every stage end); the row is the final eval, the mean step 
 log.jsonl, and the vector sizes. Results accumulate in a JSON file (a rerun skips finished variants),
 and the markdown table is printed.
 
-    python benchmarks/stair_training.py --variants base head last1 --out benchmarks/results/stair_training.json
-    python benchmarks/stair_training.py --batch-sweep 64 256 1024 --steps 12   # step time vs batch only
+    python -m experiments.stair_training --variants base head last1 --out benchmarks/results/stair_training.json
+    python -m experiments.stair_training --batch-sweep 64 256 1024 --steps 12   # step time vs batch only
     # distillation from the dense twin (issue O): the teacher first, then the students, two seeds
-    python benchmarks/stair_training.py --out benchmarks/results/stair_training_distill.json --variants dense base distill3
-    python benchmarks/stair_training.py --out benchmarks/results/stair_training_distill.json --variants base distill3 --seed 1
+    python -m experiments.stair_training --out benchmarks/results/stair_training_distill.json --variants dense base distill3
+    python -m experiments.stair_training --out benchmarks/results/stair_training_distill.json --variants base distill3 --seed 1
     # the wider tied space (all-MiniLM-L6-v2; `tokenspace assets install all-minilm-l6-v2`) beside SPLADE-tiny
-    python benchmarks/stair_training.py --scale 0.3333333 --out benchmarks/results/stair_training_minilm.json \
+    python -m experiments.stair_training --scale 0.3333333 --out benchmarks/results/stair_training_minilm.json \
         --variants split split-minilm split-minilm-tlr0.1 dense dense-minilm
 
 Step times on a shared 2-core CPU are indicative only (other jobs run beside).

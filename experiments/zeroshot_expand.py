@@ -1,7 +1,7 @@
 """Zero-shot with class names expanded through WordNet (CHiLS-style, a labelled deviation; issue 29, lever 5).
 
-    nice -n 10 python benchmarks/zeroshot_expand.py               # every arm on val, then the chosen one on test
-    python benchmarks/zeroshot_expand.py --val-only --models tagger
+    nice -n 10 python -m experiments.zeroshot_expand               # every arm on val, then the chosen one on test
+    python -m experiments.zeroshot_expand --val-only --models tagger
 
 A class scores the best of its own prompt ensemble and those of its WordNet expansions (Novack et al.
 2023, "CHiLS"; eval/expand.py, ``ZeroShotEvaluator(expansions=...)``). Arms: no expansion; synonyms (the
@@ -27,9 +27,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-from tagger_zeroshot import TEMPLATES
 
 import tokenspace
+from benchmarks.tagger_zeroshot import TEMPLATES
 from tokenspace import assets, pipeline
 from tokenspace.atomic import write_text
 from tokenspace.eval import markdown_table
@@ -136,7 +136,7 @@ def main(argv=None) -> int:
             test[m] = {arm: measure(model, enc, expansions[arm]) for arm in dict.fromkeys(["none", chosen, own_best[m]])}
             log(f"{m} test: " + ", ".join(f"{a} {r['acc1']:.3f}" for a, r in test[m].items()))
 
-    command = "nice -n 10 python benchmarks/zeroshot_expand.py" + (
+    command = "nice -n 10 python -m experiments.zeroshot_expand" + (
         f" --models {' '.join(args.models)}" if args.models != list(MODELS) else "") + (
         " --val-only" if args.val_only else "")
     doc = {"command": command, "seconds": round(time.time() - t0, 1), "templates": list(TEMPLATES),

@@ -1,7 +1,7 @@
 """How much of a dense model's recall survives sparsification (models/sparsified.py, recipe sparsify-dense).
 
-    nice -n 10 python benchmarks/sparsify_dense.py                          # lambdas on the val splits
-    nice -n 10 python benchmarks/sparsify_dense.py --lambdas 3e-3 --test    # + the chosen one on test
+    nice -n 10 python -m experiments.sparsify_dense                          # lambdas on the val splits
+    nice -n 10 python -m experiments.sparsify_dense --lambdas 3e-3 --test    # + the chosen one on test
 
 The dense twin (recipe dense-emoji) is trained first when ``--dense`` has no model (a few minutes; `make
 demo` trains one at runs/demo/dense-emoji). Each lambda (both sides' FLOPs weight) trains the recipe
@@ -26,9 +26,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from reproduce_sections.interpretability import TOKEN_KS, backbone_reference
-from reproduce_sections.labels import class_indices, clean_classname, concept
 
+from benchmarks.reproduce_sections.interpretability import TOKEN_KS, backbone_reference
+from benchmarks.reproduce_sections.labels import class_indices, clean_classname, concept
 from tokenspace import atomic, pipeline
 from tokenspace.eval import InterpretabilityEvaluator
 from tokenspace.models.lexicon import vocabulary_embeddings
@@ -163,7 +163,7 @@ def main(argv=None) -> None:
         result["examples"] = examples(a.dense, model)
         result["token_accuracy emoji:test"] = {"dense": token_accuracy(dense),
                                                f"sparsified lambda={lambdas[-1]:g} steps={a.steps}": token_accuracy(model)}
-    command = "python benchmarks/sparsify_dense.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m experiments.sparsify_dense " + " ".join(argv if argv is not None else sys.argv[1:])
     result["commands"] = [c for c in result.get("commands", []) if c != command] + [command]  # every call so far
     result.pop("command", None)  # the older single-command key
     atomic.write_text(JSON_OUT, json.dumps(result, indent=1) + "\n")
