@@ -40,20 +40,22 @@ def add_arguments(i: argparse.ArgumentParser) -> None:
     ist.add_argument("index", help="index folder")
     iex = isub.add_parser("export", help="write the index's vectors in another engine's format")
     iex.add_argument("index", help="index folder")
-    iex.add_argument("--format", choices=["jsonl", "jsonl-int", "opensearch"], default="jsonl",
+    iex.add_argument("--format", choices=["jsonl", "jsonl-int", "opensearch", "qdrant"], default="jsonl",
                      help="jsonl: float impacts (Seismic); jsonl-int: integer impacts (Anserini/pyserini); "
-                          "opensearch: index mapping + bulk files (default jsonl)")
-    iex.add_argument("--out", required=True, help="output file (jsonl formats) or folder (opensearch)")
+                          "opensearch: index mapping + bulk files; qdrant: a collection with one named sparse "
+                          "vector + point batches for its REST API (default jsonl)")
+    iex.add_argument("--out", required=True, help="output file (jsonl formats) or folder (opensearch, qdrant)")
     iex.add_argument("--scale", type=positive_float, default=None,
                      help="jsonl-int: integer impact = max(1, round(weight x scale)) (default 100; refused "
                           "with the float formats)")
     iex.add_argument("--queries", default=None, metavar="FILE",
                      help="also encode these query texts (one a line) into a query file: queries.jsonl "
                           "beside --out (jsonl, Seismic) or queries.tsv beside --out's folder (jsonl-int, "
-                          "Anserini, which parses every file of the collection folder)")
+                          "Anserini, which parses every file of the collection folder); in --out for opensearch "
+                          "(queries.msearch.ndjson) and qdrant (queries.json, a batch query body)")
     iex.add_argument("--queries-out", default=None, metavar="PATH", help="--queries: write the query file here")
     iex.add_argument("--overwrite", action="store_true",
-                     help="replace --out and the query file when they exist (an OpenSearch --out: a previous "
+                     help="replace --out and the query file when they exist (an OpenSearch or Qdrant --out: a previous "
                           "export only)")
     iex.add_argument("--opensearch-field", choices=["rank_features", "sparse_vector"], default=None,
                      help="opensearch: the vector field's type: rank_features (exact; OpenSearch, Elasticsearch) "
@@ -64,7 +66,12 @@ def add_arguments(i: argparse.ArgumentParser) -> None:
                           "linear rank_feature clauses (rank_features only), written as an _msearch file "
                           "queries.msearch.ndjson in --out (default neural_sparse)")
     iex.add_argument("--k", type=positive_int, default=None,
-                     help="opensearch --queries: results per query (default 10)")
+                     help="opensearch and qdrant --queries: results per query (default 10)")
+    iex.add_argument("--qdrant-vector", default=None, metavar="NAME",
+                     help="qdrant: the name of the sparse vector in the collection (default tokens)")
+    iex.add_argument("--qdrant-idf", action="store_true",
+                     help="qdrant: turn on Qdrant's IDF modifier (query weights times BM25's idf over the "
+                          "collection, as `tokenspace search --idf 1`)")
     iex.add_argument("--model", default=None,
                      help="--queries: the model that encodes them (default: the index's own; refused without "
                           "--queries)")

@@ -13,11 +13,15 @@ from tokenspace.cli.hybrid import DENSE_IDS, build_dense_index
 from tokenspace.cli.index_loading import load_index
 from tokenspace.cli.model_loading import load_model, model_reference
 from tokenspace.explain.ranking import HubBank, add_hub_prior, read_model_ranking
-from tokenspace.index import InvertedIndex, export
+from tokenspace.index import InvertedIndex, export, qdrant
 from tokenspace.index.metadata import read_jsonl as read_metadata_jsonl
 from tokenspace.index.storage import MANIFEST
 
 OPENSEARCH_QUERIES = "queries.msearch.ndjson"  # the _msearch file an OpenSearch export holds with --queries
+# the formats that write a folder: the file that marks a folder as a previous export of the format (only
+# such a folder is replaced, with --overwrite), the batch files it holds, and its query file with --queries
+FOLDER_FORMATS = {"opensearch": ("mapping.json", r"bulk-\d+\.ndjson", OPENSEARCH_QUERIES, "OpenSearch"),
+                  "qdrant": (qdrant.COLLECTION_FILE, r"points-\d+\.json", qdrant.QUERIES_FILE, "Qdrant")}
 
 
 def run(args) -> int:
@@ -44,6 +48,10 @@ def _export(args) -> int:
             out = export.write_jsonl(vectors, ids, args.out)
         elif args.format == "jsonl-int":
             out = export.write_jsonl_quantized(vectors, ids, args.out, scale=args.scale)
+        elif args.format == "qdrant":  # each point's payload: its id and the index's metadata row
+            meta = index.metadata(ids) if index.has_metadata() else None
+            out = qdrant.write_qdrant(vectors, ids, args.out, metadata=meta, vector_name=args.qdrant_vector,
+                                      idf=args.qdrant_idf)
         elif args.opensearch_field == "sparse_vector":  # its search-side ceiling: the queries' weights
             ceiling = None if queries is None else export.quantization_ceiling(queries.values)
             out = export.write_sparse_vector(vectors, ids, args.out, query_ceiling=ceiling)
@@ -51,8 +59,9 @@ def _export(args) -> int:
             out = export.write_rank_features(vectors, ids, args.out)
     except OSError as e:  # the atomic write's message names its temporary file, not --out
         raise CLIError(f"--out {args.out}: cannot write it ({e.strerror or e})") from None
-    if isinstance(out, list):  # a smaller export over a bigger one: its last bulk files would stay behind
-        for stale in set(Path(args.out).glob("bulk-*.ndjson")) - set(out):
+    if isinstance(out, list):  # a smaller export over a bigger one: its last batch files would stay behind
+        batches = FOLDER_FORMATS[args.format][1]
+        for stale in {p for p in Path(args.out).iterdir() if re.fullmatch(batches, p.name)} - set(out):
             stale.unlink()
     print(f"wrote {len(ids)} documents to {args.out}" + (f" ({len(out)} files)" if isinstance(out, list) else ""))
     return 0
@@ -153,8 +162,8 @@ def _export_targets(args) -> ExportTargets:
         return ExportTargets(out, Path(args.queries_out))
     if args.format == "jsonl":  # Seismic: beside the documents
         return ExportTargets(out, out.with_name("queries.jsonl"))
-    if args.format == "opensearch":  # an _msearch file in the export
-        return ExportTargets(out, out / OPENSEARCH_QUERIES)
+    if args.format in FOLDER_FORMATS:  # an _msearch file / a batch query body in the export
+        return ExportTargets(out, out / FOLDER_FORMATS[args.format][2])
     # Anserini parses every file of the collection folder: the topics go beside that folder
     return ExportTargets(out, out.absolute().parent.parent / "queries.tsv")
 
@@ -171,6 +180,7 @@ def _check_export_options(args) -> None:
                          "weights as they are)")
     args.scale = 100.0 if args.scale is None else args.scale
     _check_opensearch_options(args)
+    _check_qdrant_options(args)
     if args.queries and not Path(args.queries).is_file():
         raise CLIError(f"--queries {args.queries}: no such file (one query text a line)")
 
@@ -189,21 +199,23 @@ def _check_export_targets(args, targets: ExportTargets) -> None:
             raise CLIError(f"{what} {path} is the --queries file the export reads: write it somewhere else")
     if qpath is not None:
         _query_file_apart(args, out, qpath)
-    if args.format != "opensearch":
+    if args.format not in FOLDER_FORMATS:
         if out.is_dir():
             raise CLIError(f"--out {out} is a folder; the {args.format} format writes one file: give its path")
         _new_or_overwrite(out, args.overwrite, "--out")
     elif out.exists() and not out.is_dir():
-        raise CLIError(f"--out {out} is a file; the opensearch format writes a folder")
+        raise CLIError(f"--out {out} is a file; the {args.format} format writes a folder")
     elif out.is_dir() and any(out.iterdir()):
-        if not (out / "mapping.json").is_file():
-            raise CLIError(f"--out {out} is a folder that is not empty and holds no OpenSearch export: choose a "
+        marker, _, _, engine = FOLDER_FORMATS[args.format]
+        if not (out / marker).is_file():
+            raise CLIError(f"--out {out} is a folder that is not empty and holds no {engine} export: choose a "
                            "new or empty folder")
         if not args.overwrite:
-            raise CLIError(f"--out {out} already holds an OpenSearch export: pass --overwrite to replace it, or "
+            raise CLIError(f"--out {out} already holds {'an' if engine[0] in 'AEIOU' else 'a'} {engine} export: "
+                           "pass --overwrite to replace it, or "
                            "choose another folder")
-    if qpath is not None and (args.queries_out or args.format != "opensearch"):
-        # (the _msearch file in an OpenSearch export is part of it: replaced with the export)
+    if qpath is not None and (args.queries_out or args.format not in FOLDER_FORMATS):
+        # (the query file in an OpenSearch or Qdrant export is part of it: replaced with the export)
         if qpath.is_dir():
             raise CLIError(f"the query file {qpath} is a folder: give a file path with --queries-out")
         _new_or_overwrite(qpath, args.overwrite, "the query file")
@@ -215,7 +227,7 @@ def _query_file_apart(args, out: Path, qpath: Path) -> None:
     """The query file is none of the export's own files (nor, for Anserini, in its collection folder)."""
     named = "--queries-out" if args.queries_out else "the default query file"
     fix = "give the query file its own path with --queries-out" if not args.queries_out else "give it another path"
-    if args.format != "opensearch":
+    if args.format not in FOLDER_FORMATS:
         if _same(qpath, out):
             where = "" if args.queries_out else f" ({qpath.name} beside --out)"
             raise CLIError(f"{named} {qpath}{where} is --out itself: the query file would replace the export; {fix}")
@@ -223,10 +235,11 @@ def _query_file_apart(args, out: Path, qpath: Path) -> None:
             raise CLIError(f"{named} {qpath} is in --out's folder {out.parent}, which Anserini indexes whole "
                            f"(every file of it is read as documents); {fix}")
         return
+    marker, batches, _, engine = FOLDER_FORMATS[args.format]
     if _same(qpath, out) or _inside(out, qpath):
-        raise CLIError(f"{named} {qpath} is the OpenSearch --out folder or holds it: {fix}")
-    if _same(qpath.absolute().parent, out) and (qpath.name == "mapping.json" or re.fullmatch(r"bulk-\d+\.ndjson", qpath.name)):
-        raise CLIError(f"{named} {qpath} is a file of the OpenSearch export in {out}: {fix}")
+        raise CLIError(f"{named} {qpath} is the {engine} --out folder or holds it: {fix}")
+    if _same(qpath.absolute().parent, out) and (qpath.name == marker or re.fullmatch(batches, qpath.name)):
+        raise CLIError(f"{named} {qpath} is a file of the {engine} export in {out}: {fix}")
 
 
 def _same(a: Path, b: Path) -> bool:
@@ -257,7 +270,7 @@ def _outside_index(path: Path, index: str) -> None:
 def _check_opensearch_options(args) -> None:
     """The OpenSearch options apply to --format opensearch only (a documented option is never ignored)."""
     given = [f"--{o.replace('_', '-')}" for o in ("opensearch_field", "opensearch_query", "k")
-             if getattr(args, o) is not None]
+             if getattr(args, o) is not None and not (o == "k" and args.format == "qdrant")]
     if args.format != "opensearch" and given:
         raise CLIError(f"{', '.join(given)}: only with --format opensearch")
     if args.format == "opensearch" and not args.queries and (args.opensearch_query or args.k):
@@ -267,6 +280,20 @@ def _check_opensearch_options(args) -> None:
     if args.opensearch_field == "sparse_vector" and args.opensearch_query == "rank_feature":
         raise CLIError("--opensearch-query rank_feature reads rank_features fields; query a sparse_vector "
                        "field with neural_sparse")
+
+
+def _check_qdrant_options(args) -> None:
+    """The Qdrant options apply to --format qdrant only (a documented option is never ignored)."""
+    given = [o for o, v in (("--qdrant-vector", args.qdrant_vector), ("--qdrant-idf", args.qdrant_idf)) if v]
+    if args.format != "qdrant" and given:
+        raise CLIError(f"{', '.join(given)}: only with --format qdrant")
+    if args.format == "qdrant" and not args.queries and args.k:
+        raise CLIError("--k shapes the query file: give --queries FILE")
+    try:
+        qdrant.collection_config(args.qdrant_vector or qdrant.VECTOR_NAME)
+    except ValueError as e:
+        raise CLIError(f"--qdrant-vector: {e}") from None
+    args.qdrant_vector = args.qdrant_vector or qdrant.VECTOR_NAME
 
 
 def _export_queries(args, path: Path):
@@ -294,6 +321,8 @@ def _export_queries(args, path: Path):
     elif args.format == "opensearch":  # _msearch answers in file order: q1, q2, ...
         export.write_opensearch_queries(queries, path, field_type=args.opensearch_field,
                                         query_type=args.opensearch_query, k=args.k or 10)
+    elif args.format == "qdrant":  # one batch query body: answers in file order, q1, q2, ...
+        qdrant.write_queries(queries, path, k=args.k or 10, vector_name=args.qdrant_vector)
     else:
         export.write_queries_tsv(queries, qids, path, scale=args.scale)
     print(f"wrote {len(texts)} queries (q1..q{len(texts)}, in file order) to {path}")
