@@ -1,4 +1,5 @@
-"""The STAIR text side as a sentence-transformers SparseEncoder folder (MLMTransformer + SpladePooling).
+"""A STAIR or fused model's text side as a sentence-transformers SparseEncoder folder (MLMTransformer +
+SpladePooling, then a fused model's lexical anchor).
 
 STAIR's text encoder is SPLADE's architecture: a BERT masked language model, log(1 + ReLU(logits)) and
 a max over positions. ``export_sentence_transformers(model, out)`` writes it in the layout
@@ -16,6 +17,14 @@ then ``2_Normalize`` for cosine models), so ``SparseEncoder(out).encode(texts)``
   ``SparseEncoder(out, trust_remote_code=True)``;
 * STAIR's rows are L2-normalised (cosine similarity, eq. 2): a Normalize module does the same, last,
   as ``encode_text`` does (cut, then normalise).
+
+A fused model (models/fused.py, the release model's family) has the text side
+``t * n(stair part's text vector) + anchor * n(bag of the text's content word pieces)``: its one STAIR
+text part is written as above (MLM + SpladePooling, the part's own output mask), then a LexicalAnchor
+module (models/st_anchor.py, copied into the folder; ``trust_remote_code=True``) forms that sum from the
+same token ids, then the fused model's TopN and Normalize. Parts that take no part in the text side (text
+weight 0: the release's tagger) are left out; a fused model whose text side has no STAIR part, or several
+(two MLMs would need two forwards), is refused.
 
 sentence-transformers is not needed to write the folder (only to read it).
 """
@@ -41,6 +50,9 @@ SPLADE = "sentence_transformers.sparse_encoder.models.SpladePooling"
 NORMALIZE = "sentence_transformers.models.Normalize"
 TOP_N_SOURCE = Path(__file__).with_name("st_top_n.py")  # copied into the folder for models with a top-n
 TOP_N = f"{TOP_N_SOURCE.stem}.TopN"  # a module of the folder itself (trust_remote_code=True to load it)
+ANCHOR_SOURCE = Path(__file__).with_name("st_anchor.py")  # copied into a fused model's folder
+ANCHOR = f"{ANCHOR_SOURCE.stem}.LexicalAnchor"
+FAMILIES = ("stair", "fused")  # the families whose text side export-st writes
 
 
 def _mlm(model):
@@ -97,23 +109,45 @@ def check_out(out: Path, source: str | Path | None = None, fmt: str = MARKER_FOR
 
 
 def check_family(family: str) -> None:
-    """Only STAIR's text side is SPLADE's architecture (ValueError otherwise)."""
-    if family != "stair":
-        raise ValueError(f"export-st writes STAIR's SPLADE-style text side; a {family!r} model's text "
-                         "side is not an MLM with max pooling")
+    """Only STAIR's text side is SPLADE's architecture, alone or inside a fused model (ValueError otherwise)."""
+    if family not in FAMILIES:
+        raise ValueError(f"export-st writes the SPLADE-style text side of STAIR models (alone or fused); a "
+                         f"{family!r} model's text side is not an MLM with max pooling")
+
+
+def text_parts(model) -> tuple:
+    """(the STAIR model whose MLM the folder holds, its text weight, the lexical anchor) of ``model``:
+    a STAIR model is itself, weight 1 and no anchor; a fused model its one STAIR part with text weight
+    != 0 and its anchor (ValueError for other text sides)."""
+    check_family(model.family)
+    if model.family == "stair":
+        return model, 1.0, None
+    texts = [(w, p) for w, p in zip(model.text_weights, model.parts) if w]
+    bad = [p.family for _, p in texts if p.family != "stair"]
+    if bad or len(texts) != 1:
+        found = ", ".join(f"{p.family} (text weight {w:g})" for w, p in texts) or "none"
+        raise ValueError(f"export-st writes a fused model whose text side is one STAIR part (plus the lexical "
+                         f"anchor); {model.config.name!r} has text parts: {found}")
+    (weight, part), = texts
+    return part, float(weight), float(model.anchor)
+
+
+def _non_content_ids(model) -> list[int]:
+    """The token ids the fused model's bag leaves out (its ``content`` buffer: stop words, specials, ...)."""
+    return torch.nonzero(~model.content.bool()).flatten().tolist()
 
 
 def export_sentence_transformers(model, out: str | Path, source: str | Path | None = None) -> Path:
     """Write ``model``'s text side (STAIR) as a SparseEncoder folder at ``out``. An existing ``out`` is
     replaced atomically only when it is empty or a previous export (``check_out``); ``source`` is the
     folder the model was loaded from, which ``out`` must neither be, hold nor lie in."""
-    check_family(model.family)
+    stair, text_weight, anchor = text_parts(model)
     out = Path(out)
     check_out(out, source)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_folder(out)  # not tempfile.mkdtemp: its 0700 would make the exported folder private
     try:
-        mlm = _mlm(model)
+        mlm = _mlm(stair)
         mlm.save_pretrained(str(tmp))  # config.json (model_type bert, BertForMaskedLM) + model.safetensors
         mode = new_file_mode(tmp)
         for f in tmp.glob("*.safetensors"):  # safetensors writes 0600
@@ -122,11 +156,20 @@ def export_sentence_transformers(model, out: str | Path, source: str | Path | No
         write_tokenizer_files(tmp, vocab, model.config.max_text_len)
         modules = [{"idx": 0, "name": "0", "path": "", "type": MLM},
                    {"idx": 1, "name": "1", "path": "1_SpladePooling", "type": SPLADE}]
+        if anchor is not None:  # a fused model: the weighted STAIR vector plus the anchor's bag
+            n = len(modules)
+            modules.append({"idx": n, "name": str(n), "path": f"{n}_LexicalAnchor", "type": ANCHOR})
+            (tmp / f"{n}_LexicalAnchor").mkdir()
+            (tmp / f"{n}_LexicalAnchor" / "config.json").write_text(json.dumps(
+                {"vocab_size": len(model.vocab), "anchor": anchor, "text_weight": text_weight,
+                 "non_content_ids": _non_content_ids(model)}) + "\n")
+            shutil.copyfile(ANCHOR_SOURCE, tmp / ANCHOR_SOURCE.name)
         # encode_text' order (DualEncoder.rows): the top-n cut, then the normalisation
         if model.text_top_n:
-            modules.append({"idx": 2, "name": "2", "path": "2_TopN", "type": TOP_N})
-            (tmp / "2_TopN").mkdir()
-            (tmp / "2_TopN" / "config.json").write_text(json.dumps({"top_n": int(model.text_top_n)}) + "\n")
+            n = len(modules)
+            modules.append({"idx": n, "name": str(n), "path": f"{n}_TopN", "type": TOP_N})
+            (tmp / f"{n}_TopN").mkdir()
+            (tmp / f"{n}_TopN" / "config.json").write_text(json.dumps({"top_n": int(model.text_top_n)}) + "\n")
             shutil.copyfile(TOP_N_SOURCE, tmp / TOP_N_SOURCE.name)
         if model.similarity_fn_name == "cosine":
             n = len(modules)
@@ -142,11 +185,14 @@ def export_sentence_transformers(model, out: str | Path, source: str | Path | No
         (tmp / "config_sentence_transformers.json").write_text(json.dumps(
             {"model_type": "SparseEncoder", "prompts": {"query": "", "document": ""},
              "default_prompt_name": None, "similarity_fn_name": "dot"}, indent=2) + "\n")
-        trust = ", trust_remote_code=True" if model.text_top_n else ""  # st_top_n.py is the folder's own code
+        # st_top_n.py / st_anchor.py are the folder's own code
+        trust = ", trust_remote_code=True" if model.text_top_n or anchor is not None else ""
+        fused = (f" + the lexical anchor (st_anchor.py: {text_weight:g} x the STAIR part's unit vector + "
+                 f"{anchor:g} x the unit bag of the text's content word pieces)" if anchor is not None else "")
         (tmp / "README.md").write_text(
             f"---\nlibrary_name: sentence-transformers\ntags:\n- sparse-encoder\n- splade\n- tokenspace\n---\n\n"
-            f"# {model.config.name}: text encoder\n\nThe text side of the tokenspace STAIR model "
-            f"`{model.config.name}` as a sentence-transformers SparseEncoder (MLM + SPLADE max pooling"
+            f"# {model.config.name}: text encoder\n\nThe text side of the tokenspace {model.family} model "
+            f"`{model.config.name}` as a sentence-transformers SparseEncoder (MLM + SPLADE max pooling{fused}"
             f"{f' + the {model.text_top_n} heaviest tokens (st_top_n.py)' if model.text_top_n else ''}"
             f"{' + L2 normalisation' if model.similarity_fn_name == 'cosine' else ''}), written by "
             f"`tokenspace export-st`. Its vectors equal `model.encode_text(texts)`.\n\n"

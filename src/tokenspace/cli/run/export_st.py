@@ -1,4 +1,4 @@
-"""tokenspace export-st MODEL OUT: STAIR's text side as a sentence-transformers SparseEncoder."""
+"""tokenspace export-st MODEL OUT: a STAIR or fused model's text side as a sentence-transformers SparseEncoder."""
 from __future__ import annotations
 
 from pathlib import Path
