@@ -1,88 +1,57 @@
-"""The dense half of a hybrid search: `index build` with a dense model writes a DenseIndex folder, and
-`search --dense-index DIR` opens it with its model and fuses its hits with the sparse index's
-(index/hybrid.py). Loaded by the run modules of `index` and `search`; the arguments are in cli/search.py."""
+"""The dense half of a hybrid search on the command line: `index build` with a dense model writes a
+DenseIndex folder, `search` / `serve --dense-index DIR` open it with its model for searcher.py's
+Searcher, which fuses its hits with the sparse index's (index/hybrid.py). The arguments are in
+cli/search.py and cli/serve.py."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from tokenspace import pipeline
-from tokenspace.cli.common import CLIError, UsageError, one_line
+from tokenspace.cli.common import CLIError, UsageError
 from tokenspace.cli.model_loading import load_model, model_reference
 from tokenspace.index.dense import DenseIndex  # faiss itself loads only when an index is opened
-from tokenspace.index.hybrid import DEPTH, hybrid_search
 from tokenspace.index.storage import MANIFEST
+from tokenspace.searcher import DENSE_IDS, DenseHalf, SearchError, dense_model_of, load_dense_index, \
+    write_dense_collection
 
-DENSE_IDS = "ids.json"  # what a DenseIndex folder holds beside flat.faiss (index/dense.py)
+__all__ = ["DENSE_IDS", "build_dense_index", "check_dense_args", "open_dense"]
 
 
-class DenseHalf:
-    """A dense index, the dense model that encodes its queries, and how to fuse its hits with the sparse
-    index's."""
-
-    def __init__(self, index, model, fusion: str, weight: float):
-        self.index, self.model, self.fusion, self.weight = index, model, fusion, weight
-
-    @classmethod
-    def from_args(cls, args) -> DenseHalf | None:
-        """--dense-index / --dense-model / --fusion / --weight; None without --dense-index (and then the
-        other three are refused rather than ignored)."""
-        if args.dense_index is None:
-            given = [f for f, v in (("--dense-model", args.dense_model), ("--fusion", args.fusion),
-                                    ("--weight", args.weight)) if v is not None]
-            if given:
-                raise UsageError(f"{', '.join(given)}: only with --dense-index (hybrid search)")
-            return None
-        given = [f for f, v in (("--where", args.where), ("--filter", getattr(args, "filter", None)),
-                                ("--must", getattr(args, "must", None)), ("--must-not", getattr(args, "must_not", None)))
-                 if v]
+def check_dense_args(args) -> None:
+    """--dense-model / --fusion / --weight only with --dense-index, and no token or metadata filter with
+    it (a dense index has neither): refused rather than ignored, before anything loads."""
+    if args.dense_index is None:
+        given = [f for f, v in (("--dense-model", args.dense_model), ("--fusion", getattr(args, "fusion", None)),
+                                ("--weight", getattr(args, "weight", None))) if v is not None]
         if given:
-            raise UsageError(f"{', '.join(given)} filters on the sparse index's tokens or metadata, which a dense "
-                             "index lacks: not with --dense-index")
-        model, index = open_dense(args.dense_index, args.dense_model)
-        return cls(index, model, args.fusion or "rrf", 0.5 if args.weight is None else args.weight)
-
-    def check_collection(self, sparse_index, where: str) -> None:
-        check_same_collection(self.index, sparse_index, where)
-
-    def encode(self, texts=None, image=None):
-        """Dense query rows [n, d] of texts or of one image file."""
-        return self.model.encode_image([image]) if image is not None else self.model.encode_text(texts)
-
-    def search(self, sparse_index, sparse_queries, dense_queries, k: int):
-        return hybrid_search(sparse_index, sparse_queries, self.index, dense_queries, k, fusion=self.fusion,
-                             weight=self.weight, depth=DEPTH)
+            raise UsageError(f"{', '.join(given)}: only with --dense-index (hybrid search)")
+        return
+    given = [f for f, v in (("--where", getattr(args, "where", None)), ("--filter", getattr(args, "filter", None)),
+                            ("--must", getattr(args, "must", None)), ("--must-not", getattr(args, "must_not", None)))
+             if v]
+    if given:
+        raise UsageError(f"{', '.join(given)} filters on the sparse index's tokens or metadata, which a dense "
+                         "index lacks: not with --dense-index")
 
 
-def open_dense(index_dir: str, model_ref: str | None = None, device: str = "cpu"):
-    """(dense model, DenseIndex) of --dense-index and --dense-model (default: the model the dense index
-    was built with)."""
-    index = load_dense_index(index_dir)
-    ref = model_ref or pipeline.read_collection_meta(index_dir).get("model")
+def open_dense(index_dir: str, model_ref: str | None = None, device: str = "cpu", *, index=None,
+               where: str = "--index") -> DenseHalf:
+    """The dense half of --dense-index and --dense-model (default: the model the dense index was built
+    with); ``index``: the sparse index it must match (the same images)."""
+    try:
+        dense_index = load_dense_index(index_dir)
+    except SearchError as e:
+        raise CLIError(str(e).replace("dense_index ", "--dense-index ", 1)) from None
+    if index is not None and len(dense_index) != len(index):
+        raise CLIError(f"--dense-index holds {len(dense_index)} images and {where} {len(index)}: "
+                       "index the same collection with the sparse and the dense model")
+    ref = model_ref or dense_model_of(index_dir)
     if not ref:
         raise CLIError(f"no --dense-model given and the dense index at {index_dir} does not name one")
     model = load_model(ref, device)
     if getattr(model, "sparse", True):
         raise CLIError(f"--dense-model {ref}: a sparse model ({model.family}); the dense index needs its dense model")
-    return model, index
-
-
-def check_same_collection(dense_index, sparse_index, where: str) -> None:
-    """Both indexes must hold the same images (fusion adds up two rankings of one collection)."""
-    if len(dense_index) != len(sparse_index):
-        raise CLIError(f"--dense-index holds {len(dense_index)} images and {where} {len(sparse_index)}: "
-                       "index the same collection with the sparse and the dense model")
-
-
-def load_dense_index(path: str):
-    """The DenseIndex saved at ``path`` (by `tokenspace index build --model DENSE_MODEL`)."""
-    p = Path(path)
-    if not (p / DENSE_IDS).exists():
-        what = "no dense index in the folder" if p.is_dir() else "a file, not a folder" if p.exists() else "no such folder"
-        raise CLIError(f"no dense index at {path} ({what}; build one with `tokenspace index build --model DENSE_MODEL`)")
-    try:
-        return DenseIndex.load(p)
-    except (ImportError, ValueError, RuntimeError) as e:
-        raise CLIError(f"--dense-index {path}: {one_line(e)}") from None
+    return DenseHalf(model, dense_index)
 
 
 def build_dense_index(args, model) -> int:
@@ -101,6 +70,6 @@ def build_dense_index(args, model) -> int:
     if not ids:
         raise CLIError(f"no readable images in {' '.join(args.data)}: nothing to index")
     DenseIndex.build(vectors, ids).save(out)
-    pipeline.write_collection_meta(out, records, model_reference(args.model))
+    write_dense_collection(out, model_reference(args.model))
     print(f"indexed {len(ids)} images into {out} (dense: search it with --dense-index beside a sparse --index)")
     return 0

@@ -22,7 +22,6 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from tokenspace.pipeline import read_collection_meta
 from tokenspace.serve import schemas
 from tokenspace.serve.body_limit import BodyLimit
 from tokenspace.serve.body_timeout import BODY_TIMEOUT, BodyTimeout
@@ -64,9 +63,7 @@ def create_app(model, index_dir=None, *, index=None, items=None, dense=None,
         model = load(model)
     if index is None:
         service = SearchService.from_dir(model, index_dir, **dense_kw)
-    else:
-        if items is None and index_dir is not None:
-            items = read_collection_meta(index_dir).get("items", {})
+    else:  # items None: what the index (or an older index's folder) records
         service = SearchService(model, index, items, base_dir=index_dir, **dense_kw)
     return build_app(service, upload_pixels=upload_pixels)
 

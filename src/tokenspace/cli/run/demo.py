@@ -6,7 +6,7 @@ from pathlib import Path
 from tokenspace import demo
 from tokenspace.cli.common import UsageError
 from tokenspace.cli.run.serve import web_app
-from tokenspace.pipeline import read_collection_meta
+from tokenspace.searcher import index_model
 
 
 def run(args) -> int:
@@ -17,6 +17,6 @@ def run(args) -> int:
     demo.run(out=out, home=args.home, quick=args.quick, results=args.results or out / "results.md")
     if app is not None:
         # the model that built the index (the release model, or the STAIR trained here without one)
-        model = read_collection_meta(out / "index")["model"] or out / "stair-emoji" / "model"
+        model = index_model(out / "index") or out / "stair-emoji" / "model"
         app.run(model=model, index=out / "index", host="127.0.0.1", port=args.port or 8000)
     return 0

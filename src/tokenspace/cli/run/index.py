@@ -16,6 +16,7 @@ from tokenspace.explain.ranking import HubBank, add_hub_prior, read_model_rankin
 from tokenspace.index import InvertedIndex, export, qdrant
 from tokenspace.index.metadata import read_jsonl as read_metadata_jsonl
 from tokenspace.index.storage import MANIFEST
+from tokenspace.searcher import index_model
 
 OPENSEARCH_QUERIES = "queries.msearch.ndjson"  # the _msearch file an OpenSearch export holds with --queries
 # the formats that write a folder: the file that marks a folder as a previous export of the format (only
@@ -307,7 +308,7 @@ def _export_queries(args, path: Path):
         raise CLIError(f"--queries {args.queries}: cannot read it ({e.strerror or e})") from None
     if not texts:
         raise CLIError(f"--queries {args.queries}: no query text in the file")
-    model_ref = args.model or pipeline.read_collection_meta(args.index).get("model")
+    model_ref = args.model or index_model(args.index)
     if not model_ref:
         raise CLIError(f"--queries needs --model: the index at {args.index} does not name its model")
     model = load_model(model_ref)

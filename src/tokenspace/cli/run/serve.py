@@ -4,11 +4,11 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from tokenspace import pipeline
 from tokenspace.cli.common import CLIError, UsageError
 from tokenspace.cli.hybrid import open_dense
 from tokenspace.cli.model_loading import device_named, load_model
 from tokenspace.models.registry import DEFAULT_RELEASE, release_path
+from tokenspace.searcher import index_model
 
 
 def run(args) -> int:
@@ -18,7 +18,7 @@ def run(args) -> int:
     if not Path(args.index).is_dir():
         raise CLIError(f"--index {args.index}: no index folder there (make one with `make demo` or "
                        "`tokenspace index build`)")
-    model_ref = args.model or pipeline.read_collection_meta(args.index).get("model") or (
+    model_ref = args.model or _recorded_model(args.index) or (
         DEFAULT_RELEASE if release_path(DEFAULT_RELEASE) else None)
     if not model_ref:
         raise CLIError(f"serve needs --model: the index at {args.index} does not name its model and no release "
@@ -26,7 +26,8 @@ def run(args) -> int:
     if args.dense_model and not args.dense_index:
         raise UsageError("--dense-model: only with --dense-index (hybrid search)")
     # hybrid search; the service checks that both indexes hold the same number of images
-    dense = open_dense(args.dense_index, args.dense_model, args.device) if args.dense_index else None
+    half = open_dense(args.dense_index, args.dense_model, args.device) if args.dense_index else None
+    dense = (half.model, half.index) if half is not None else None
     model = load_model(model_ref, args.device)
     if not getattr(model, "sparse", True):  # the service's own refusal is a TypeError, shown with its name
         raise CLIError(f"--model {model_ref}: a {model.family} model gives dense vectors, not the token vectors the "
@@ -34,6 +35,13 @@ def run(args) -> int:
     app.run(model=model, index=args.index, host=args.host, port=args.port, dense=dense,
             upload_pixels=args.upload_pixels)
     return 0
+
+
+def _recorded_model(index_dir) -> str | None:
+    try:
+        return index_model(index_dir)
+    except ValueError as e:  # a damaged manifest or collection.json, named
+        raise CLIError(str(e)) from None
 
 
 def _check_host(host: str) -> None:
