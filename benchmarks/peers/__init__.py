@@ -10,6 +10,9 @@ PEERS = {
     "sparse_dot_topn": "benchmarks.peers.sdtopn_peer:SparseDotTopnPeer",
     "pisa": "benchmarks.peers.pisa_peer:PisaPeer",
     "seismic": "benchmarks.peers.seismic_peer:SeismicPeer",
+    "sindi": "benchmarks.peers.sindi_peer:SindiPeer",
+    "bmp": "benchmarks.peers.bmp_peer:BmpPeer",
+    "kannolo": "benchmarks.peers.kannolo_peer:KannoloPeer",
     "milvus-lite": "benchmarks.peers.milvus_peer:MilvusPeer",
     "faiss-flat-dense": "benchmarks.peers.faiss_peer:FaissPeer",
 }
