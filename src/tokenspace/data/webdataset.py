@@ -12,10 +12,13 @@ Naming follows webdataset: a member ``dir/abc.def.jpg`` belongs to sample key ``
 """
 from __future__ import annotations
 
+import contextlib
 import glob
 import io
+import json
 import os
 import re
+import sys
 import tarfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -24,7 +27,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from tokenspace.data.images import ImageLoadError, _on_white
+from tokenspace.atomic import atomic_path
+from tokenspace.data.images import ImageLoadError, _on_white, check_image, load_image, open_checked
 
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "ppm", "bmp")
 TEXT_EXTS = ("txt", "caption")
@@ -130,9 +134,11 @@ def decode_image_bytes(data: bytes, where: str):
     """Image bytes -> RGB PIL image, transparency composited on white as for image files
     (data.images.load_image); ImageLoadError(where, cause) when they cannot be decoded."""
     try:
-        img = Image.open(io.BytesIO(data))
+        img = open_checked(io.BytesIO(data), where)  # a bomb in a shard: refused as too large, no raw warning
         img.load()
         return _on_white(img)
+    except ImageLoadError:
+        raise
     except Exception as e:  # PIL raises many types for broken data
         # PIL names the in-memory file ("cannot identify image file <_io.BytesIO object at 0x...>")
         raise ImageLoadError(where, "not a readable image (" + _OBJECT_REPR.sub("", str(e)) + ")") from e
@@ -190,19 +196,238 @@ class LazyPixels:
 def write_shards(samples: Iterable[tuple[str, bytes, str]], pattern: str, per_shard: int = 10000,
                  image_ext: str = "png") -> list[str]:
     """Write (key, image bytes, text) samples as webdataset tars named ``pattern % shard_number``."""
-    paths, tar, count = [], None, 0
-    for key, image, text in samples:
-        if tar is None or count == per_shard:
-            if tar is not None:
-                tar.close()
-            paths.append(pattern % len(paths))
-            Path(paths[-1]).parent.mkdir(parents=True, exist_ok=True)
-            tar, count = tarfile.open(paths[-1], "w"), 0  # noqa: SIM115 - closed at the shard end
-        for ext, data in ((image_ext, image), ("txt", text.encode())):
-            info = tarfile.TarInfo(f"{key}.{ext}")
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-        count += 1
-    if tar is not None:
-        tar.close()
-    return paths
+    return _write_members((((image_ext, image), ("txt", text.encode())), key) for key, image, text in samples)(
+        pattern, per_shard)
+
+
+def _write_members(samples: Iterable[tuple[tuple[tuple[str, bytes], ...], str]]):
+    """(members as (field, data) pairs, key) per sample -> a writer(pattern, per_shard) -> shard paths.
+    Each shard is written under a temporary name and renamed when whole: a killed run leaves whole
+    shards only (a half tar would read as a shard with its last sample cut)."""
+    def write(pattern: str, per_shard: int) -> list[str]:
+        paths: list[str] = []
+        stack = contextlib.ExitStack()
+        tar, count = None, 0
+        try:
+            for members, key in samples:
+                if tar is None or count == per_shard:
+                    stack.close()  # the previous shard: closed, then renamed into place
+                    stack = contextlib.ExitStack()
+                    paths.append(pattern % len(paths))
+                    tmp = stack.enter_context(atomic_path(paths[-1]))
+                    tar, count = stack.enter_context(tarfile.open(tmp, "w")), 0
+                for ext, data in members:
+                    info = tarfile.TarInfo(f"{key}.{ext}")
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+                count += 1
+        except BaseException:
+            stack.__exit__(*sys.exc_info())  # the shard being written is removed, not renamed
+            raise
+        stack.close()
+        return paths
+
+    return write
+
+
+# ----------------------------------------------------------------- shards from a folder or a manifest
+# what `tokenspace shards` reads: the reader's image fields go in byte for byte; these others are
+# decoded by data/images.py (GIF's first frame, TIFF, SVG rendered) and stored as PNG
+CONVERTED_EXTS = ("gif", "tif", "tiff", "svg", "svgz")
+SIDECAR_EXT = "txt"
+
+
+@dataclass
+class ShardSource:
+    """One sample to write: its key (the index id it becomes), image file, caption and metadata."""
+
+    key: str
+    image: Path
+    caption: str
+    metadata: dict | None = None
+    where: str = ""  # how to name it in a message: the file, or the manifest line
+    caption_from: str = "manifest"  # where the caption came from: manifest, sidecar or file name
+
+
+@dataclass
+class ShardReport:
+    """What ``write_sample_shards`` did: the shards, and how many samples took each road."""
+
+    shards: list[str] = field(default_factory=list)
+    written: int = 0
+    converted: int = 0  # stored as PNG (GIF, TIFF, SVG)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (where, reason): unreadable images
+    captions: dict[str, int] = field(default_factory=dict)  # caption origin -> count
+
+
+def _key_of(rel: Path) -> str:
+    """A relative path -> a webdataset key: no extension, and no dot (a dot starts the field name, so
+    ``a.b.png`` would read as key ``a`` with field ``b.png``), forward slashes."""
+    return rel.with_suffix("").as_posix().replace(".", "_")
+
+
+def _caption_from_name(path: Path) -> str:
+    """The file's name as words (``red_heart-2.png`` -> ``red heart 2``), for an image with no caption."""
+    return " ".join(re.split(r"[_\-\s.]+", path.stem)).strip()
+
+
+def _sidecar(path: Path) -> str | None:
+    side = path.with_suffix(f".{SIDECAR_EXT}")
+    if not side.is_file():
+        return None
+    return side.read_text(encoding="utf-8", errors="replace").strip()
+
+
+def _image_ext(path: Path) -> str:
+    return path.suffix.lower().lstrip(".")
+
+
+def folder_sources(folder: str | os.PathLike) -> list[ShardSource]:
+    """Every image under ``folder`` (recursively, in path order) with its caption: the text of the
+    sidecar file beside it (``cat.jpg`` -> ``cat.txt``) when there is one, else its file name's words.
+    The key is the path under ``folder`` without the extension (``pets/cat``)."""
+    root = Path(folder)
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root}: {'a file, not a folder' if root.exists() else 'no such folder'}")
+    known = set(IMAGE_EXTS) | set(CONVERTED_EXTS)
+    images = sorted(p for p in root.rglob("*") if p.is_file() and _image_ext(p) in known
+                    and not any(part.startswith(".") for part in p.relative_to(root).parts))
+    if not images:
+        raise ValueError(f"{root}: no images (looked for {', '.join('.' + e for e in sorted(known))})")
+    out = []
+    for p in images:
+        caption = _sidecar(p)
+        out.append(ShardSource(_key_of(p.relative_to(root)), p,
+                               caption if caption is not None else _caption_from_name(p), None, str(p),
+                               "sidecar" if caption is not None else "file name"))
+    return _unique_keys(out)
+
+
+MANIFEST_PATH_FIELDS = ("image", "path")
+MANIFEST_TEXT_FIELDS = ("caption", "text")
+MANIFEST_KEY_FIELDS = ("key", "id")
+
+
+def manifest_sources(manifest: str | os.PathLike) -> list[ShardSource]:
+    """A JSONL manifest, one object a line: the image (``image`` or ``path``, relative to the
+    manifest's folder), its caption (``caption`` or ``text``; absent: the sidecar .txt, else the file
+    name's words), an optional ``key`` (or ``id``: the index id; default the image path without its
+    extension) and any other fields, kept as the sample's metadata (``KEY.json`` in the shard)."""
+    manifest = Path(manifest)
+    if not manifest.is_file():
+        raise FileNotFoundError(f"{manifest}: {'a folder, not a file' if manifest.exists() else 'no such file'}")
+    base = manifest.parent
+    out = []
+    with open(manifest, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{manifest}:{n}"
+            try:
+                row = json.loads(line)
+            except ValueError as e:
+                raise ValueError(f"{where}: not a JSON object ({e})") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{where}: expected a JSON object, got {type(row).__name__}")
+            row = dict(row)
+            path_field = next((k for k in MANIFEST_PATH_FIELDS if k in row), None)
+            if path_field is None or not isinstance(row[path_field], str) or not row[path_field].strip():
+                raise ValueError(f"{where}: needs the image file as \"image\" (or \"path\"), a non-empty string")
+            rel = row.pop(path_field)
+            path = (base / rel) if not Path(rel).is_absolute() else Path(rel)
+            if not path.is_file():
+                raise FileNotFoundError(f"{where}: image {path} not found"
+                                        + (" (paths are relative to the manifest's folder)" if not Path(rel).is_absolute() else ""))
+            text_field = next((k for k in MANIFEST_TEXT_FIELDS if k in row), None)
+            if text_field is not None:
+                caption = row.pop(text_field)
+                if not isinstance(caption, str):
+                    raise ValueError(f"{where}: \"{text_field}\" must be a string, got {type(caption).__name__}")
+                origin = "manifest"
+            else:
+                caption = _sidecar(path)
+                origin = "sidecar" if caption is not None else "file name"
+                caption = caption if caption is not None else _caption_from_name(path)
+            key_field = next((k for k in MANIFEST_KEY_FIELDS if k in row), None)
+            if key_field is not None:
+                key = row.pop(key_field)
+                if not isinstance(key, str) or not key.strip():
+                    raise ValueError(f"{where}: \"{key_field}\" must be a non-empty string")
+                if "." in key or key.startswith("/") or key.endswith("/"):
+                    raise ValueError(f"{where}: key {key!r} cannot hold a dot or start or end with '/' "
+                                     "(in a webdataset shard a dot starts the field name: a.b.png is key a)")
+            else:
+                try:
+                    key = _key_of(path.resolve().relative_to(base.resolve()))
+                except ValueError:  # an image outside the manifest's folder: its name
+                    key = _key_of(Path(path.name))
+            out.append(ShardSource(key.strip(), path, caption.strip(), row or None, where, origin))
+    if not out:
+        raise ValueError(f"{manifest}: no rows")
+    return _unique_keys(out)
+
+
+def _unique_keys(sources: list[ShardSource]) -> list[ShardSource]:
+    seen: dict[str, ShardSource] = {}
+    for s in sources:
+        if s.key in seen:
+            raise ValueError(f"two images have the key {s.key!r} ({seen[s.key].where} and {s.where}): keys are the "
+                             "index ids and must be unique; rename one (or give each manifest row its own \"key\")")
+        seen[s.key] = s
+    return sources
+
+
+def _image_member(src: ShardSource) -> tuple[str, bytes, bool]:
+    """(field, bytes, converted) of one image: the reader's formats as they are (only their header is
+    checked), the others decoded and stored as PNG. ImageLoadError when it cannot be read."""
+    ext = _image_ext(src.image)
+    if ext in IMAGE_EXTS:
+        check_image(src.image)
+        return ("jpg" if ext == "jpeg" else ext), src.image.read_bytes(), False
+    buf = io.BytesIO()
+    load_image(src.image).save(buf, format="PNG")
+    return "png", buf.getvalue(), True
+
+
+def write_sample_shards(sources: Sequence[ShardSource], folder: str | os.PathLike, per_shard: int = 1000,
+                        prefix: str = "shard") -> ShardReport:
+    """``sources`` as webdataset tars ``folder/prefix-000000.tar``, ...: per sample ``KEY.<image ext>``,
+    ``KEY.txt`` (the caption) and ``KEY.json`` (its metadata, when it has any). An unreadable image is
+    skipped and reported, not written (``tokenspace encode`` would skip it too, later and less clearly).
+    A folder already holding ``prefix-*.tar`` files is refused: new shards would mix with old ones."""
+    if per_shard < 1:
+        raise ValueError(f"per_shard must be at least 1, got {per_shard}")
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"{folder} is a file; give a folder for the shards")
+    old = sorted(folder.glob(f"{prefix}-*.tar")) if folder.is_dir() else []
+    if old:
+        raise ValueError(f"{folder} already holds shards ({old[0].name}, ...): give an empty or new folder")
+    report = ShardReport()
+
+    def samples():
+        for src in sources:
+            try:
+                ext, data, converted = _image_member(src)
+            except ImageLoadError as e:
+                report.skipped.append((src.where, e.reason))
+                continue
+            report.captions[src.caption_from] = report.captions.get(src.caption_from, 0) + 1
+            report.written += 1
+            report.converted += converted
+            members = [(ext, data), ("txt", src.caption.encode("utf-8"))]
+            if src.metadata:
+                members.append(("json", json.dumps(src.metadata, ensure_ascii=False, sort_keys=True).encode("utf-8")))
+            yield tuple(members), src.key
+
+    report.shards = _write_members(samples())(str(folder / f"{prefix}-%06d.tar"), per_shard)
+    return report
+
+
+def shard_pattern(shards: Sequence[str]) -> str:
+    """The brace pattern that names ``shards`` (``dir/shard-{000000..000003}.tar``), as `encode` reads it."""
+    if len(shards) == 1:
+        return shards[0]
+    first, last = shards[0], shards[-1]
+    m1, m2 = re.search(r"(\d+)\.tar$", first), re.search(r"(\d+)\.tar$", last)
+    return f"{first[:m1.start(1)]}{{{m1.group(1)}..{m2.group(1)}}}.tar"

@@ -18,7 +18,7 @@ from tokenspace.models.config import (
     list_configs,
 )
 from tokenspace.models.options import FAMILY_OPTIONS
-from tokenspace.models.towers import load_by_name, qualified_name, resolve_weights
+from tokenspace.models.towers import light_text_towers, load_by_name, qualified_name, resolve_weights
 from tokenspace.vocab import Vocabulary
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -167,7 +167,8 @@ def from_pretrained(path: str | os.PathLike) -> DualEncoder:
     config = ModelConfig.load(path / CONFIG_FILE)
     # the shipped tokenizer.json when there is one (Tokenizer.from_file), else the vocabulary
     config.vocab = str(path / (TOKENIZER_FILE if (path / TOKENIZER_FILE).exists() else VOCAB_FILE))
-    model = build_model(config)
+    with light_text_towers():  # the weights follow: no need for transformers' BERT (seconds to import)
+        model = build_model(config)
     weights = path / WEIGHTS_FILE
     try:
         missing, unexpected = load_model(model, str(weights), strict=False)

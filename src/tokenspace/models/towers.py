@@ -10,6 +10,7 @@ import importlib
 import json
 import logging
 from contextlib import contextmanager, nullcontext
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Callable
 
@@ -98,6 +99,22 @@ def _encoder_only(folder: Path) -> bool:
     except (OSError, ValueError):
         return False  # from_pretrained reports what is wrong with the folder
     return arch == ["BertModel"]
+
+
+# set while a saved folder is rebuilt (registry.from_pretrained): its bert-mlm towers use the plain-torch
+# BERT of light_bert.py. Building from a config for training keeps transformers' model (its gradient
+# checkpointing, which the trainer switches on through transformers).
+_LIGHT: ContextVar[bool] = ContextVar("tokenspace_light_text_towers", default=False)
+
+
+@contextmanager
+def light_text_towers():
+    """Within it, a bert-mlm tower built from a config (no weights) is the plain-torch BERT."""
+    token = _LIGHT.set(True)
+    try:
+        yield
+    finally:
+        _LIGHT.reset(token)
 
 
 @contextmanager
@@ -251,6 +268,18 @@ class BertMLMTower(TextTower):
 
     def __init__(self, weights: str | None = None, config: dict | None = None):
         super().__init__()
+        if weights is None and config is not None and _LIGHT.get():
+            from tokenspace.models import light_bert  # start-up: only a saved folder's tower needs it
+
+            if light_bert.supported(config):
+                # a saved folder: the weights come with the outer model, so the encoder is rebuilt from
+                # its config without importing transformers (about 2 s of a CLI call's start-up)
+                self.bert = light_bert.LightBertModel(config)
+                self.mlm_transform = light_bert.LightPredictionTransform(config)
+                self.mlm_bias = nn.Parameter(torch.zeros(self.bert._config["vocab_size"]))
+                self.hidden_size = self.bert._config["hidden_size"]
+                self.vocab_size = self.bert._config["vocab_size"]
+                return
         from transformers import BertConfig, BertForMaskedLM  # start-up: transformers takes seconds to import
 
         path = resolve_weights(weights)
