@@ -1,6 +1,6 @@
 """Engines raced in one process, their timing passes interleaved: ratios that host noise cannot tilt.
 
-    python benchmarks/head_to_head.py --corpus-dir bench-data/real-text --name real-text-967K \
+    python -m benchmarks.head_to_head --corpus-dir bench-data/real-text --name real-text-967K \
         --peer tokenspace '{"settings": [["qm=0.65 a=0.9 rerank=50", {"mode": "approx", "query_mass": 0.65, "alpha": 0.9, "rerank": 50}]]}' \
         --peer seismic '{"build": {"n_postings": 9668}, "settings": [["qc=10 hf=1.0", {"query_cut": 10, "heap_factor": 1.0}]]}' \
         --peer pisa '{}'
@@ -12,18 +12,25 @@ every setting of every engine one query at a time (1,000 queries, the worker's t
 order rotating from pass to pass; a noisy minute hits a few settings of one pass, not one engine. The
 targets are read per pass: the fastest setting of each engine whose recall@10 reaches the target, and
 the ratio of the two within that pass; the median and range of those per-pass ratios are reported.
-Recall does not depend on timing, so it is computed once. Writes
-benchmarks/results/head_to_head-<name>.json, the recall-vs-QPS plot docs/head_to_head-<name>.png, and
-prints the table.
+Recall does not depend on timing, so it is computed once.
+
+Several builds of one engine (labels "sindi-p40", "sindi-p0", ...) race as one family: the family
+ratios take, per pass, the fastest setting of any build of each engine. After the builds the process is
+pinned to one core (--pin-core; builds may use them all), so one query at a time is one core's work.
+--screen N first times every setting once on N queries and keeps for the timed passes only the settings
+no other setting of the same engine beats by 15% in speed at an equal or higher recall on those queries
+(a wide grid costs one short pass, the race is run on the front). --batch-threads T then times each
+kept setting's batch call (the engine's own batch API, or a thread pool where it has none) over
+--batch-queries queries on T threads (unpinned). Writes benchmarks/results/head_to_head-<name>.json
+(starting with the run record: date, commit, machine, command), the recall-vs-QPS plot
+benchmarks/results/head_to_head-<name>.png, and prints the table.
 """
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import importlib.util
 import json
 import os
-import shlex
 import shutil
 import sys
 import tempfile
@@ -32,16 +39,17 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.common import ground_truth, run_record, write_json
+from benchmarks.peers import PEERS
+from benchmarks.peers.common import Timer, corpus_size, load_corpus
+from benchmarks.peers.worker import WARMUP, make_peer, peer_class, recall_at
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # `python benchmarks/head_to_head.py` imports benchmarks.*
-
-from benchmarks.peers import PEERS  # noqa: E402
-from benchmarks.peers.common import Timer, corpus_size, load_corpus  # noqa: E402
-from benchmarks.peers.worker import WARMUP, make_peer, peer_class, recall_at  # noqa: E402
-from benchmarks.search_speed import ground_truth, machine  # noqa: E402
-
 K = 10
 TARGETS = (0.95, 0.99)
+FAMILY_TARGETS = (0.90, 0.95, 0.99)
+EXACT_LABELS = ("exact", "maxscore", "exhaustive")  # each engine's exact setting, whatever it calls it
+SCREEN_SLACK = 1.15  # a setting is screened out when one of its engine is this much faster at >= recall
 
 
 def time_pass(peer, corpus, rows, setting) -> tuple[float, list]:
@@ -55,11 +63,33 @@ def time_pass(peer, corpus, rows, setting) -> tuple[float, list]:
     return len(rows) / total, answers
 
 
-def race(peers: list, corpus, gt, n_single: int, passes: int) -> list[dict]:
+def screen(cells, corpus, gt, n: int) -> tuple[list, dict]:
+    """Time every cell once on ``n`` queries; keep the cells no cell of the same family beats by
+    SCREEN_SLACK in speed at an equal or higher recall (and every exact setting)."""
+    rows = np.arange(min(n, len(corpus.q_indptr) - 1))
+    seen = {}
+    for p, label, setting in cells:
+        time_pass(p, corpus, rows[:WARMUP], setting)
+        qps, answers = time_pass(p, corpus, rows, setting)
+        seen[(p.name, label)] = (recall_at(answers, gt[rows], K), qps)
+    keep = []
+    for p, label, setting in cells:
+        r, q = seen[(p.name, label)]
+        beaten = any(getattr(o, "family", o.name) == getattr(p, "family", p.name) and (o.name, lab) != (p.name, label)
+                     and seen[(o.name, lab)][0] >= r and seen[(o.name, lab)][1] >= SCREEN_SLACK * q
+                     for o, lab, _ in cells)
+        if label in EXACT_LABELS or not beaten:
+            keep.append((p, label, setting))
+    return keep, {f"{e} | {lab}": {"recall": round(r, 4), "qps": round(q, 1)} for (e, lab), (r, q) in seen.items()}
+
+
+def race(peers: list, corpus, gt, n_single: int, passes: int, cells: list | None = None) -> list[dict]:
     """Every (engine, setting) timed in ``passes`` interleaved passes; rows with recall and each pass's QPS."""
     rows = np.arange(min(n_single, len(corpus.q_indptr) - 1))
-    cells = [(peer, label, setting) for peer in peers for label, setting in peer.settings()]
-    out = {(p.name, label): {"engine": p.name, "setting": label, "qps_passes": []} for p, label, _ in cells}
+    if cells is None:
+        cells = [(peer, label, setting) for peer in peers for label, setting in peer.settings()]
+    out = {(p.name, label): {"engine": p.name, "family": getattr(p, "family", p.name), "setting": label,
+                             "qps_passes": []} for p, label, _ in cells}
     for p, _, setting in cells:  # warm-up (recall is taken from the first timed pass: answers do not change)
         time_pass(p, corpus, rows[:WARMUP], setting)
     for rep in range(passes):
@@ -77,27 +107,62 @@ def race(peers: list, corpus, gt, n_single: int, passes: int) -> list[dict]:
     return list(out.values())
 
 
-def best_per_pass(rows: list[dict], engine: str, target: float) -> list[tuple[float, str] | None]:
-    """Per pass, the fastest setting of ``engine`` whose recall reaches ``target``: (QPS, setting)."""
-    ok = [r for r in rows if r["engine"] == engine and r["recall"] >= target]
+def batch_times(cells, corpus, gt, n_queries: int, threads: int, batch_size: int = 250) -> dict:
+    """Each cell's batch call over the first ``n_queries`` queries on ``threads`` threads: QPS and recall."""
+    rows = np.arange(min(n_queries, len(corpus.q_indptr) - 1))
+    out = {}
+    for p, label, setting in cells:
+        try:
+            p.search_batch(corpus, rows[:min(len(rows), batch_size)], K, threads, **setting)  # warm-up
+            res = []
+            t0 = time.perf_counter()
+            for s in range(0, len(rows), batch_size):
+                res.extend(p.search_batch(corpus, rows[s:s + batch_size], K, threads, **setting))
+            dt_ = time.perf_counter() - t0
+        except NotImplementedError:
+            continue
+        out[(p.name, label)] = {"batch_qps": round(len(rows) / dt_, 1), "batch_recall": recall_at(res, gt[rows], K),
+                                "batch_threads": threads, "batch_queries": len(rows)}
+    return out
+
+
+def best_per_pass(rows: list[dict], engine: str, target: float, key: str = "engine") -> list[tuple[float, str] | None]:
+    """Per pass, the fastest setting of ``engine`` (rows whose ``key`` is it: "engine" = one build,
+    "family" = every build of an engine) whose recall reaches ``target``: (QPS, setting)."""
+    ok = [r for r in rows if r.get(key, r["engine"]) == engine and r["recall"] >= target]
     n = max((len(r["qps_passes"]) for r in rows), default=0)
     return [max(((r["qps_passes"][i], r["setting"]) for r in ok), default=None) for i in range(n)]
 
 
-def ratios(rows: list[dict], a: str, b: str, target: float | None) -> dict | None:
+def ratios(rows: list[dict], a: str, b: str, target: float | None, key: str = "engine") -> dict | None:
     """Per pass QPS of engine a over engine b (at a recall target: each one's fastest setting reaching
-    it that pass; target None: their 'exact' / 'maxscore' settings)."""
+    it that pass; target None: their exact settings, EXACT_LABELS, the fastest where several builds)."""
     if target is None:
-        pick = {e: [r for r in rows if r["engine"] == e and r["setting"] in ("exact", "maxscore")] for e in (a, b)}
-        if not pick[a] or not pick[b]:
-            return None
-        per = [x / y for x, y in zip(pick[a][0]["qps_passes"], pick[b][0]["qps_passes"])]
-    else:
-        pa, pb = best_per_pass(rows, a, target), best_per_pass(rows, b, target)
-        if not pa or any(x is None for x in pa + pb):
-            return None
-        per = [x[0] / y[0] for x, y in zip(pa, pb)]
-    return {"per_pass": [round(r, 3) for r in per], "median": float(np.median(per)), "min": min(per), "max": max(per)}
+        rows = [r for r in rows if r["setting"].split()[-1] in EXACT_LABELS]
+        target = 0.0
+    pa, pb = best_per_pass(rows, a, target, key), best_per_pass(rows, b, target, key)
+    if not pa or any(x is None for x in pa + pb):
+        return None
+    per = [x[0] / y[0] for x, y in zip(pa, pb)]
+    out = {"per_pass": [round(r, 3) for r in per], "median": float(np.median(per)), "min": min(per), "max": max(per)}
+    med = lambda picks: sorted(picks)[len(picks) // 2]  # noqa: E731 - the median pass's (QPS, setting)
+    out["a"], out["b"] = [{"qps": q, "setting": lab} for q, lab in (med(pa), med(pb))]
+    return out
+
+
+def verdict(report: dict) -> str:
+    """The markdown table: the first engine's family over every other family at each recall target."""
+    fams = list(dict.fromkeys(r["family"] for r in report["rows"]))
+    first, lines = fams[0], []
+    head = " | ".join(f">= {t}" for t in FAMILY_TARGETS)
+    lines += [f"| {first} / peer, QPS at matched recall@10 | {head} | exact |", "|---|" + "---|" * (len(FAMILY_TARGETS) + 1)]
+    for o in fams[1:]:
+        cells = []
+        for t in (*FAMILY_TARGETS, None):
+            r = report["family_ratios"].get(f"{first}/{o} @{t if t else 'exact'}")
+            cells.append(f"**{r['median']:.2f}x** ({r['min']:.2f}-{r['max']:.2f})" if r else "-")
+        lines.append(f"| {o} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def plot(report: dict, path: Path) -> None:
@@ -136,7 +201,13 @@ def main(argv=None):
     ap.add_argument("--passes", type=int, default=5)
     ap.add_argument("--single", type=int, default=1000, help="queries timed one at a time per setting and pass")
     ap.add_argument("--name", default=None)
+    ap.add_argument("--pin-core", type=int, default=None,
+                    help="the core the timed passes run on (default: the lowest this process may use; -1: no pin)")
+    ap.add_argument("--screen", type=int, default=0, help="screen the settings on this many queries first (0: no)")
+    ap.add_argument("--batch-threads", type=int, default=0, help="also time each setting's batch call (0: no)")
+    ap.add_argument("--batch-queries", type=int, default=2000)
     a = ap.parse_args(argv)
+    record = run_record(__file__, argv)
     if not (a.corpus_dir / "d_indptr.npy").exists():
         ap.error(f"{a.corpus_dir} holds no corpus (d_indptr.npy): build one with benchmarks/real_corpus.py")
     try:
@@ -161,10 +232,12 @@ def main(argv=None):
     gt = np.load(ground_truth(a.corpus_dir, n, K))
     workdir = Path(tempfile.mkdtemp(prefix="head-to-head-", dir=a.corpus_dir))
     peers, builds = [], []
+    allowed = sorted(os.sched_getaffinity(0))
     try:
         for i, (engine, opts) in enumerate(specs):
             peer = make_peer(engine, {key: v for key, v in opts.items() if key != "label"})
             peer.name = labels[i]
+            peer.family = engine
             peer.prepare(corpus)
             (workdir / str(i)).mkdir()
             with Timer() as t:
@@ -173,8 +246,21 @@ def main(argv=None):
                            "index_bytes": peer.index_bytes(workdir / str(i))})
             print(f"built {peer.name} in {t.seconds:.0f} s", file=sys.stderr, flush=True)
             peers.append(peer)
-        rows = race(peers, corpus, gt, a.single, a.passes)
+        core = allowed[0] if a.pin_core is None else a.pin_core
+        if core >= 0:
+            os.sched_setaffinity(0, {core})
+        cells = [(p, label, setting) for p in peers for label, setting in p.settings()]
+        screened = None
+        if a.screen:
+            cells, screened = screen(cells, corpus, gt, a.screen)
+            print(f"screened: {len(cells)} settings race", file=sys.stderr, flush=True)
+        rows = race(peers, corpus, gt, a.single, a.passes, cells)
+        if a.batch_threads:
+            os.sched_setaffinity(0, set(allowed))
+            for (engine, label), b in batch_times(cells, corpus, gt, a.batch_queries, a.batch_threads).items():
+                next(r for r in rows if (r["engine"], r["setting"]) == (engine, label)).update(b)
     finally:
+        os.sched_setaffinity(0, set(allowed))  # main() also runs inside tests: give the cores back
         for p in peers:
             p.close()
         shutil.rmtree(workdir, ignore_errors=True)
@@ -182,23 +268,29 @@ def main(argv=None):
     # every build of the first engine against every other engine
     firsts = [p.name for p, (engine, _) in zip(peers, specs) if engine == specs[0][0]]
     others = [p.name for p, (engine, _) in zip(peers, specs) if engine != specs[0][0]]
+    fams = list(dict.fromkeys(getattr(p, "family", p.name) for p in peers))
     report = {"corpus": name, "n_docs": n, "k": K, "passes": a.passes, "single_queries": a.single,
-              "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine(),
-              "command": "python benchmarks/head_to_head.py " + shlex.join(sys.argv[1:] if argv is None else argv),
-              "load_avg_1min_end": os.getloadavg()[0], "builds": builds, "rows": rows,
+              "pinned_core": core, "load_avg_1min_end": os.getloadavg()[0], "builds": builds, "rows": rows,
+              "screen": screened,
               "ratios": {f"{first}/{o} @{t if t else 'exact'}": ratios(rows, first, o, t)
-                         for first in firsts for o in others for t in (*TARGETS, None)}}
+                         for first in firsts for o in others for t in (*TARGETS, None)},
+              "family_ratios": {f"{fams[0]}/{o} @{t if t else 'exact'}": ratios(rows, fams[0], o, t, key="family")
+                                for o in fams[1:] for t in (*FAMILY_TARGETS, None)}}
     print("| engine | setting | recall@10 | QPS (median pass) | passes |\n|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['engine']} | {r['setting']} | {r['recall']:.3f} | {r['qps']:,.0f} | "
               f"{' / '.join(f'{q:,.0f}' for q in r['qps_passes'])} |")
-    for key, val in report["ratios"].items():
+    for b in builds:
+        print(f"built {b['engine']}: {b['build_s']:.1f} s, {(b['index_bytes'] or 0) / 2**20:,.1f} MB")
+    for key, val in report["family_ratios"].items():
         if val:
-            print(f"{key}: median {val['median']:.2f}x (passes {', '.join(f'{x:.2f}' for x in val['per_pass'])})")
-    out = ROOT / "benchmarks/results" / f"head_to_head-{name}.json"
-    out.write_text(json.dumps(report, indent=1) + "\n")
-    png = ROOT / "docs" / f"head_to_head-{name}.png"
-    plot(report, png)
+            print(f"{key}: median {val['median']:.2f}x (passes {', '.join(f'{x:.2f}' for x in val['per_pass'])}; "
+                  f"{val['a']['setting']} vs {val['b']['setting']})")
+    report["verdict"] = verdict(report)
+    print(report["verdict"])
+    out = write_json(ROOT / "benchmarks/results" / f"head_to_head-{name}.json", report, record)
+    png = out.with_suffix(".png")
+    plot({**record, **report}, png)
     print(f"wrote {out} and {png}")
 
 

@@ -52,7 +52,9 @@ def test_race_on_a_tiny_corpus(hh, load_benchmark, tmp_path, monkeypatch):
     assert len(report["ratios"]["tokenspace/scipy @0.95"]["per_pass"]) == 3
     assert [b["engine"] for b in report["builds"]] == ["tokenspace", "scipy"]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("head-to-head-")]  # the work folder is removed
-    assert (results / "docs/head_to_head-tiny.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (results / "benchmarks/results/head_to_head-tiny.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert report["commit"] and report["machine"] and report["command"].startswith("python -m benchmarks.head_to_head")
+    assert len(report["family_ratios"]["tokenspace/scipy @0.9"]["per_pass"]) == 3
 
 
 def test_a_second_build_of_an_engine_races_under_its_label(hh, load_benchmark, tmp_path, monkeypatch):
@@ -77,6 +79,33 @@ def test_a_second_build_of_an_engine_races_under_its_label(hh, load_benchmark, t
                                      for t in ("0.95", "0.99", "exact")}
     with pytest.raises(SystemExit):  # two peers named alike: refused before anything is built
         hh.main(["--corpus-dir", str(tmp_path), "--peer", "tokenspace", "{}", "--peer", "tokenspace", "{}"])
+
+
+def test_family_ratio_takes_the_fastest_build_of_each_engine(hh):
+    rows = [{**_row("a1", "exact", 1.0, [300, 200]), "family": "a"}, {**_row("a2", "exact", 1.0, [100, 400]), "family": "a"},
+            {**_row("b1", "qp=0 exhaustive", 1.0, [100, 100]), "family": "b"},
+            {**_row("b2", "fast", 0.96, [1000, 1000]), "family": "b"}]
+    assert hh.ratios(rows, "a", "b", None, key="family")["per_pass"] == [3.0, 4.0]  # exact vs exhaustive only
+    assert hh.ratios(rows, "a", "b", 0.95, key="family")["per_pass"] == [0.3, 0.4]
+    report = {"rows": rows, "family_ratios": {f"a/b @{t}": hh.ratios(rows, "a", "b", None if t == "exact" else t,
+                                                                     key="family") for t in (0.9, 0.95, 0.99, "exact")}}
+    assert "| b | **0.35x** (0.30-0.40)" in hh.verdict(report)
+
+
+def test_screen_keeps_each_engines_front(hh, load_benchmark, tmp_path, monkeypatch):
+    rng = np.random.default_rng(4)
+    rows = [{int(t): float(rng.uniform(0.1, 2)) for t in rng.choice(300, size=8, replace=False)} for _ in range(80)]
+    load_benchmark("real_corpus").write_corpus(tmp_path, SparseBatch.from_dicts(rows, dim=common.VOCAB_SIZE),
+                                               SparseBatch.from_dicts(rows[:8], dim=common.VOCAB_SIZE))
+    (tmp_path / "out" / "benchmarks" / "results").mkdir(parents=True)
+    monkeypatch.setattr(hh, "ROOT", tmp_path / "out")
+    ts = {"settings": [["exact", {"mode": "exact"}], ["exact-again", {"mode": "exact"}]]}
+    hh.main(["--corpus-dir", str(tmp_path), "--name", "scr", "--passes", "1", "--single", "8", "--screen", "8",
+             "--batch-threads", "2", "--batch-queries", "8", "--peer", "tokenspace", json.dumps(ts)])
+    report = json.loads((tmp_path / "out/benchmarks/results/head_to_head-scr.json").read_text())
+    assert set(report["screen"]) == {"tokenspace | exact", "tokenspace | exact-again"}
+    assert any(r["setting"] == "exact" for r in report["rows"])  # an exact setting is never screened out
+    assert all(r["batch_recall"] == 1.0 and r["batch_qps"] > 0 for r in report["rows"])
 
 
 def test_a_missing_engine_library_is_refused_before_any_build(hh, load_benchmark, tmp_path, monkeypatch, capsys):
