@@ -99,6 +99,16 @@ def check_writable_place(path: str | Path, what: str) -> None:
 DEVICE_HELP = "torch device for the model: cpu (default), cuda, cuda:N or mps"
 
 
+def add_encoding_arguments(p: argparse.ArgumentParser) -> None:
+    """How images are encoded: the same options for `encode` and `index build` (one road: encode.py)."""
+    p.add_argument("--workers", type=nonnegative_int, default=None,
+                   help="image-decoding processes beside the model (default: cores - 1, at most 8)")
+    p.add_argument("--tower", choices=("auto", "torch", "onnx"), default="auto",
+                   help="image tower runtime: onnx = ONNX Runtime (CPU, checked against PyTorch to 1e-4 "
+                        "before use; pip install 'tokenspace[onnx]'), torch = PyTorch, auto = onnx when "
+                        "installed on a CPU model (default: auto)")
+
+
 def one_line(e: BaseException) -> str:
     """An exception as one line: multi-line messages (YAML's) collapsed."""
     msg = e.args[0] if isinstance(e, KeyError) and e.args else e
