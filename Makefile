@@ -104,7 +104,8 @@ gpu-smoke: install
 # the active-column loss and the token head's variants; the loss at the paper's global batch; where the
 # encode's time goes and the device encode path; GPU-days; open_clip when installed; the smoke runs; the
 # STAIR step's profile and variants; regional torch.compile) in < 10 minutes, into
-# benchmarks/results/gpu_run.json. No install step: the GPU machine has no network. CPU: ARGS=--tiny.
+# benchmarks/results/gpu_run.json. No install step: the GPU machine has no network, so the package comes from
+# src/ (PYTHONPATH). CPU: ARGS=--tiny.
 .PHONY: gpu-run
 gpu-run:
-	$(BIN)/python -m benchmarks.gpu_run $(ARGS)
+	PYTHONPATH=src $(BIN)/python -m benchmarks.gpu_run $(ARGS)

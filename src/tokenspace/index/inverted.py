@@ -35,7 +35,7 @@ from tokenspace.sparse import SparseBatch
 from tokenspace.vocab import Vocabulary
 
 MODES = ("exact", "approx")
-# approximate-mode defaults (rerank None = RERANK_PER_K * k); tuning history: docs/benchmarks.md
+# approximate-mode defaults (rerank None = RERANK_PER_K * k); tuning history: docs/history.md
 APPROX_DEFAULTS = {"query_mass": 0.9, "alpha": 0.9, "rerank": None, "impact_floor": 0.0}
 RERANK_PER_K = 5
 
@@ -103,7 +103,7 @@ class InvertedIndex:
         metadata: one dict of fields per document (source, caption, any JSON), stored with the index
             and filtered on by ``search(meta=...)`` (metadata.py).
         reorder: add the documents cluster by cluster (reorder.cluster_order) instead of in the given
-            order: block skipping then prunes more (measured: docs/benchmarks.md). Results are the same
+            order: block skipping then prunes more (measured: docs/history.md). Results are the same
             top-k; only ties between equal scores follow the new order, as "earlier insertion" does.
         impact_heads: also store each term's impact heads (its postings above 1/2, 1/4 and 1/8 of its
             largest weight, read by search's ``impact_floor``). False saves their space (a third of the
@@ -237,7 +237,7 @@ class InvertedIndex:
         every later ``add`` writes its segment in that order), so that neighbouring documents have
         alike penalties and the kernels' per-run penalty bounds stay tight: exact search with the prior
         then costs about what it costs without (real-text-100K: 1.50x the time in insertion order, about
-        1.0x in hubness order; docs/results.md). Results are the same top-k; only ties between equal
+        1.0x in hubness order; docs/benchmarks.md). Results are the same top-k; only ties between equal
         scores follow the new order, as ``build(reorder=True)``'s do."""
         if not isinstance(bank, SparseBatch):
             raise TypeError(f"the bank must be a SparseBatch of query vectors, got {type(bank).__name__}")
@@ -364,7 +364,7 @@ class InvertedIndex:
             the smallest of its impact heads (postings with at least 1/2, 1/4 or 1/8 of the term's
             largest weight, kernels.HEAD_CODES) holding every posting above the floor, or nothing
             when its heaviest posting is below it. Higher is faster and scores docs on fewer of their
-            terms, so pair it with a larger rerank (real-text-967K: docs/benchmarks.md, "impact heads").
+            terms, so pair it with a larger rerank (real-text-967K: docs/history.md, "impact heads").
         Also in approx mode only each document's ``approx_top_n`` heaviest terms are read (see build).
         must / must_not: dims (ints, or tokens when the index has a vocabulary) that a document must
             all have / must have none of (weight > 0).

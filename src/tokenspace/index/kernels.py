@@ -69,7 +69,7 @@ def check_rows(indptr, indices, values):
 # next to the query's largest one reads only the level that still holds every posting above the impact
 # floor, not its whole list (see _pick_list). Reading fewer postings per term is Seismic's static
 # pruning made per query: on real-text-967K a floor of 0.2 to 0.3 of the query's largest impact cut the
-# postings read 2.5-4x at the same recall once the heap held more candidates (docs/benchmarks.md,
+# postings read 2.5-4x at the same recall once the heap held more candidates (docs/history.md,
 # "impact heads").
 HEAD_CODES = np.array([128, 64, 32], np.int64)
 
@@ -353,7 +353,7 @@ def search_batch(seg: SegmentArrays, opt: SearchOptions, q_indptr, q_indices, q_
     """
     # seg and opt cross into numba as plain tuples and are named again inside: numba's dispatcher types
     # a plain tuple in C but a NamedTuple field by field in Python, which cost ~3 us of a one-query
-    # search (the two NamedTuples were ~70% of the call's dispatch; docs/benchmarks.md)
+    # search (the two NamedTuples were ~70% of the call's dispatch; docs/history.md)
     _search_batch(tuple(seg), tuple(opt), q_indptr, q_indices, q_values, rows, out_docs, out_scores, out_count,
                   work)
 
@@ -650,7 +650,7 @@ def _rescore(seg, opt, c_doc, c_s, nc, thr, f_idx, f_val, qdense, out_docs, out_
 # per pass (one accumulator load/store per four codes). Rounding the weights adds at most unit/2 * 255
 # per term to a doc's score, which grows with the term count, so long queries (more than
 # U16_MAX_TERMS terms after the cut) and queries without dense columns (nothing to vectorise) keep
-# the float pass (use_u16). Measurements: docs/benchmarks.md ("the 16-bit approximate first pass").
+# the float pass (use_u16). Measurements: docs/history.md ("the 16-bit approximate first pass").
 U16_MAX_TERMS = 48
 U16_MAX = 65535
 QUAD = 4  # dense columns per pass in the 16-bit pass

@@ -4,8 +4,8 @@ The index skips 64-document blocks whose upper bound (block-max codes of the hea
 cannot reach the running threshold. On vectors of a learned sparse model, documents are clustered
 (topics, shared expansions), but in arrival order every block mixes topics, so its block max is high on
 every head term and little is skipped. Indexing the documents cluster by cluster makes the block maxima
-tight: exact mode skips more blocks and stays exact (the bounds are still bounds). docs/benchmarks.md
-has the measurements on the real corpora.
+tight: exact mode skips more blocks and stays exact (the bounds are still bounds). docs/history.md
+has the measurements ("document reordering").
 
 How: spherical k-means on a random Gaussian projection of the rows (dot products are kept in
 expectation, and a dense 256-d copy is cheap to cluster with BLAS), then within each cluster the rows

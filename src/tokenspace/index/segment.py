@@ -33,7 +33,7 @@ HEADS = ("head_ptr", "head_docs", "head_codes")
 # main_ptr / res_ptr hold dim * n_chunks + 1 cell pointers, the postings of term t in chunk c being
 # [ptr[t * n_chunks + c], ptr[t * n_chunks + c + 1]), and main_docs / res_docs hold each doc as a uint16
 # offset from its chunk's first doc: 2 bytes a doc id instead of 4 (index 1.55x -> see
-# docs/benchmarks.md, "Compressed postings"). head_ptr holds len(kernels.HEAD_CODES) * dim * n_chunks + 1
+# docs/history.md, "compressed postings"). head_ptr holds len(kernels.HEAD_CODES) * dim * n_chunks + 1
 # cell pointers, level L of term t in chunk c being cell (L * dim + t) * n_chunks + c (kernels.head_lists),
 # or a single 0 in a segment built without heads (no_heads; the same format version).
 # fwd_indices is uint16 when dim <= 65,536 (BERT's 30,522), else int32.

@@ -68,7 +68,7 @@ def _top_n(value, name: str) -> int | None:
 @dataclass(frozen=True)
 class StairOptions(FamilyOptions):
     """STAIR's image head (all off by default: the paper's head). Why stair-emoji turns
-    image_revive_grad on: docs/results.md, "Tuning notes moved from code (issue L)"."""
+    image_revive_grad on: docs/results.md, "STAIR head options"."""
 
     family: ClassVar[str] = "stair"
     # TRANSFORM = FC(C->N) + GELU + FC(N->H) + GELU + LayerNorm: a wider first layer before the tie to

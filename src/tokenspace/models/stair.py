@@ -32,7 +32,7 @@ class StairModel(DualEncoder):
             raise ValueError("the image TRANSFORM must output the word-embedding width to share e")
         # config.extra: StairOptions (models/options.py; all off by default, the paper's head). What the
         # options did on emoji:val and why stair-emoji turns image_revive_grad on: docs/results.md,
-        # "Tuning notes moved from code (issue L)"
+        # "STAIR head options"
         opts = config.options
         c, mid = self.image_tower.out_channels, opts.image_head_mid
         if mid:
