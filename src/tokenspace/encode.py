@@ -58,12 +58,14 @@ from tqdm.auto import tqdm
 
 from tokenspace import atomic
 from tokenspace.data import device_decode
-from tokenspace.data.loader import Preprocess, SkipCounter, TarRows, files_loader, map_loader
+from tokenspace.data.loader import ImageFiles, Preprocess, SkipCounter, TarRows, files_loader, map_loader
+from tokenspace.data.manifest import Record
 from tokenspace.data.webdataset import TarCollection
 from tokenspace.index import InvertedIndex
 from tokenspace.index.storage import MANIFEST
 from tokenspace.models.capabilities import LowPrecisionHeads
 from tokenspace.models.onnx_export import export_module, missing_runtime, session
+from tokenspace.searcher import row_fields
 from tokenspace.sparse import SparseBatch
 
 log = logging.getLogger("tokenspace.encode")
@@ -397,7 +399,10 @@ def model_fingerprint(model) -> dict:
 
 def _shard_records(collection) -> list[dict]:
     """Per shard, in order: its resolved path, its rows and a hash of their keys and image sizes (a
-    shard rewritten under the same name shows there; a moved one is refused: its path differs)."""
+    shard rewritten under the same name shows there; a moved one is refused: its path differs). A
+    FileCollection's sources are its data specs instead (FileCollection.sources)."""
+    if isinstance(collection, FileCollection):
+        return collection.sources()
     hashes = [hashlib.sha256() for _ in collection.shards]
     rows = [0] * len(collection.shards)
     for key, si, size in zip(collection.keys, collection.shard_of.tolist(), collection.size.tolist()):
@@ -509,8 +514,8 @@ def encode_parts(model, collection, work_dir, part_size: int = 8192, batch_size:
                  on_part: Callable[[int, SparseBatch, list[str]], None] | None = None,
                  workers: int | None = None, tower: str = "torch", progress: bool = False,
                  decode: str = "auto", precision: str = "fp32", profile: dict | None = None,
-                 jpeg: str = "nvjpeg") -> int:
-    """Encode ``collection`` (a TarCollection: ``keys`` and ``image(i)``) part by part into
+                 jpeg: str = "nvjpeg", replace_stale: bool = False) -> int:
+    """Encode ``collection`` (a TarCollection or a FileCollection) part by part into
     ``work_dir``; ``on_part(k, batch, ids)`` runs after each part is on disk. Returns the part count.
     One DataLoader (``workers`` processes, data/loader.py) decodes the rows of every part still to do,
     in order, while the model encodes; unreadable images are skipped (not indexed), counted and logged.
@@ -534,7 +539,16 @@ def encode_parts(model, collection, work_dir, part_size: int = 8192, batch_size:
 
     made = {"format": 1, "part_size": part_size, "shards": _shard_records(collection),
             "model": model_fingerprint(model)}
-    _check_work(work, made)
+    try:
+        _check_work(work, made)
+    except ValueError as e:
+        if not replace_stale:
+            raise
+        # (build_index: its parts are its own scratch, worth nothing once the build they served changed)
+        log.warning("%s; encoding them again", str(e).split(":", 1)[0] + ": parts of another build")
+        _remove_parts(work)
+        work.mkdir(parents=True, exist_ok=True)
+        _check_work(work, made)
 
     def rows_of(k: int) -> range:
         return range(k * part_size, min((k + 1) * part_size, len(collection)))
@@ -547,9 +561,9 @@ def encode_parts(model, collection, work_dir, part_size: int = 8192, batch_size:
         if not batches:
             return iter(())
         if on_device:
-            raw = device_decode.RawTarRows(collection, jpeg_bytes=jpeg_bytes)
+            raw = _raw_rows(collection, jpeg_bytes)
             return iter(device_decode.raw_loader(raw, batches, workers=workers, device=model.device))
-        return iter(map_loader(TarRows(collection, Preprocess.for_model(model)), batches, workers=workers,
+        return iter(map_loader(_rows(collection, Preprocess.for_model(model)), batches, workers=workers,
                                device=model.device))
 
     run = functools.cache(lambda: image_tower(model, tower))  # built once, and only if a part is encoded
@@ -592,6 +606,8 @@ def encode_parts(model, collection, work_dir, part_size: int = 8192, batch_size:
     for k in todo:
         per_part[k] = batches_of(k)
         batches += per_part[k]
+    if workers is None and len(batches) <= 1:
+        workers = 0  # one batch: starting a worker process costs more than it overlaps
     stream = loader(batches)
     # the device path writes in one thread while the next part encodes: in order, one part at a time, and
     # a failed write stops the run at the next part (its error raised here)
@@ -636,20 +652,118 @@ def check_index_dir(index_dir) -> None:
         raise ValueError(f"index folder {p} is not empty and holds no index: choose a new or empty folder")
 
 
+# ---------------------------------------------------------------------------------------- collections
+class FileCollection:
+    """Image files with ids and captions: the records of data specs (``DATASET:SPLIT[:LIMIT]``,
+    data/specs.py), which `tokenspace index build` encodes; the same interface as a TarCollection for
+    ``encode_parts`` (``keys``, ``texts``, ``len``), rows read by DataLoader workers as files."""
+
+    def __init__(self, records: list[Record], specs: list[tuple[str, int]] | None = None):
+        self.records = list(records)
+        self.keys = [r.id for r in self.records]
+        self.texts = [r.text for r in self.records]
+        self.specs = specs if specs is not None else [("records", len(self.records))]
+        self.skipped = 0
+
+    @classmethod
+    def from_specs(cls, specs, home=None) -> FileCollection:
+        """The records of ``specs`` in order (records with an empty caption included: search finds images,
+        the caption is only shown beside a hit)."""
+        from tokenspace.data.specs import load_split  # start-up: the manifests load only for index build
+
+        specs = [specs] if isinstance(specs, str) else list(specs)
+        per = [(spec, load_split(spec, home, drop_empty=False)) for spec in specs]
+        return cls([r for _, recs in per for r in recs], [(spec, len(recs)) for spec, recs in per])
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def sources(self) -> list[dict]:
+        """Per data spec, in order (what the work folder's record compares): the spec, its rows and a
+        hash of their ids, image paths and file sizes (an image replaced by another shows there)."""
+        out, start = [], 0
+        for spec, n in self.specs:
+            h = hashlib.sha256()
+            for r in self.records[start:start + n]:
+                p = Path(r.image)
+                size = p.stat().st_size if p.is_file() else -1
+                h.update(f"{r.id}\0{r.image}\0{size}\n".encode())
+            out.append({"path": spec, "rows": n, "sha256": h.hexdigest()})
+            start += n
+        return out
+
+    def fields(self, i: int) -> dict:
+        r = self.records[i]
+        return row_fields(image=r.image, text=r.text, label=r.label, source=r.source)
+
+
+class _Keyed:
+    """A dataset of image files whose rows carry the collection's ids and captions instead of the paths
+    (picklable: DataLoader workers get a copy)."""
+
+    def __init__(self, inner, keys: list[str], texts: list[str]):
+        self.inner, self.keys, self.texts = inner, keys, texts
+        self.prep = getattr(inner, "prep", None)
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __getitem__(self, i):
+        j, x, _, _ = self.inner[i]
+        return j, x, self.keys[int(i)], self.texts[int(i)]
+
+
+def _rows(collection, prep: Preprocess):
+    if isinstance(collection, FileCollection):
+        return _Keyed(ImageFiles([r.image for r in collection.records], prep), collection.keys, collection.texts)
+    return TarRows(collection, prep)
+
+
+def _raw_rows(collection, jpeg_bytes: bool):
+    if isinstance(collection, FileCollection):
+        return _Keyed(device_decode.RawFiles([r.image for r in collection.records], jpeg_bytes=jpeg_bytes),
+                      collection.keys, collection.texts)
+    return device_decode.RawTarRows(collection, jpeg_bytes=jpeg_bytes)
+
+
+def _row_metadata(collection, extra: dict[str, dict] | None = None) -> Callable[[list[str]], list[dict]]:
+    """ids -> each row's metadata: what the collection knows of it (caption; for files also the image,
+    label and source: searcher.row_fields) and the caller's own fields (``extra``: id -> fields, they win)."""
+    where = {k: i for i, k in enumerate(collection.keys)}
+    extra = extra or {}
+
+    def rows(ids: list[str]) -> list[dict]:
+        out = []
+        for i in ids:
+            j = where[i]
+            base = collection.fields(j) if isinstance(collection, FileCollection) else row_fields(text=collection.texts[j])
+            out.append({**base, **extra.get(i, {})})
+        return out
+
+    return rows
+
+
+# ---------------------------------------------------------------------------------------- into an index
 def encode_to_index(model, collection, index_dir, work_dir, part_size: int = 8192, batch_size: int = 256,
                     workers: int | None = None, tower: str = "torch", progress: bool = False,
                     decode: str = "auto", precision: str = "fp32", profile: dict | None = None,
-                    jpeg: str = "nvjpeg"):
+                    jpeg: str = "nvjpeg", *, info: dict | None = None, metadata: dict[str, dict] | None = None,
+                    top_n: int | None = None):
     """Encode and ingest incrementally (see the module doc); returns the InvertedIndex. ``index_dir``
-    must be new, empty or an index (``check_index_dir``). ``decode``, ``precision``, ``profile``, ``jpeg``:
-    as for ``encode_parts``."""
+    must be new, empty or an index (``check_index_dir``). Each row carries its caption (and, from image
+    files, its image, label and source) plus ``metadata[id]``; the index records ``info`` (the model that
+    encoded it, its ranking: searcher.py reads both). ``top_n``: each row keeps its n heaviest tokens.
+    ``decode``, ``precision``, ``profile``, ``jpeg``: as for ``encode_parts``."""
     index_dir = Path(index_dir)
     check_index_dir(index_dir)
     if (index_dir / MANIFEST).exists():
         index = InvertedIndex.load(index_dir, verify=False)
     else:
         index = InvertedIndex(len(model.vocab), model.vocab)
+    if info:
+        index.info = dict(info)
     present = set(index.ids())
+    fields = _row_metadata(collection, metadata)
 
     def ingest(k: int, batch: SparseBatch, ids: list[str]) -> None:
         if not ids:
@@ -660,13 +774,59 @@ def encode_to_index(model, collection, index_dir, work_dir, part_size: int = 819
         if len(new) < len(ids):
             # the short last part of a run whose shards this one extends: its first rows are in already
             batch, ids = batch[new], [ids[r] for r in new]
-        index.add(batch, ids)
+        index.add(batch.prune_topk(top_n) if top_n else batch, ids, metadata=fields(ids))
         index.save(index_dir)
         present.update(ids)
 
     encode_parts(model, collection, work_dir, part_size, batch_size, on_part=ingest, workers=workers, tower=tower,
                  progress=progress, decode=decode, precision=precision, profile=profile, jpeg=jpeg)
     return index
+
+
+def build_index(model, collection, index_dir, work_dir, part_size: int = 8192, batch_size: int = 256, *,
+                workers: int | None = None, tower: str = "torch", progress: bool = False, decode: str = "auto",
+                precision: str = "fp32", jpeg: str = "nvjpeg", info: dict | None = None,
+                metadata: dict[str, dict] | None = None, top_n: int | None = None, reorder: bool = False,
+                impact_heads: bool = True, generic_share: float | None = None,
+                finish: Callable[[InvertedIndex], None] | None = None, keep_parts: bool = False):
+    """The index of a whole collection at once (`tokenspace index build`, the demo): the rows are encoded
+    into parts in ``work_dir`` exactly as ``encode_to_index`` encodes them (resumable: a killed build rerun
+    reuses every part on disk), then built in one go, which the options that see the whole collection
+    need (``reorder``, ``generic_share``: InvertedIndex.build; ``finish(index)`` runs before the save,
+    e.g. a hub prior), and saved in ``index_dir`` (one atomic commit: an index that was there is replaced
+    whole, never mixed). Parts in ``work_dir`` from another collection or model are encoded again. Rows and ``info`` as for ``encode_to_index``. The parts are removed after the
+    save unless ``keep_parts``; ``index_dir`` None: nothing saved. Returns the index (None when no image
+    of the collection could be read)."""
+    parts: dict[int, tuple[SparseBatch, list[str]]] = {}
+    encode_parts(model, collection, work_dir, part_size, batch_size, workers=workers, tower=tower,
+                 progress=progress, decode=decode, precision=precision, jpeg=jpeg, replace_stale=True,
+                 on_part=lambda k, batch, ids: parts.__setitem__(k, (batch, ids)))
+    ids = [i for k in sorted(parts) for i in parts[k][1]]
+    if not ids:
+        if not keep_parts:
+            _remove_parts(Path(work_dir))
+        return None
+    vectors = SparseBatch.concat([parts[k][0] for k in sorted(parts) if parts[k][1]])
+    if top_n:
+        vectors = vectors.prune_topk(top_n)
+    index = InvertedIndex.build(vectors, ids, metadata=_row_metadata(collection, metadata)(ids), reorder=reorder,
+                                impact_heads=impact_heads, generic_share=generic_share)
+    if finish is not None:
+        finish(index)
+    index.info = dict(info or {})
+    if index_dir is not None:
+        index.save(index_dir)
+    if not keep_parts:
+        _remove_parts(Path(work_dir))
+    return index
+
+
+def _remove_parts(work: Path) -> None:
+    """A work folder's parts and record, then the folder when nothing else is in it (never others' files)."""
+    for f in [*work.glob("part-*.npz"), *work.glob("part-*.ids"), work / RECORD]:
+        f.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        work.rmdir()
 
 
 def open_shards(specs: list[str], option: str = "--shards") -> TarCollection:

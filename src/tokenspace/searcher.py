@@ -257,7 +257,7 @@ class Searcher:
             return q
 
     def encode_image(self, image) -> SparseBatch:
-        """The query vector of an image (a PIL image or a file path)."""
+        """The query vector of an image (a PIL image or a ``pathlib.Path``)."""
         with self.model_lock:
             return self.model.encode_image([image]).with_vocab(self.vocab)
 
@@ -273,7 +273,7 @@ class Searcher:
                idf: float | None = None, prior_weight: float | None = None, expansion: float | None = None,
                expansion_floor: float | None = None, fusion: str | None = None, weight: float = 0.5,
                explain: bool = True) -> Results:
-        """The top ``k`` images for ``query`` (a text, or an image: PIL or a file path), each explained token
+        """The top ``k`` images for ``query`` (a text ``str``, or an image: PIL or a ``pathlib.Path``), each explained token
         by token. ``filter``: on the rows' metadata (index/metadata.py), ``where`` / ``must`` /
         ``must_not``: on their tokens, all applied by the index before top-k. ``steer``: {token: factor}
         reweighs a text query. ``idf``, ``prior_weight``, ``expansion``, ``expansion_floor``: change the

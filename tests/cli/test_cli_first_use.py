@@ -15,6 +15,7 @@ import pytest
 
 from tokenspace import atomic
 from tokenspace.explain.hits import caption
+from tokenspace.index import InvertedIndex
 
 
 def test_index_build_records_a_release_name_as_a_name(world, tmp_path):
@@ -23,7 +24,7 @@ def test_index_build_records_a_release_name_as_a_name(world, tmp_path):
     out = tmp_path / "idx"
     r = world.run("index", "build", "--model", "tiny-release", "--data", f"{world.manifest}:test", "--out", out)
     assert r.code == 0, r.err
-    assert json.loads((out / "collection.json").read_text())["model"] == "tiny-release"
+    assert InvertedIndex.load(out).info["model"] == "tiny-release"
     r = world.run("search", "--index", out, "a red dog", "-k", "2")  # no --model: the recorded name loads
     assert r.code == 0 and "query: a red dog" in r.out, r.err
     r = world.run("index", "export", out, "--out", tmp_path / "docs.jsonl", "--queries", _queries(tmp_path))
@@ -31,7 +32,7 @@ def test_index_build_records_a_release_name_as_a_name(world, tmp_path):
     # a model folder given by a relative path is recorded as its absolute path
     r = world.run("index", "build", "--model", world.model, "--data", f"{world.manifest}:test",
                   "--out", tmp_path / "idx2")
-    assert json.loads((tmp_path / "idx2" / "collection.json").read_text())["model"] == str(world.model.resolve())
+    assert InvertedIndex.load(tmp_path / "idx2").info["model"] == str(world.model.resolve())
 
 
 def _queries(tmp_path):

@@ -22,9 +22,11 @@ def test_build_stores_captions_and_user_fields_and_search_filters_on_them(world,
                   "--metadata", meta)
     assert r.code == 0, r.err
     index = InvertedIndex.load(out)
-    assert index.metadata(["red-dog", "blue-cat", "green-car"]) == [
+    rows = index.metadata(["red-dog", "blue-cat", "green-car"])
+    assert [{k: v for k, v in row.items() if k != "image"} for row in rows] == [  # (and each image's file)
         {"caption": "a red dog", "owner": "ann", "year": 2020}, {"caption": "a blue cat", "owner": "bob"},
         {"caption": "a green car"}]
+    assert all(row["image"].endswith(".png") for row in rows)
 
     r = world.run("search", "--index", out, "a red dog", "-k", "9", "--filter", "caption~red")
     assert r.code == 0, r.err

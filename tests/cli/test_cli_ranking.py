@@ -1,8 +1,6 @@
 """`index build` records a ranking and a hub prior; `search` uses them, and its flags change them."""
 from __future__ import annotations
 
-import json
-
 from tokenspace.index import InvertedIndex
 
 
@@ -11,7 +9,7 @@ def test_build_with_a_hub_bank_then_search_shows_the_penalty(world, tmp_path):
     ran = world.run("index", "build", "--model", world.model, "--data", f"{world.manifest}:test", "--out", out,
                     "--hub-bank", f"{world.manifest}:train", "--hub-k", "2", "--prior-weight", "0.5", "--idf", "0.5")
     assert ran.code == 0, ran.err
-    meta = json.loads((out / "collection.json").read_text())
+    meta = InvertedIndex.load(out).info  # the index records its ranking (manifest info)
     assert meta["ranking"]["idf"] == 0.5 and meta["ranking"]["prior_weight"] == 0.5
     assert InvertedIndex.load(out).hub_prior == {"k": 2, "weight": 0.5, "bank_size": 9, "ordered": True}  # 9 train captions
     ran = world.run("search", "--index", out, "a red dog", "-k", "3")

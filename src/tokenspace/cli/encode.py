@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from tokenspace.cli.common import DEVICE_HELP, nonnegative_int, positive_int
+from tokenspace.cli.common import DEVICE_HELP, add_encoding_arguments, positive_int
 
 INDEX_HELP = ("index folder: created; a rerun with the same --shards, --part-size and model resumes; one "
               "whose --shards add shards after the first run's extends it; other reruns are refused")
@@ -22,9 +22,5 @@ def add_arguments(en: argparse.ArgumentParser) -> None:
                     help="images per part, the unit of resumption (default 8192)")
     en.add_argument("--batch-size", type=positive_int, default=256, help="images per model call (default 256)")
     en.add_argument("--device", default="cpu", help=DEVICE_HELP)
-    en.add_argument("--workers", type=nonnegative_int, default=None,
-                    help="image-decoding processes beside the model (default: cores - 1, at most 8)")
-    en.add_argument("--tower", choices=("auto", "torch", "onnx"), default="auto",
-                    help="image tower runtime: onnx = ONNX Runtime (CPU, checked against PyTorch to 1e-4 "
-                         "before use; pip install 'tokenspace[onnx]'), torch = PyTorch, auto = onnx when "
-                         "installed on a CPU model (default: auto)")
+    add_encoding_arguments(en)
+

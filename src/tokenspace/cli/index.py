@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from tokenspace.cli.common import DEVICE_HELP, add_ranking_arguments, positive_float, positive_int
+from tokenspace.cli.common import DEVICE_HELP, add_encoding_arguments, add_ranking_arguments, positive_float, positive_int
 
 
 def add_arguments(i: argparse.ArgumentParser) -> None:
@@ -22,6 +22,7 @@ def add_arguments(i: argparse.ArgumentParser) -> None:
                     help="leave out the impact heads, which only the library's approximate search with "
                          "impact_floor reads: a smaller index, the same results")
     ib.add_argument("--device", default="cpu", help=DEVICE_HELP)
+    add_encoding_arguments(ib)
     ib.add_argument("--metadata", default=None, metavar="FILE.jsonl",
                     help='fields of your own per image, one JSON object a line: {"id": IMAGE_ID, "field": value, ...} '
                          "(each row already carries its source and caption); search filters on them with --filter")

@@ -6,8 +6,9 @@ import tarfile
 from pathlib import Path
 
 from tokenspace.cli.common import CLIError
-from tokenspace.cli.model_loading import load_model
+from tokenspace.cli.model_loading import load_model, model_reference
 from tokenspace.encode import check_index_dir, encode_to_index, open_shards
+from tokenspace.explain.ranking import read_model_ranking
 
 
 def run(args) -> int:
@@ -23,9 +24,13 @@ def run(args) -> int:
     if work.exists() and not work.is_dir():
         raise CLIError(f"--work {work} is a file; give a folder for the encoded parts")
     model = load_model(args.model, args.device)
+    # what a search needs besides the rows: the model, and its ranking without a hub prior (a prior is
+    # computed over a whole collection: `index build --hub-bank`)
+    info = {"model": model_reference(args.model),
+            "ranking": read_model_ranking(args.model).search.with_(prior_weight=0.0).to_dict()}
     try:
         index = encode_to_index(model, collection, args.index, work, args.part_size, args.batch_size,
-                                workers=args.workers, tower=args.tower, progress=True)
+                                workers=args.workers, tower=args.tower, progress=True, info=info)
     except KeyboardInterrupt:  # the parts on disk and the index's whole parts stay: a rerun goes on from there
         print(f"tokenspace encode: interrupted; rerun the same command to resume (parts in {work})", file=sys.stderr)
         return 130

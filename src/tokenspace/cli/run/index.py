@@ -3,15 +3,16 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
 
-from tokenspace import pipeline
 from tokenspace.cli.common import CLIError, UsageError, check_writable_place, ranking_changes
 from tokenspace.cli.hybrid import DENSE_IDS, build_dense_index
 from tokenspace.cli.index_loading import load_index
 from tokenspace.cli.model_loading import load_model, model_reference
+from tokenspace.encode import FileCollection, build_index
 from tokenspace.explain.ranking import HubBank, add_hub_prior, read_model_ranking
 from tokenspace.index import InvertedIndex, export, qdrant
 from tokenspace.index.metadata import read_jsonl as read_metadata_jsonl
@@ -80,25 +81,25 @@ def _build(args) -> int:
     model = load_model(args.model, args.device)
     if not getattr(model, "sparse", True):  # float rows: the dense half of a hybrid search
         return build_dense_index(args, model)
-    vectors, ids, records = pipeline.encode_collection(model, args.data, home=args.home)
-    if not ids:
-        raise CLIError(f"no readable images in {' '.join(args.data)}: nothing to index")
-    unknown = sorted(set(user) - set(ids))
+    collection = FileCollection.from_specs(args.data, args.home)
+    unknown = sorted(set(user) - set(collection.keys))
     if unknown:
         raise CLIError(f"--metadata {args.metadata}: {len(unknown)} id(s) are not images of this collection, "
                        f"e.g. {unknown[0]!r} (ids are what `tokenspace search` prints)")
-    if args.top_n:
-        vectors = vectors.prune_topk(args.top_n)
-    # each row carries its source and caption (search --filter source=... / caption~word) and the user's fields
-    rows = [{**{k: v for k, v in (("source", r.source), ("caption", r.text)) if v}, **user.get(r.id, {})}
-            for r in records]
-    index = InvertedIndex.build(vectors, ids, metadata=rows, reorder=args.reorder, impact_heads=args.impact_heads,
-                                generic_share=share)
-    if hub is not None:
-        add_hub_prior(index, model, ranking, hub, args.home)
-    index.save(args.out)
-    pipeline.write_collection_meta(args.out, records, model_reference(args.model), ranking=ranking.to_dict())
-    print(f"indexed {len(ids)} images into {args.out} (`tokenspace index stats {args.out}` for its statistics)")
+    work = Path(f"{args.out}.parts")  # the encoded parts of a build that was stopped: a rerun goes on from them
+    finish = None if hub is None else (lambda index: add_hub_prior(index, model, ranking, hub, args.home))
+    try:
+        index = build_index(model, collection, args.out, work, workers=args.workers, tower=args.tower, progress=True,
+                            info={"model": model_reference(args.model), "ranking": ranking.to_dict()},
+                            metadata=user, top_n=args.top_n, reorder=args.reorder, impact_heads=args.impact_heads,
+                            generic_share=share, finish=finish)
+    except KeyboardInterrupt:  # the parts on disk stay: a rerun encodes only what is missing
+        print(f"tokenspace index build: interrupted; rerun the same command to go on (parts in {work})",
+              file=sys.stderr)
+        return 130
+    if index is None:
+        raise CLIError(f"no readable images in {' '.join(args.data)}: nothing to index")
+    print(f"indexed {len(index)} images into {args.out} (`tokenspace index stats {args.out}` for its statistics)")
     return 0
 
 

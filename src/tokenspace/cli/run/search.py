@@ -3,6 +3,8 @@ searcher.py's Searcher: the checks here only turn the command line into its argu
 into one line naming the option as typed)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from tokenspace.cli.common import CLIError, UsageError, ranking_changes
 from tokenspace.cli.hybrid import check_dense_args, open_dense
 from tokenspace.cli.index_loading import load_index
@@ -46,7 +48,7 @@ def run(args) -> int:
     fusion = (args.fusion or "rrf") if dense is not None else None
     options = dict(filter=meta_filter, where=args.where, must=args.must or (), must_not=args.must_not or (),
                    steer=dict(args.steer or []), fusion=fusion, weight=0.5 if args.weight is None else args.weight)
-    for query in args.query or [args.image]:
+    for query in args.query or [Path(args.image)]:  # a Path is an image file, a str a text
         try:
             res = searcher.search(query, args.k, **options)
         except SearchError as e:  # the option as typed
