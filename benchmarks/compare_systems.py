@@ -240,6 +240,7 @@ def cmd_cap(a) -> None:
                   "Sparse CLIP: L0 vs logit-scale cap")
     p2 = line_plot({"mean recall": (caps, recs)}, IMG / "sparse-clip-recall-vs-cap.png", "logit-scale cap",
                    "mean R@1/5/10 (%)", "Sparse CLIP: accuracy vs logit-scale cap")
+    write_json(a.runs / "cap.json", {"rows": rows}, run_record(__file__))
     doc = ResultsDoc(DOC)
     cols = ["l0_image", "l0_text", "l0_frac_image", "active_features_frac", "image_retrieval_recall@1",
             "image_retrieval_recall@10", "mean_recall"]
@@ -273,6 +274,7 @@ def cmd_expansion(a) -> None:
                   "Sparse CLIP: expansion without / with ReLU", logx=True)
     p2 = line_plot(l0series, IMG / "sparse-clip-expansion-l0.png", "expansion factor (x128)", "L0 / width (%)",
                    "Sparse CLIP: active fraction vs expansion", logx=True)
+    write_json(a.runs / "expansion.json", {"rows": rows}, run_record(__file__))
     doc = ResultsDoc(DOC)
     cols = ["l0_image", "l0_frac_image", "image_retrieval_recall@1", "image_retrieval_recall@10",
             "text_retrieval_recall@10", "mean_recall"]
