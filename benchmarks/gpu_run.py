@@ -17,14 +17,14 @@ guarded (a failure or the time budget skips what is left of it, recorded in the 
   multi-tensor step, its default now; earlier runs' numbers are of the per-tensor loop), with synthetic
   pixels and token ids already on the device (the towers, heads, loss and optimiser step; no data loading): the
   largest batch that fits (doubling from half the paper's per-GPU batch), then at the paper's per-GPU
-  batch each arm: ``before`` (the loss over all D columns: the code before issue 31), ``active``
+  batch each arm: ``before`` (the loss over all D columns: the code before the active-columns loss), ``active``
   (train/active.py: the default now), ``autograd-head`` (STAIR only: ``active`` with the plain [B, L, V]
   autograd head in place of models/maxproj.py), ``slab-256`` (STAIR only: maxproj's slabs of 256 rows,
   its CPU default, instead of 4,096; the 2026-11-27 run measured the reverse, ``slab-4096``, when 256
   was the default everywhere). Step time (median), pairs/s, peak memory (CUDA allocator).
 - ``global_loss``: the loss alone at the paper's *global* batch (STAIR 16,384 x 30,522 with sparse
   synthetic vectors, Zipf-distributed tokens; Sparse CLIP 32,768 x 16,384 dense): ``before`` (all
-  columns, the [B, B] logits every rank computed before issue 31), ``active`` (the active columns)
+  columns, the [B, B] logits every rank computed before the active-columns loss), ``active`` (the active columns)
   and ``local`` (one rank's rows at the per-GPU batch: what each rank computes now), time and peak memory.
 - ``encode``: the release model's ``encode_files`` over 4,096 synthetic 500 x 375 JPEGs. Where the time
   goes: the host path's stages per image on one core (read, decode, resize) and its loader alone, the
@@ -225,7 +225,7 @@ def slab_rows(rows: int):
 @contextlib.contextmanager
 def autograd_head():
     """STAIR's heads with the plain autograd [B, L, V] scores instead of models/maxproj.py (the head
-    before a6c32a8): the reference issue 31 item 2 is measured against."""
+    before a6c32a8): the reference max_projection is measured against."""
     from tokenspace.models import stair
 
     def plain(h, weight, bias, valid=None, compute_dtype=torch.float32):
@@ -743,8 +743,8 @@ def global_loss(device, tiny, clock, out: dict) -> None:
                 img, txt = (torch.randn(batch, dim, generator=g, device=device) for _ in range(2))
             else:
                 img, txt = sparse_vectors(batch, dim, nnz, 0, device), sparse_vectors(batch, dim, nnz, 1, device)
-            # before: all D columns, [B, B] logits on every rank (the code before issue 31); active: the
-            # active columns (issue 31); local: and one rank's rows at the per-GPU batch (the default now)
+            # before: all D columns, [B, B] logits on every rank (the code before the active-columns loss);
+            # active: the active columns; local: and one rank's rows at the per-GPU batch (the default now)
             for arm in ("before", "active", "local"):
                 try:
                     rows = slice(0, per_gpu) if arm == "local" else None

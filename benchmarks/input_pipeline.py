@@ -1,4 +1,4 @@
-"""Input pipeline and end-to-end encode throughput on this machine (issue 15's tables 1 and 2).
+"""Input pipeline and end-to-end encode throughput on this machine (docs/scale.md, sections 2 and 3).
 
     python -m benchmarks.input_pipeline --out benchmarks/results/input_pipeline.json
 

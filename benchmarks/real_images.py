@@ -1,4 +1,4 @@
-"""A real image corpus (issue 30): the release model's vectors of the installed images, captions as queries.
+"""A real image corpus: the release model's vectors of the installed images, captions as queries.
 
     nice -n 10 python -m benchmarks.real_images --out bench-data/real-images [--whole-photo-sets]
     python -m benchmarks.real_engines --corpus-dir bench-data/real-images

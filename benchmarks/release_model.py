@@ -5,7 +5,7 @@ every test split beside its dense twin, and write the model card and the docs/re
     python -m benchmarks.release_model --skip-train      # re-measure the runs already trained
     python -m benchmarks.release_model --stair-from DIR  # release v2 from a trained STAIR folder (no training)
 
-Release v2 (issue O) is a fused model (models/fused.py): the trained STAIR model (part 0, as release v1
+Release v2 is a fused model (models/fused.py): the trained STAIR model (part 0, as release v1
 shipped it) plus the training-free tagger on the image side (weight FUSION["tagger_weight"]), the lexical
 anchor on the text side (FUSION["anchor"]), EfficientNet-Lite0 read at 128 px (STAIR) and 224 px (tagger),
 each row pruned to its 100 / 40 heaviest tokens. The weights were chosen on the val splits by
@@ -67,7 +67,7 @@ FUSION = {"stair_size": 128, "tagger": "tagger-bag", "tagger_size": 224, "tagger
 RETRIEVAL = ["emoji:test", "emoji:test-hc", "emoji:test-concepts", "emoji:test-artists", "emoji:test-artists-hc",
              "icons:test", "openclipart:test", "emoji:val", "icons:val", "openclipart:val", "photos:test"]
 PHOTOS = ["fashion-mnist:test", "mnist:test"]
-# --core: the splits issue O's targets read (plus val), for a machine short of time: the release at 224 px
+# --core: the splits the release's targets read (plus val), for a machine short of time: the release at 224 px
 # reads about 5 images/s on 2 cores, and the others (icons, the artist splits) hold 7,700 more images
 CORE = ["emoji:test", "emoji:test-concepts", "openclipart:test", "emoji:val", "openclipart:val", "photos:test",
         *PHOTOS]
@@ -205,7 +205,7 @@ def measure_all(folder: Path, runs: Path, home, previous: dict, specs) -> dict[s
 
 
 def targets(v2: dict, v1: dict, dense: dict) -> list[tuple[str, str, str, str]]:
-    """(target, measured, goal, met) rows: issue O's targets, on the test splits (v1 for reference)."""
+    """(target, measured, goal, met) rows: the release's targets, on the test splits (v1 for reference)."""
     r, o, d = v2["retrieval"], v1["retrieval"], dense["retrieval"]
     pct = lambda res, spec, key="image_retrieval_recall@1": 100 * res[spec][key]  # noqa: E731
     rows = [("emoji:test T→I R@1 (held-out concepts, held-out artist)",
@@ -277,7 +277,7 @@ def main(argv=None) -> int:
     ap.add_argument("--stair-from", default=None,
                     help="build release v2 from this trained STAIR folder instead of training one (its steps and "
                          "times from --json's previous run)")
-    ap.add_argument("--core", action="store_true", help="measure only the splits issue O's targets read (CORE)")
+    ap.add_argument("--core", action="store_true", help="measure only the splits the release's targets read (CORE)")
     ap.add_argument("--doc", default=str(ROOT / "benchmarks" / "results" / "release_model.md"),
                     help="markdown page of the full tables ('' skips it)")
     ap.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "release_model.json"))

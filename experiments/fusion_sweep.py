@@ -1,4 +1,4 @@
-"""Issue O's training-free levers on the validation splits: the tagger fused into the release's image
+"""The release's training-free levers on the validation splits: the tagger fused into the release's image
 vectors (weight w) and the lexical anchor on its text vectors (weight a), at three backbone settings.
 
     python -m experiments.fusion_sweep --stair runs/release/stair-v1      # ~40 min on a busy 2-core machine
@@ -12,7 +12,7 @@ only: emoji:val and openclipart:val (T→I R@1, mean recall) and fashion-mnist:v
 tagger_zeroshot prompts; 1,000 of Fashion-MNIST's training images); no test split is read here.
 Choice: the highest ``score`` = mean(T→I R@1 on the two drawing sets) / 2 + Fashion-MNIST val top-1 / 2
 (drawings and photos count the same) among the settings that keep interpretability: the emoji's label the
-top-1 token of all 30,522 for >= 25% of emoji:val images (LABEL_FLOOR; issue O's target, release v1: 26.6). Also: the share of val captions whose every content word piece is
+top-1 token of all 30,522 for >= 25% of emoji:val images (LABEL_FLOOR; the release's target, release v1: 26.6). Also: the share of val captions whose every content word piece is
 among its encoded query tokens (the anchor's target). Writes benchmarks/results/fusion_sweep.json.
 """
 from __future__ import annotations
@@ -157,7 +157,7 @@ def render(doc: dict) -> str:
             "(its training size) and 224 for the tagger (the classifier's). \"queries with all their words\" = "
             "share of the two val splits' captions whose every content word piece is a non-zero query token. "
             "Choice: the best score among settings that keep the emoji's label the top-1 token of all 30,522 for "
-            f">= {100 * LABEL_FLOOR:.0f}% of emoji:val images (issue O's interpretability target; release v1 26.6): "
+            f">= {100 * LABEL_FLOOR:.0f}% of emoji:val images (the release's interpretability target; release v1 26.6): "
             "the tagger's tokens outweigh STAIR's at higher w. Rows marked \"best kept\" obey it.\n\n"
             + "\n".join(lines) + f"\n\nScore (%) over the grid at the chosen arm ({best['arm']} px):\n\n" + "\n".join(g)
             + f"\n\nChosen: {best['arm']} px, w = {best['w']:g}, a = {best['a']:g} (release v2; "

@@ -7,7 +7,7 @@ The text side is frozen: SPLADE-tiny's own vocabulary vector log(1 + ReLU(max ML
 (the text vector STAIR starts from). Only an image head on cached EfficientNet-Lite0 grids (128 px, 4x4
 cells) trains, with a learnable temperature and the trainer's batch sampler: 300 steps, batch 64, AdamW
 lr 1e-3 (10 warm-up steps, linear decay), on emoji:train + openclipart:train:2000. Each arm changes one
-thing on the way from the frozen-feature dense probe (the issue's "about 26%") to STAIR's image head
+thing on the way from the frozen-feature dense probe (the "about 26%" reference) to STAIR's image head
 (TRANSFORM + the tied word embeddings + bias, max over cells, log(1+ReLU)). The arms are deterministic
 (seed 0). Writes benchmarks/results/stair_head_ablation.json and the `stair-head-ablation` section of
 docs/results.md.
@@ -41,7 +41,7 @@ EVAL = ["emoji:val", "emoji:test", "openclipart:test:300"]
 
 # name -> (what changes, Head kwargs)
 ARMS = {
-    "probe": ("dense probe: mean-pooled image -> 512, SPLADE vector -> 512 (the issue's reference)",
+    "probe": ("dense probe: mean-pooled image -> 512, SPLADE vector -> 512 (the ~26% reference)",
               {"kind": "probe"}),
     "untied-linear": ("image -> 30,522 directly (untied linear, mean-pooled), no ReLU: signed, dense",
                       {"kind": "untied", "pool": "mean", "act": "none"}),

@@ -1,4 +1,4 @@
-"""Issue H's training levers for STAIR, measured on emoji:val (tuning split; emoji:test is not looked at).
+"""Training levers for STAIR, measured on emoji:val (tuning split; emoji:test is not looked at).
 
 Each variant is a recipe plus overrides, trained by ``pipeline.train`` (cached features, the trainer's
 eval on emoji:val at every stage end); the row is the final eval, the mean step time per stage from
@@ -7,7 +7,7 @@ and the markdown table is printed.
 
     python -m experiments.stair_training --variants base head last1 --out benchmarks/results/stair_training.json
     python -m experiments.stair_training --batch-sweep 64 256 1024 --steps 12   # step time vs batch only
-    # distillation from the dense twin (issue O): the teacher first, then the students, two seeds
+    # distillation from the dense twin: the teacher first, then the students, two seeds
     python -m experiments.stair_training --out benchmarks/results/stair_training_distill.json --variants dense base distill3
     python -m experiments.stair_training --out benchmarks/results/stair_training_distill.json --variants base distill3 --seed 1
     # the wider tied space (all-MiniLM-L6-v2; `tokenspace assets install all-minilm-l6-v2`) beside SPLADE-tiny
@@ -63,7 +63,7 @@ VARIANTS = {
                      "dense with all-MiniLM-L6-v2 as the text tower (mean-pooled, projected to 512)"),
     "dense": ("dense-emoji", {}, "dense-emoji: the dense baseline, same towers, data and budget"),
     "dense-last1": ("dense-emoji", {"train_image_from": -1}, "dense + block 15 + conv head trained"),
-    # issue O lever 1: distillation (a labelled deviation from STAIR) from the "dense" variant's seed-0 run
+    # distillation (a labelled deviation from STAIR) from the "dense" variant's seed-0 run
     # at the same scale (run it first): mu x KL of the in-batch softmax, both directions (train/distill.py)
     **{f"distill{mu:g}": ("stair-emoji", {"loss": {"lambda": 1e-3, "flops_warmup": 100, "flops_warmup_per_stage": False,
                                                    "distill": mu, "distill_teacher": TEACHER}},

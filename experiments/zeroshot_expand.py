@@ -1,4 +1,4 @@
-"""Zero-shot with class names expanded through WordNet (CHiLS-style, a labelled deviation; issue 29, lever 5).
+"""Zero-shot with class names expanded through WordNet (CHiLS-style, a labelled deviation).
 
     nice -n 10 python -m experiments.zeroshot_expand               # every arm on val, then the chosen one on test
     python -m experiments.zeroshot_expand --val-only --models tagger
