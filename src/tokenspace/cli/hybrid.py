@@ -11,8 +11,14 @@ from tokenspace.cli.common import CLIError, UsageError
 from tokenspace.cli.model_loading import load_model, model_reference
 from tokenspace.index.dense import DenseIndex  # faiss itself loads only when an index is opened
 from tokenspace.index.storage import MANIFEST
-from tokenspace.searcher import DENSE_IDS, DenseHalf, SearchError, dense_model_of, load_dense_index, \
-    write_dense_collection
+from tokenspace.searcher import (
+    DENSE_IDS,
+    DenseHalf,
+    SearchError,
+    dense_model_of,
+    load_dense_index,
+    write_dense_collection,
+)
 
 __all__ = ["DENSE_IDS", "build_dense_index", "check_dense_args", "open_dense"]
 

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import argparse
 
-from tokenspace.cli.common import DEVICE_HELP, add_encoding_arguments, add_ranking_arguments, positive_float, positive_int
+from tokenspace.cli.common import (
+    DEVICE_HELP,
+    add_encoding_arguments,
+    add_ranking_arguments,
+    positive_float,
+    positive_int,
+)
 
 
 def add_arguments(i: argparse.ArgumentParser) -> None:

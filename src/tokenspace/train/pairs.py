@@ -6,11 +6,44 @@ import the pipeline for its light steps): the heavy pieces are imported where th
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
 from tokenspace.data.manifest import Record
+
+
+@dataclass
+class PairData:
+    """Training pairs. Pairs of one group (same caption or concept) never share a batch: two drawings of
+    one emoji with one caption would otherwise be each other's false negatives.
+
+    ``inputs`` is the image side of each pair as the trainer feeds the model, row i for pair i: cached
+    backbone grids [N, C, h, w] (the default: the tower is frozen), cached activations at block k's
+    input (``train_image_from: k``: the tower's top trains), or pixels [N, 3, S, S] (``train_image_from:
+    all``; a lazy reader such as train/scale.py's LazyPixels for webdataset shards). Anything indexable
+    by an array of rows with a length: an array, a memmap, pairs.RowsOf."""
+
+    inputs: np.ndarray  # [N, ...] grids, block activations or pixels (see above)
+    texts: list[str]
+    groups: np.ndarray  # [N] int
+
+    def __post_init__(self):
+        if not (len(self.inputs) == len(self.texts) == len(self.groups)):
+            raise ValueError("inputs, texts and groups must have one entry per pair")
+        empty = [i for i, t in enumerate(self.texts) if not t or not t.strip()]
+        if empty:
+            raise ValueError(f"{len(empty)} empty texts (e.g. rows {empty[:5]}); filter them first")
+
+    @classmethod
+    def from_texts(cls, inputs, texts: list[str]) -> PairData:
+        _, groups = np.unique(np.asarray(texts, dtype=object), return_inverse=True)
+        return cls(inputs, list(texts), groups.astype(np.int64))
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
 
 
 class RowsOf:
@@ -68,8 +101,6 @@ def caption_pairs(grids, records: Sequence[Record]):
     Each record contributes ``record.texts`` (empty captions skipped); pairs of one image never share
     a batch and each epoch of the sampler draws one caption per image at random (as the usual COCO
     caption loaders do, one random caption per image per pass), so over training every caption is seen."""
-    from tokenspace.train.trainer import PairData  # start-up: torch (see the module doc)
-
     if len(grids) != len(records):
         raise ValueError(f"{len(grids)} grids for {len(records)} records")
     image_of, texts = pair_layout(records)

@@ -29,7 +29,6 @@ import shutil
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -49,40 +48,12 @@ from tokenspace.train import active, precision, ranks
 from tokenspace.train.distill import TeacherScores, teacher_scores  # noqa: F401 - teacher_scores re-exported
 from tokenspace.train.losses import SparseContrastiveLoss
 from tokenspace.train.optim import build_optimizer
+
+# training pairs are built in pairs.py (numpy only, no torch); the trainer's callers import them from here too
+from tokenspace.train.pairs import PairData  # noqa: F401 - re-exported
 from tokenspace.train.recipe import Recipe, Stage
 
 logger = logging.getLogger(__name__)  # `log` is fit's log.jsonl
-
-
-@dataclass
-class PairData:
-    """Training pairs. Pairs of one group (same caption or concept) never share a batch: two drawings of
-    one emoji with one caption would otherwise be each other's false negatives.
-
-    ``inputs`` is the image side of each pair as the trainer feeds the model, row i for pair i: cached
-    backbone grids [N, C, h, w] (the default: the tower is frozen), cached activations at block k's
-    input (``train_image_from: k``: the tower's top trains), or pixels [N, 3, S, S] (``train_image_from:
-    all``; a lazy reader such as train/scale.py's LazyPixels for webdataset shards). Anything indexable
-    by an array of rows with a length: an array, a memmap, pairs.RowsOf."""
-
-    inputs: np.ndarray  # [N, ...] grids, block activations or pixels (see above)
-    texts: list[str]
-    groups: np.ndarray  # [N] int
-
-    def __post_init__(self):
-        if not (len(self.inputs) == len(self.texts) == len(self.groups)):
-            raise ValueError("inputs, texts and groups must have one entry per pair")
-        empty = [i for i, t in enumerate(self.texts) if not t or not t.strip()]
-        if empty:
-            raise ValueError(f"{len(empty)} empty texts (e.g. rows {empty[:5]}); filter them first")
-
-    @classmethod
-    def from_texts(cls, inputs, texts: list[str]) -> PairData:
-        _, groups = np.unique(np.asarray(texts, dtype=object), return_inverse=True)
-        return cls(inputs, list(texts), groups.astype(np.int64))
-
-    def __len__(self) -> int:
-        return len(self.texts)
 
 
 class BatchSampler:

@@ -14,7 +14,7 @@ from tokenspace.cli.index_loading import load_index
 from tokenspace.cli.model_loading import load_model, model_reference
 from tokenspace.encode import FileCollection, build_index
 from tokenspace.explain.ranking import HubBank, add_hub_prior, read_model_ranking
-from tokenspace.index import InvertedIndex, export, qdrant
+from tokenspace.index import export, qdrant
 from tokenspace.index.metadata import read_jsonl as read_metadata_jsonl
 from tokenspace.index.storage import MANIFEST
 from tokenspace.searcher import index_model
