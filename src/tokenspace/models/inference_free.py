@@ -45,7 +45,7 @@ from tokenspace.models.classwords import emitted
 from tokenspace.models.config import ModelConfig
 from tokenspace.models.dual import DualEncoder
 from tokenspace.models.options import FAMILY_OPTIONS, FamilyOptions, _top_n
-from tokenspace.models.registry import inner_model
+from tokenspace.models.registry import build_model, inner_model, load
 from tokenspace.sparse import SparseBatch
 
 FROM_BASE = {"type": "from-base"}  # an inference-free config's towers: the base model's own
@@ -262,6 +262,34 @@ def mean_text_weights(model: DualEncoder, texts: Sequence[str], batch_size: int 
     positive = out[seen & (out > 0)]
     out[~seen] = np.median(positive) if len(positive) else 0.0
     return out
+
+
+def make_inference_free(base: str, weights: str = "idf", captions: Sequence[str] | None = None, index=None,
+                        text_top_n: int | None = None, source: str | None = None,
+                        progress: bool = False) -> InferenceFreeModel:
+    """An inference-free model over ``base`` (a trained model folder or release name), its query weights
+    fitted: ``idf`` and ``model`` from ``captions`` (training captions, never test ones), ``index-idf`` from
+    ``index`` (an InvertedIndex of the base's image vectors). ``source`` is recorded in the config."""
+    if weights not in SOURCES:
+        raise ValueError(f"weights must be one of {SOURCES}, got {weights!r}")
+    if weights == "index-idf" and index is None:
+        raise ValueError("weights 'index-idf' need an index of the base model's image vectors")
+    if weights != "index-idf" and not captions:
+        raise ValueError(f"weights {weights!r} need training captions")
+    base_model = load(base)
+    name = f"{base_model.config.name}-inference-free"
+    model = build_model(inference_free_config(str(base), weights, source, text_top_n, name=name),
+                        vocab=base_model.tokenizer.vocab)
+    if weights == "idf":
+        table = caption_idf(model.tokenizer, captions)
+    elif weights == "model":
+        table = mean_text_weights(base_model, captions, progress=progress)
+    else:
+        if index.dim != len(model.vocab):
+            raise ValueError(f"the index has {index.dim} dimensions, the model {len(model.vocab)}")
+        table = index.idf()
+    model.set_weights(table)
+    return model.eval()
 
 
 def inference_free_config(base: str | dict, weights: str = "idf", source: str | None = None,
