@@ -101,6 +101,9 @@ DEVICE_HELP = "torch device for the model: cpu (default), cuda, cuda:N or mps"
 
 def add_encoding_arguments(p: argparse.ArgumentParser) -> None:
     """How images are encoded: the same options for `encode` and `index build` (one road: encode.py)."""
+    p.add_argument("--part-size", type=positive_int, default=8192,
+                   help="images per part, the unit of resumption (default 8192)")
+    p.add_argument("--batch-size", type=positive_int, default=256, help="images per model call (default 256)")
     p.add_argument("--workers", type=nonnegative_int, default=None,
                    help="image-decoding processes beside the model (default: cores - 1, at most 8)")
     p.add_argument("--tower", choices=("auto", "torch", "onnx"), default="auto",
