@@ -75,8 +75,8 @@ def main(argv=None) -> int:
         side, batch, length = shape.split(":")
         for _ in range(a.repeats):
             for arm in ("autograd", "max_projection"):
-                out = subprocess.run([sys.executable, __file__, "--child", arm, side, batch, length],
-                                     capture_output=True, text=True, check=True)
+                out = subprocess.run([sys.executable, "-m", "experiments.head_memory", "--child", arm, side, batch,
+                                      length], capture_output=True, text=True, check=True, cwd=ROOT)
                 rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
                 r = rows[-1]
                 print(f"{side} B={batch} L={length} {arm}: peak +{r['peak_above_inputs_mib']:.0f} MiB "
