@@ -1,14 +1,18 @@
 """Model folders the ecosystem opens, and loading by name.
 
-* A saved folder's config.json says what it holds (``model_type``/``architectures``), transformers'
-  AutoTokenizer loads its tokenizer files and gives the model's ids, and README.md is a model card.
+* A saved folder's config.json says what it holds (``architectures``; no ``model_type``, which made
+  AutoTokenizer warn), transformers' AutoTokenizer loads its tokenizer files silently and gives the
+  model's ids, and README.md is a model card.
 * ``export_sentence_transformers`` writes the STAIR text side as a SparseEncoder folder that
   sentence-transformers loads and encodes to ``encode_text``'s vectors (1e-5).
 * ``tokenspace.load(name)`` never returns untrained heads silently.
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -26,12 +30,37 @@ def _same_weights(a, b) -> bool:
     return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
 
 
+@contextlib.contextmanager
+def _transformers_log():
+    """What transformers logs (warnings and above) inside the block, as text."""
+    from transformers.utils import logging as hf_logging
+
+    buf = io.StringIO()
+    handler = logging.StreamHandler(buf)
+    root = hf_logging.get_logger()  # the "transformers" logger its modules log under
+    root.addHandler(handler)
+    try:
+        yield buf
+    finally:
+        root.removeHandler(handler)
+
+
+def test_folder_written_before_with_model_type_still_loads_its_tokenizer(make_model, tmp_path):
+    from transformers import AutoTokenizer
+
+    folder = make_model("stair").save_pretrained(tmp_path / "m")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({"model_type": "tokenspace", **config}))
+    assert tokenspace.load(folder).config.family == "stair"  # the key is read back and ignored
+    assert AutoTokenizer.from_pretrained(str(folder), local_files_only=True)("a dog")["input_ids"]
+
+
 # ------------------------------------------------------------------------------- saved folders
 def test_saved_folder_says_what_it_holds_and_round_trips(make_model, tmp_path):
     model = make_model("stair", seed=3)
     folder = model.save_pretrained(tmp_path / "m")
     config = json.loads((folder / "config.json").read_text())
-    assert config["model_type"] == "tokenspace" and config["architectures"] == ["StairModel"]
+    assert config["architectures"] == ["StairModel"] and "model_type" not in config
     assert config["family"] == "stair"
     names = {p.name for p in folder.iterdir()}
     assert {"config.json", "model.safetensors", "vocab.txt", "tokenizer.json", "tokenizer_config.json",
@@ -48,7 +77,9 @@ def test_auto_tokenizer_loads_the_folder_with_the_model_ids(make_model, tmp_path
 
     model = make_model(family)
     folder = model.save_pretrained(tmp_path / "m")
-    hf = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    with _transformers_log() as log:
+        hf = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    assert not log.getvalue(), log.getvalue()  # "You are using a model of type `tokenspace` ..." is gone
     ours, mask = model.tokenizer.encode(TEXTS + ["word " * 40])  # the last one is truncated
     theirs = hf(TEXTS + ["word " * 40], padding=True, truncation=True, max_length=model.config.max_text_len,
                 return_tensors="np")

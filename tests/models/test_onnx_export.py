@@ -224,3 +224,27 @@ def test_tied_weights_at_the_top_n_cut_keep_the_same_tokens_in_onnx(tmp_path):
                                 {"x": {0: "b"}, "y": {0: "b"}})).run(None, {"x": wide.numpy()})[0]
     np.testing.assert_array_equal(got, keep_top(wide, 100).numpy())
     assert (got[:, 50:149] == 0.25).all() and (got[:, 149:] == 0).all()
+
+
+def test_a_users_own_session_on_the_text_graph_prints_no_shape_warning(make_model, tiny_vocab, tmp_path, capfd):
+    """The fused text side scatters into [B, V]: the exporter declared its If branches' outputs {-1} and
+    every run in a plain onnxruntime session warned VerifyOutputSizes. The exported file declares no
+    wrong shape now: a session with onnxruntime's default log level runs it silently."""
+    import onnxruntime as ort
+
+    stair = make_model("stair")
+    cfg = ModelConfig(
+        name="tiny-fused", family="fused", image_tower={"type": "tiny-cnn", "channels": 16, "image_size": 32},
+        text_tower={"type": "bag-of-tokens", "vocab_size": len(tiny_vocab)}, max_text_len=16,
+        extra={"parts": [{"model": str(stair.save_pretrained(tmp_path / "stair")), "image": 1.0, "text": 1.0}],
+               "anchor": 1.0, "text_top_n": 5})
+    model = build_model(cfg, vocab=tiny_vocab).eval()
+    out = export_onnx(model, tmp_path / "onnx")
+    capfd.readouterr()
+    session = ort.InferenceSession(str(out.out / "text_encoder.onnx"), providers=["CPUExecutionProvider"])
+    for texts in (["a red dog", "the blue cat on a car"], ["dog"]):
+        ids, mask = model.tokenize(texts)
+        got = session.run(None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})[0]
+        np.testing.assert_allclose(got, dense(model.encode_text(texts)), atol=1e-4)
+    err = capfd.readouterr().err
+    assert "VerifyOutputSizes" not in err and "Expected shape" not in err, err

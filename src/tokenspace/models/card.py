@@ -8,8 +8,13 @@
 * ``README.md``: a model card (front matter + architecture, data, recipe, metrics, licence), from the
   model and, for a trained model, the run's ``recipe.json`` and ``log.jsonl`` (``run_info``).
 
-config.json carries ``model_type`` ("tokenspace") and ``architectures`` ([the family's class]) so hub
-tooling can tell what a folder holds; tokenspace's own fields sit beside them.
+config.json carries ``architectures`` ([the family's class]) and ``tokenspace_version`` so hub tooling
+can tell what a folder holds; tokenspace's own fields sit beside them. It carries no ``model_type``, as
+timm's and open_clip's folders carry none: transformers' AutoTokenizer reads config.json first, and a
+``model_type`` that transformers does not know sends it to its generic config, which warns "You are
+using a model of type `tokenspace` to instantiate a model of type ``" on every load of the tokenizer.
+Without the key it goes straight to tokenizer_config.json's ``tokenizer_class``, silently. Folders
+written before still load (``HF_KEYS``: read back and ignored).
 """
 from __future__ import annotations
 
@@ -20,8 +25,8 @@ from tokenizers import Tokenizer, processors
 
 from tokenspace import __version__
 
-MODEL_TYPE = "tokenspace"
-HF_KEYS = ("model_type", "architectures", "tokenspace_version")  # ignored when a config is read back
+# ignored when a config is read back (model_type: written by earlier versions)
+HF_KEYS = ("model_type", "architectures", "tokenspace_version")
 
 PAPERS = {
     "stair": "STAIR: Learning Sparse Text and Image Representation in Grounded Tokens (Chen et al., 2023)",
@@ -37,7 +42,7 @@ PAPERS = {
 
 
 def hf_config_keys(model) -> dict:
-    return {"model_type": MODEL_TYPE, "architectures": [type(model).__name__], "tokenspace_version": __version__}
+    return {"architectures": [type(model).__name__], "tokenspace_version": __version__}
 
 
 def write_tokenizer_files(folder: Path, vocab, max_length: int, lowercase: bool = True) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from tokenspace.models.pooling import in_onnx_export
+
 # (batch x positions) rows per slab. CPUs: bounded memory. GPUs: fewer, larger products; a STAIR step
 # (ViT-B/16 + 12 x 512, batch 256, bf16, one H200) took 0.233 s at 4,096 rows against 0.288 s at 256,
 # for 1 GiB more peak memory (benchmarks/results/gpu_run.json, throughput "slab-4096" vs "active")
@@ -77,7 +79,7 @@ def max_projection(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
         valid = valid.bool()
     if torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad or bias.requires_grad):
         return _MaxProjection.apply(h, weight, bias, valid, compute_dtype)
-    if torch.onnx.is_in_onnx_export():
+    if in_onnx_export():  # (torch.onnx itself is imported only by an export)
         return _max_projection_graph(h, weight, bias, valid, compute_dtype)
     return _max_projection_inference(h, weight, bias, valid, compute_dtype)
 
