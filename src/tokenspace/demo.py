@@ -19,13 +19,13 @@ from pathlib import Path
 from tokenspace import pipeline
 from tokenspace.data.build import build_manifests, default_dir
 from tokenspace.data.specs import note as _log
+from tokenspace.encode import FileCollection, build_index
 from tokenspace.eval import ResultsDoc, markdown_table
 from tokenspace.explain.hits import format_hit
-from tokenspace.explain.ranking import Ranking, add_hub_prior, encode_queries, read_model_ranking
-from tokenspace.explain.search import explained_search
-from tokenspace.index import InvertedIndex, parse_query
+from tokenspace.explain.ranking import Ranking, add_hub_prior, read_model_ranking
 from tokenspace.models.registry import DEFAULT_RELEASE as RELEASE
 from tokenspace.models.registry import load, release_path
+from tokenspace.searcher import Collection, Searcher
 from tokenspace.train.recipe import Recipe
 
 EVAL_SPECS = ["emoji:test", "emoji:val", "openclipart:test:300"]
@@ -89,35 +89,35 @@ def relevant(caption: str | None, key: str) -> bool:
     return bool(caption) and re.search(rf"\b{re.escape(key)}(s|es)?\b", caption.lower()) is not None
 
 
-def _ranked(model, index, texts, ranking: Ranking, k: int):
-    """(shaped queries, idf-weighted queries, hits) of texts searched as ``ranking`` says."""
-    queries = encode_queries(model, texts, ranking)
-    weighted = index.weigh(queries, ranking.idf)
-    return queries, weighted, index.search(weighted, k=k, **ranking.index_options())
+def _session(model, index, meta: dict | None, ranking: Ranking) -> Searcher:
+    """The search session the demo's searches run in (searcher.py); ``meta``: id -> {text, ...} when the
+    index's rows do not carry their captions."""
+    return Searcher(model, index, collection=Collection.of(index, items=meta), ranking=ranking)
 
 
-def print_searches(model, index, meta: dict, ranking: Ranking, k: int = 3, quiet: bool = False) -> dict:
+def print_searches(model, index, meta: dict | None, ranking: Ranking, k: int = 3, quiet: bool = False) -> dict:
     """Each example search: its query tokens, the top hits explained, and where the first relevant image
     ranks (QUERIES), then how many searches found one at rank 1 and in the top k, and how many of the
     hits' top-3 contributions come from generic tokens (held by more than half of the images). Returns
     those counts ({"at1", "top_k", "generic", "contributions"}); ``quiet``: only the count line."""
-    queries, weighted, ranked_all = _ranked(model, index, [q for q, _ in QUERIES], ranking, len(index))
+    searcher = _session(model, index, meta, ranking)
+    captions = {i: (searcher.item(i) or {}).get("text") for i in index.ids()}
     firsts, generic, shown = [], 0, 0
     common = index.doc_freq() > len(index) / 2
-    for qi, (text, key) in enumerate(QUERIES):
-        ranked = ranked_all[qi]
-        found = explained_search(index, queries[qi], k, idf=ranking.idf, **ranking.index_options())
-        for h in found:
+    for text, key in QUERIES:
+        ranked = searcher.search(text, len(index), explain=False).hits
+        res = searcher.search(text, k)
+        for h in res.hits:
             generic += sum(bool(common[model.vocab.id(c.token)]) for c in h.parts[:3])
             shown += min(3, len(h.parts))
-        n_rel = sum(relevant(m.get("text"), key) for m in meta.values())
-        first = next((r for r, h in enumerate(ranked, 1) if relevant(meta.get(h.id, {}).get("text"), key)), None)
+        n_rel = sum(relevant(c, key) for c in captions.values())
+        first = next((r for r, h in enumerate(ranked, 1) if relevant(captions.get(h.id), key)), None)
         firsts.append(first)
         if quiet:
             continue
-        print(f"\nquery: {text!r} -> tokens " + ", ".join(f"{t} {w:.2f}" for t, w in model.decode(weighted[qi], 6)[0]))
-        for rank, h in enumerate(found, 1):
-            print(format_hit(rank, h.id, h.score, h.parts, meta.get(h.id, {}).get("text"), penalty=h.penalty))
+        print(f"\nquery: {text!r} -> tokens " + ", ".join(f"{t} {w:.2f}" for t, w in res.query[:6]))
+        for rank, h in enumerate(res.hits, 1):
+            print(format_hit(rank, h.id, h.score, h.parts, h.item.get("text"), penalty=h.penalty))
         where = f"first at rank {first}" if first else "none scored above 0"
         print(f"  {'found' if first and first <= k else 'MISSED'}: {n_rel} indexed images have {key!r} in their "
               f"caption; {where}")
@@ -134,7 +134,8 @@ def print_photo_self_retrieval(model, index, records, ranking: Ranking) -> int:
     photos = [r for r in records if r.source == "skimage"]
     if not photos:
         return 0
-    hits = _ranked(model, index, [r.text for r in photos], ranking, 1)[2]
+    searcher = _session(model, index, {}, ranking)
+    hits = [searcher.search(r.text, 1, explain=False).hits for r in photos]
     top = [bool(h) and h[0].id == r.id for h, r in zip(hits, photos)]
     print(f"sample photos ({describe(ranking)}): the photo's own caption finds it at rank 1 for {sum(top)} of "
           f"{len(photos)} (among all {len(index)} indexed images); missed: " + ", ".join(
@@ -178,35 +179,35 @@ def run(out="runs/demo", home=None, quick: bool = False, results=None) -> dict:
     # the release model searches; its folder is what `tokenspace serve` loads for this index
     stair = release if release is not None else models["STAIR (3-stage, trained here)"]
     model_ref = RELEASE if release is not None else str((out / "stair-emoji" / "model").resolve())
-    vectors, ids, records = pipeline.encode_collection(stair, ["emoji:test:64", "photos:test"] if quick
-                                                       else INDEX_SPECS, home=home, progress=False)
+    collection = FileCollection.from_specs(["emoji:test:64", "photos:test"] if quick else INDEX_SPECS, home)
     index_dir = out / "index"
     # the ranking chosen for the model on validation data (its folder's ranking.json; explain/ranking.py)
     chosen = read_model_ranking(model_ref)
     ranking, hub = chosen.search, chosen.hub
     if hub is None:
         ranking = ranking.with_(prior_weight=0.0)  # no hub prior to weigh
-    index = InvertedIndex.build(vectors, ids, generic_share=chosen.generic_share)
-    if hub is not None:
-        add_hub_prior(index, stair, ranking, hub, home)
-    index.save(index_dir)
-    pipeline.write_collection_meta(index_dir, records, model_ref, ranking=ranking.to_dict())
-    index = InvertedIndex.load(index_dir)
-    meta = pipeline.read_collection_meta(index_dir)["items"]
-    print(f"indexed {len(index)} held-out images and photos with {model_ref}: mean {vectors.stats()['mean_nnz']:.1f} "
-          f"tokens per image; ranking: {describe(ranking)}"
+    # the road every index takes (encode.py: resumable parts, then one build); the parts stay for the
+    # plain index below, built from the same rows
+    parts = out / "index.parts"
+    build_index(stair, collection, index_dir, parts, info={"model": model_ref, "ranking": ranking.to_dict()},
+                generic_share=chosen.generic_share, keep_parts=True,
+                finish=None if hub is None else (lambda index: add_hub_prior(index, stair, ranking, hub, home)))
+    searcher = Searcher.open(index_dir, stair)
+    index = searcher.index
+    print(f"indexed {len(index)} held-out images and photos with {model_ref}: mean "
+          f"{index.stats()['nnz'] / max(1, len(index)):.1f} tokens per image; ranking: {describe(ranking)}"
           + (f", generic image tokens down-weighted above a {chosen.generic_share:g} share" if chosen.generic_share else ""))
 
-    print_searches(stair, index, meta, ranking)
-    print_photo_self_retrieval(stair, index, records, ranking)
-    if ranking != Ranking(prior_weight=0.0) or chosen.generic_share:
-        # the same searches with the model's own dot product (an index of the vectors as encoded), to compare
-        plain, plain_index = Ranking(prior_weight=0.0), InvertedIndex.build(vectors, ids)
-        print_searches(stair, plain_index, meta, plain, quiet=True)
-        print_photo_self_retrieval(stair, plain_index, records, plain)
+    print_searches(stair, index, None, ranking)
+    print_photo_self_retrieval(stair, index, collection.records, ranking)
+    plain = Ranking(prior_weight=0.0)
+    plain_index = build_index(stair, collection, None, parts)  # the vectors as encoded (and the parts go)
+    if ranking != plain or chosen.generic_share:
+        # the same searches with the model's own dot product, to compare
+        print_searches(stair, plain_index, None, plain, quiet=True)
+        print_photo_self_retrieval(stair, plain_index, collection.records, plain)
     text, where = WHERE_EXAMPLE
-    q = index.weigh(encode_queries(stair, [text], ranking), ranking.idf)
-    hits = index.search(q, k=3, where=parse_query(where, stair.vocab), **ranking.index_options())[0]
+    hits = searcher.search(text, 3, where=where, explain=False).hits
     print(f"\nquery: {text!r} WHERE {where}: " + (", ".join(f"{h.id} ({h.score:.3f})" for h in hits)
                                                     or "no indexed image satisfies the filter"))
 

@@ -65,7 +65,7 @@ from tokenspace.index import InvertedIndex
 from tokenspace.index.storage import MANIFEST
 from tokenspace.models.capabilities import LowPrecisionHeads
 from tokenspace.models.onnx_export import export_module, missing_runtime, session
-from tokenspace.searcher import row_fields
+from tokenspace.searcher import COLLECTION_FILE, row_fields
 from tokenspace.sparse import SparseBatch
 
 log = logging.getLogger("tokenspace.encode")
@@ -816,6 +816,8 @@ def build_index(model, collection, index_dir, work_dir, part_size: int = 8192, b
     index.info = dict(info or {})
     if index_dir is not None:
         index.save(index_dir)
+        # an older build's collection.json: a second copy of what the index now records itself
+        (Path(index_dir) / COLLECTION_FILE).unlink(missing_ok=True)
     if not keep_parts:
         _remove_parts(Path(work_dir))
     return index

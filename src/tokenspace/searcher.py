@@ -103,24 +103,26 @@ class Collection:
     the index itself (manifest info + row metadata), or from an older index's collection.json
     (``legacy``: its document; ``items`` alone when given in code)."""
 
-    def __init__(self, index, legacy: Mapping | None = None):
+    def __init__(self, index, legacy: Mapping | None = None, items: Mapping | None = None):
         self.index = index
         info = dict(getattr(index, "info", None) or {})
         self.legacy = None if info or legacy is None else dict(legacy)
         src = info if self.legacy is None else self.legacy
         self.model: str | None = src.get("model")
         self.ranking = Ranking.from_dict(src.get("ranking"))
-        self._items = None if self.legacy is None else dict(self.legacy.get("items") or {})
+        if items is None and self.legacy is not None:
+            items = self.legacy.get("items") or {}
+        self._items = None if items is None else dict(items)
 
     @classmethod
     def of(cls, index, index_dir=None, items: Mapping | None = None) -> Collection:
-        """The collection of ``index`` (saved in ``index_dir``, if known); ``items``: an older index's
-        items given in code (they win over everything the folder records)."""
-        if items is not None:
-            return cls(index, {"items": items})
-        legacy = read_collection_json(index_dir) if index_dir is not None and not getattr(index, "info", None) \
-            and (Path(index_dir) / COLLECTION_FILE).exists() else None
-        return cls(index, legacy)
+        """The collection of ``index`` (saved in ``index_dir``, if known): its own info and rows, else an
+        older index's collection.json; ``items``: id -> {image, text, ...} given in code, shown instead of
+        what the rows carry."""
+        legacy = None
+        if index_dir is not None and not getattr(index, "info", None) and (Path(index_dir) / COLLECTION_FILE).exists():
+            legacy = read_collection_json(index_dir)
+        return cls(index, legacy, items)
 
     def item(self, doc_id: str) -> dict | None:
         """{image, text, label, source} of an indexed id (the fields it has); None for an unknown id."""

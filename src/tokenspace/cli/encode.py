@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from tokenspace.cli.common import DEVICE_HELP, add_encoding_arguments, positive_int
+from tokenspace.cli.common import DEVICE_HELP, add_encoding_arguments
 
 INDEX_HELP = ("index folder: created; a rerun with the same --shards, --part-size and model resumes; one "
               "whose --shards add shards after the first run's extends it; other reruns are refused")
@@ -18,9 +18,6 @@ def add_arguments(en: argparse.ArgumentParser) -> None:
     en.add_argument("--work", default=None,
                     help="folder for the encoded parts and encode.json, the record of the shards, part size "
                          "and model they come from (default INDEX.parts)")
-    en.add_argument("--part-size", type=positive_int, default=8192,
-                    help="images per part, the unit of resumption (default 8192)")
-    en.add_argument("--batch-size", type=positive_int, default=256, help="images per model call (default 256)")
     en.add_argument("--device", default="cpu", help=DEVICE_HELP)
     add_encoding_arguments(en)
 

@@ -88,10 +88,10 @@ def _build(args) -> int:
                        f"e.g. {unknown[0]!r} (ids are what `tokenspace search` prints)")
     work = Path(f"{args.out}.parts")  # the encoded parts of a build that was stopped: a rerun goes on from them
     finish = None if hub is None else (lambda index: add_hub_prior(index, model, ranking, hub, args.home))
+    info = {"model": model_reference(args.model), "ranking": ranking.to_dict()}  # what a search needs
     try:
-        index = build_index(model, collection, args.out, work, workers=args.workers, tower=args.tower, progress=True,
-                            info={"model": model_reference(args.model), "ranking": ranking.to_dict()},
-                            metadata=user, top_n=args.top_n, reorder=args.reorder, impact_heads=args.impact_heads,
+        index = build_index(model, collection, args.out, work, args.part_size, args.batch_size,
+                            workers=args.workers, tower=args.tower, progress=True, info=info, metadata=user, top_n=args.top_n, reorder=args.reorder, impact_heads=args.impact_heads,
                             generic_share=share, finish=finish)
     except KeyboardInterrupt:  # the parts on disk stay: a rerun encodes only what is missing
         print(f"tokenspace index build: interrupted; rerun the same command to go on (parts in {work})",
