@@ -86,3 +86,19 @@ def test_traced_graph_keeps_the_padding_mask():
         padded = full.clone()
         padded[0, 4:] = 0
         torch.testing.assert_close(traced(ids, padded), light(ids, padded))
+
+
+def test_skip_init_leaves_torch_as_it_was():
+    import torch.nn.init as init
+
+    from tokenspace.models.towers import skip_init
+
+    before = init.normal_
+    with skip_init():
+        t = torch.full((3,), 7.0)
+        assert init.normal_(t) is t and bool((t == 7).all())  # left as it was
+        layer = torch.nn.Linear(2, 2)  # built, not initialised (a saved state dict follows)
+    assert init.normal_ is before
+    torch.manual_seed(0)
+    assert torch.nn.Linear(4, 4).weight.abs().max() > 0  # initialised again outside
+    del layer

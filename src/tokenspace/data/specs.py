@@ -101,5 +101,9 @@ def image_grids(model, records: Sequence[Record], home=None, progress: bool = Tr
     keep = np.flatnonzero(cache.ok)
     skipped = {records[i].id: cache.errors.get(i, "unreadable") for i in np.flatnonzero(~cache.ok)}
     if skipped:
-        note(f"skipped {len(skipped)} unreadable images (e.g. {next(iter(skipped.items()))})")
+        # too large is its own count: such an image is fine, only over the decoding limit (images.MAX_PIXELS)
+        large = sum("too large to decode" in reason for reason in skipped.values())
+        what = ", ".join(f"{n} {kind}" for n, kind in ((large, "too large to decode"),
+                                                       (len(skipped) - large, "unreadable")) if n)
+        note(f"skipped {len(skipped)} images ({what}; e.g. {next(iter(skipped.items()))})")
     return BackboneFeatures(np.asarray(cache.grids[keep]), [records[i] for i in keep], skipped)

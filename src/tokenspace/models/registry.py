@@ -18,7 +18,7 @@ from tokenspace.models.config import (
     list_configs,
 )
 from tokenspace.models.options import FAMILY_OPTIONS
-from tokenspace.models.towers import light_text_towers, load_by_name, qualified_name, resolve_weights
+from tokenspace.models.towers import light_text_towers, load_by_name, qualified_name, resolve_weights, skip_init
 from tokenspace.vocab import Vocabulary
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -169,7 +169,8 @@ def from_pretrained(path: str | os.PathLike) -> DualEncoder:
     config = ModelConfig.load(path / CONFIG_FILE)
     # the shipped tokenizer.json when there is one (Tokenizer.from_file), else the vocabulary
     config.vocab = str(path / (TOKENIZER_FILE if (path / TOKENIZER_FILE).exists() else VOCAB_FILE))
-    with light_text_towers():  # the weights follow: no need for transformers' BERT (seconds to import)
+    # the weights follow: no transformers BERT (seconds to import), no random initialisation (overwritten)
+    with light_text_towers(), skip_init():
         model = build_model(config)
     weights = path / WEIGHTS_FILE
     try:

@@ -5,6 +5,10 @@ const $ = (id) => document.getElementById(id);
 // the ranking inputs and the request fields they set (explain/ranking.py)
 const RANKING = [["idf", "idf"], ["prior-weight", "prior_weight"], ["expansion", "expansion"],
   ["expansion-floor", "expansion_floor"]];
+// every input and its name in the page's address (?q=a+red+heart&must_not=red&idf=1): the URL holds the
+// whole search, so a link or a bookmark opens the same search; the names are the API's fields
+const URL_FIELDS = [["q", "q"], ["k", "k"], ["must", "must"], ["must-not", "must_not"], ["where", "where"],
+  ["steer", "steer"], ["filter", "filter"], ...RANKING];
 
 // "a, b c" -> ["a", "b", "c"]: filters are typed as token lists
 function tokenList(s) {
@@ -129,9 +133,34 @@ function card(hit, text) {
   return el;
 }
 
+// the inputs from an address's query string (absent fields keep their defaults); the query text or null
+function fromUrl(search) {
+  const p = new URLSearchParams(search);
+  for (const [id, name] of URL_FIELDS) $(id).value = p.get(name) ?? $(id).defaultValue;
+  return p.get("q");
+}
+
+// the address in step with the inputs, without a new history entry per search (replaceState): only the
+// fields that differ from the page's defaults, so a plain search is a short link (?q=a+red+heart)
+function toUrl() {
+  const p = new URLSearchParams();
+  for (const [id, name] of URL_FIELDS) {
+    const v = $(id).value.trim();
+    if (v !== "" && v !== $(id).defaultValue) p.set(name, v);
+  }
+  const qs = p.toString();
+  history.replaceState(null, "", qs ? `?${qs}` : location.pathname);
+}
+
+// the example searches show on an empty page only
+function showExamples(show) {
+  $("examples").hidden = !show;
+}
+
 async function search(ev) {
   ev.preventDefault();
   showError("");
+  toUrl();
   const text = $("q").value;
   let body;
   try {
@@ -153,6 +182,7 @@ async function search(ev) {
   const results = $("results");
   results.replaceChildren(...data.hits.map((h) => card(h, text)));
   if (!data.hits.length) results.textContent = "No image matches.";
+  showExamples(false);
 }
 
 async function loadStats() {
@@ -169,4 +199,15 @@ async function loadStats() {
 }
 
 $("search-form").addEventListener("submit", search);
+// an example is a link (?q=...): followed in place, without reloading the page
+for (const a of document.querySelectorAll("#examples a.example")) {
+  a.addEventListener("click", (ev) => {
+    ev.preventDefault();
+    fromUrl(new URL(a.href).search);
+    $("search-form").requestSubmit();
+  });
+}
 loadStats();
+// a link with ?q= opens on its search; without one the page opens empty, on the examples
+if (fromUrl(location.search)) $("search-form").requestSubmit();
+else showExamples(true);
