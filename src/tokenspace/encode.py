@@ -65,7 +65,7 @@ from tokenspace.index import InvertedIndex
 from tokenspace.index.storage import MANIFEST
 from tokenspace.models.capabilities import LowPrecisionHeads
 from tokenspace.models.onnx_export import export_module, missing_runtime, session
-from tokenspace.searcher import COLLECTION_FILE, row_fields
+from tokenspace.searcher import COLLECTION_FILE, row_fields, write_dense_collection
 from tokenspace.sparse import SparseBatch
 
 log = logging.getLogger("tokenspace.encode")
@@ -488,6 +488,29 @@ def _why(e: BaseException) -> str:
     return f"{type(cause).__name__}: {cause}" if isinstance(cause, zipfile.BadZipFile) else str(cause)
 
 
+def _concat(model, outs: list):
+    """One part's rows from its batches: a SparseBatch, or float32 rows [n, d] for a dense model."""
+    if not outs:
+        return model.encode_image([])
+    return np.concatenate(outs) if isinstance(outs[0], np.ndarray) else SparseBatch.concat(outs)
+
+
+def _save_rows(rows, npz: Path) -> None:
+    """A part's rows, written atomically: SparseBatch.save, or a dense model's rows as ``dense`` in an npz."""
+    if isinstance(rows, SparseBatch):
+        rows.save(npz)
+        return
+    with atomic.atomic_open(npz, "wb") as f:
+        np.savez(f, dense=np.asarray(rows, np.float32))
+
+
+def _load_rows(npz: Path, vocab):
+    with np.load(npz) as z:
+        if "dense" in z.files:
+            return np.asarray(z["dense"])
+    return SparseBatch.load(npz, vocab=vocab)
+
+
 def _read_part(npz: Path, ids_file: Path, vocab, rows: set[str]) -> tuple[SparseBatch, list[str]]:
     """A part's rows and ids, or _Damaged: an unreadable file, ids that do not count its rows, or ids
     that are not keys of the rows the part covers."""
@@ -499,7 +522,7 @@ def _read_part(npz: Path, ids_file: Path, vocab, rows: set[str]) -> tuple[Sparse
         raise _Damaged(f"{ids_file} is damaged (cut short)")
     ids = text.split("\n")[:-1]
     try:
-        batch = SparseBatch.load(npz, vocab=vocab)
+        batch = _load_rows(npz, vocab)
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
         raise _Damaged(f"{npz} is damaged ({_why(e)})") from None
     if len(ids) != len(batch):
@@ -587,14 +610,14 @@ def encode_parts(model, collection, work_dir, part_size: int = 8192, batch_size:
                 if len(b["index"]):
                     outs.append(encode_pixels(model, b["pixels"], tower=run(), precision=precision))
                     ids += b["keys"]
-        return (SparseBatch.concat(outs) if outs else model.encode_image([])), ids
+        return _concat(model, outs), ids
 
     def finish(k: int, batch: SparseBatch, ids: list[str], write: bool) -> None:
         t0 = time.perf_counter()
         if write:
             npz, ids_file = files(k)
             atomic.write_text(ids_file, "".join(f"{i}\n" for i in ids))
-            batch.save(npz)
+            _save_rows(batch, npz)
         if on_part is not None:
             on_part(k, batch, ids)
         if profile is not None:
@@ -806,7 +829,9 @@ def build_index(model, collection, index_dir, work_dir, part_size: int = 8192, b
         if not keep_parts:
             _remove_parts(Path(work_dir))
         return None
-    vectors = SparseBatch.concat([parts[k][0] for k in sorted(parts) if parts[k][1]])
+    vectors = _concat(model, [parts[k][0] for k in sorted(parts) if parts[k][1]])
+    if not getattr(model, "sparse", True):  # float rows: a DenseIndex, the dense half of a hybrid search
+        return _dense_index(vectors, ids, index_dir, info, Path(work_dir), keep_parts)
     if top_n:
         vectors = vectors.prune_topk(top_n)
     index = InvertedIndex.build(vectors, ids, metadata=_row_metadata(collection, metadata)(ids), reorder=reorder,
@@ -820,6 +845,20 @@ def build_index(model, collection, index_dir, work_dir, part_size: int = 8192, b
         (Path(index_dir) / COLLECTION_FILE).unlink(missing_ok=True)
     if not keep_parts:
         _remove_parts(Path(work_dir))
+    return index
+
+
+def _dense_index(vectors: np.ndarray, ids: list[str], index_dir, info: dict | None, work: Path, keep_parts: bool):
+    """A dense model's rows as a DenseIndex (faiss), with the collection.json that names its model (a
+    DenseIndex folder has no manifest to record it in)."""
+    from tokenspace.index.dense import DenseIndex  # optional: faiss (the dense extra), only for a dense model
+
+    index = DenseIndex.build(vectors, ids)
+    if index_dir is not None:
+        index.save(index_dir)
+        write_dense_collection(index_dir, (info or {}).get("model"))
+    if not keep_parts:
+        _remove_parts(work)
     return index
 
 

@@ -57,16 +57,19 @@ def evaluate(model, specs: Sequence[str] | str, home=None, progress: bool = True
 
 # ---------------------------------------------------------------------------------------------- index
 def encode_collection(model, specs: Sequence[str] | str, home=None, progress: bool = True):
-    """(image vectors, ids, records) for a collection, ready for an index (records with an empty caption
-    included: search finds images, the caption is only shown beside a hit). The vectors are a SparseBatch,
-    or float32 rows [n, d] for a dense model (a DenseIndex, the dense half of a hybrid search)."""
+    """(image vectors, ids, records) of a collection in memory, through the feature cache (the grids
+    training and evaluation share; records with an empty caption included). The vectors are a
+    SparseBatch, or float32 rows [n, d] for a dense model. Indexes are built through encode.py
+    (``build_index``: resumable parts, the rows and metadata `index build` and `encode` both write);
+    this is for experiments and benchmarks that want the vectors themselves."""
     enc = image_grids(model, load_data(specs, home, drop_empty=False), home, progress)
     return model.encode_image_grids(enc.grids), [r.id for r in enc.records], enc.records
 
 
 def write_collection_meta(index_dir, records: Sequence[Record], model_path=None, ranking: dict | None = None) -> None:
-    """Beside an index: id -> image path and text, for showing and explaining hits; ``ranking``: the
-    index's default ranking (explain/ranking.py's fields), read by search, the service and the page."""
+    """An older index's collection.json beside ``index_dir`` (id -> image path and text, the model, the
+    ranking). The index itself records these now (searcher.py reads both; `index build` and `encode`
+    write no collection.json): for tools and tests that make an index in the older layout."""
     meta = {r.id: {"image": r.image, "text": r.text, "label": r.label, "source": r.source} for r in records}
     doc = {"model": str(model_path) if model_path else None, "items": meta}
     if ranking:
@@ -75,18 +78,10 @@ def write_collection_meta(index_dir, records: Sequence[Record], model_path=None,
 
 
 def read_collection_meta(index_dir) -> dict:
-    """An index folder's collection.json ({model, items: id -> {image, text, ...}}); an empty one when
-    the folder has none. A damaged file is a ValueError naming it."""
-    path = Path(index_dir) / "collection.json"
-    if not path.exists():
-        return {"model": None, "items": {}}
-    try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path}: not readable JSON ({e}); write it again with `tokenspace index build`") from None
-    items = meta.get("items", {}) if isinstance(meta, dict) else None
-    if (not isinstance(items, dict) or not isinstance(meta.get("model"), (str, type(None)))
-            or not all(isinstance(v, dict) for v in items.values())):
-        shape = '{"model": a path or null, "items": {id: {"image": ..., "text": ...}}}'
-        raise ValueError(f"{path}: expected {shape}; write it again with `tokenspace index build`")
-    return {"model": None, **meta, "items": items}
+    """An older index folder's collection.json (searcher.read_collection_json: the reader lives with the
+    search session)."""
+    from tokenspace.searcher import (
+        read_collection_json,  # start-up: torch; importing the pipeline stays torch-free
+    )
+
+    return read_collection_json(index_dir)

@@ -80,7 +80,8 @@ def read_collection_json(index_dir) -> dict:
 
 def write_dense_collection(index_dir, model_ref) -> None:
     """A dense index folder's collection.json: the model that encodes its queries (it has no manifest)."""
-    atomic.write_text(Path(index_dir) / COLLECTION_FILE, json.dumps({"model": str(model_ref), "items": {}}))
+    doc = {"model": str(model_ref) if model_ref else None, "items": {}}
+    atomic.write_text(Path(index_dir) / COLLECTION_FILE, json.dumps(doc))
 
 
 def index_model(index_dir) -> str | None:

@@ -4,12 +4,12 @@ Searcher, which fuses its hits with the sparse index's (index/hybrid.py). The ar
 cli/search.py and cli/serve.py."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
-from tokenspace import pipeline
 from tokenspace.cli.common import CLIError, UsageError
 from tokenspace.cli.model_loading import load_model, model_reference
-from tokenspace.index.dense import DenseIndex  # faiss itself loads only when an index is opened
+from tokenspace.encode import FileCollection, build_index
 from tokenspace.index.storage import MANIFEST
 from tokenspace.searcher import (
     DENSE_IDS,
@@ -17,7 +17,6 @@ from tokenspace.searcher import (
     SearchError,
     dense_model_of,
     load_dense_index,
-    write_dense_collection,
 )
 
 __all__ = ["DENSE_IDS", "build_dense_index", "check_dense_args", "open_dense"]
@@ -61,8 +60,9 @@ def open_dense(index_dir: str, model_ref: str | None = None, device: str = "cpu"
 
 
 def build_dense_index(args, model) -> int:
-    """`index build --model DENSE_MODEL`: a DenseIndex of the collection, with its collection.json (the
-    model that encodes its queries), for `search --dense-index`."""
+    """`index build --model DENSE_MODEL`: a DenseIndex of the collection, through the road every index
+    takes (encode.build_index: resumable parts), with the collection.json that names its model, for
+    `search --dense-index`."""
     out = Path(args.out)
     given = [f for f, v in (("--top-n", args.top_n), ("--metadata", getattr(args, "metadata", None)),
                             ("--reorder", getattr(args, "reorder", False)),
@@ -72,10 +72,16 @@ def build_dense_index(args, model) -> int:
                          "not with a dense model")
     if (out / MANIFEST).exists():
         raise CLIError(f"--out {out} holds a sparse index: write the dense index to its own folder")
-    vectors, ids, records = pipeline.encode_collection(model, args.data, home=args.home)
-    if not ids:
+    work = Path(f"{args.out}.parts")
+    try:
+        index = build_index(model, FileCollection.from_specs(args.data, args.home), out, work, args.part_size,
+                            args.batch_size, workers=args.workers, tower=args.tower, progress=True,
+                            info={"model": model_reference(args.model)})
+    except KeyboardInterrupt:  # the parts on disk stay: a rerun encodes only what is missing
+        print(f"tokenspace index build: interrupted; rerun the same command to go on (parts in {work})",
+              file=sys.stderr)
+        return 130
+    if index is None:
         raise CLIError(f"no readable images in {' '.join(args.data)}: nothing to index")
-    DenseIndex.build(vectors, ids).save(out)
-    write_dense_collection(out, model_reference(args.model))
-    print(f"indexed {len(ids)} images into {out} (dense: search it with --dense-index beside a sparse --index)")
+    print(f"indexed {len(index)} images into {out} (dense: search it with --dense-index beside a sparse --index)")
     return 0

@@ -1,8 +1,8 @@
 """Training pairs for a recipe: records and their cached grids (data/specs.py) -> caption pairs.
 
 The steps the single-process trainer (pipeline.train) and the scale trainer (train/scale.py) share.
-Importing this module stays light, without torch or scipy (the pipeline imports it, and serve / the CLI
-import the pipeline for its light steps): the heavy pieces are imported where they are used.
+Importing this module stays light, without torch or scipy (the pipeline imports it, and the trainer
+takes ``PairData`` from here): the heavy pieces are imported where they are used.
 """
 from __future__ import annotations
 

@@ -24,6 +24,9 @@ def run(args) -> int:
     if work.exists() and not work.is_dir():
         raise CLIError(f"--work {work} is a file; give a folder for the encoded parts")
     model = load_model(args.model, args.device)
+    if not getattr(model, "sparse", True):
+        raise CLIError(f"--model {args.model}: a {model.family} model gives dense vectors, not the token vectors an "
+                       "index holds: build its dense index with `tokenspace index build --model MODEL --data ...`")
     # what a search needs besides the rows: the model, and its ranking without a hub prior (a prior is
     # computed over a whole collection: `index build --hub-bank`)
     info = {"model": model_reference(args.model),
