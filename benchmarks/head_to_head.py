@@ -52,15 +52,22 @@ EXACT_LABELS = ("exact", "maxscore", "exhaustive")  # each engine's exact settin
 SCREEN_SLACK = 1.15  # a setting is screened out when one of its engine is this much faster at >= recall
 
 
-def time_pass(peer, corpus, rows, setting) -> tuple[float, list]:
-    """QPS of one pass of one-at-a-time queries, and the answers."""
-    answers, total = [], 0.0
+def time_pass(peer, corpus, rows, setting) -> tuple[float, list, float]:
+    """QPS of one pass of one-at-a-time queries, the answers, and the QPS by this process's CPU time.
+
+    The CPU-time QPS leaves out the time this process waited for a core: on a shared machine (load
+    above the core count) wall time measures the neighbours as much as the engine, CPU time much less
+    (an A/B of one kernel against itself: +-20% a pass by wall time, +-2% by CPU time). Every engine's
+    one-query search runs on the calling thread, so the process's CPU time is the query's."""
+    answers, total, cpu = [], 0.0, 0.0
     for r in rows:
         idx, val = corpus.query(int(r))
+        c0 = time.process_time()
         t0 = time.perf_counter()
         answers.append(peer.search_one(idx, val, K, qrow=int(r), **setting))
         total += time.perf_counter() - t0
-    return len(rows) / total, answers
+        cpu += time.process_time() - c0
+    return len(rows) / total, answers, len(rows) / max(cpu, 1e-9)
 
 
 def screen(cells, corpus, gt, n: int) -> tuple[list, dict]:
@@ -70,7 +77,7 @@ def screen(cells, corpus, gt, n: int) -> tuple[list, dict]:
     seen = {}
     for p, label, setting in cells:
         time_pass(p, corpus, rows[:WARMUP], setting)
-        qps, answers = time_pass(p, corpus, rows, setting)
+        _, answers, qps = time_pass(p, corpus, rows, setting)
         seen[(p.name, label)] = (recall_at(answers, gt[rows], K), qps)
     keep = []
     for p, label, setting in cells:
@@ -89,21 +96,23 @@ def race(peers: list, corpus, gt, n_single: int, passes: int, cells: list | None
     if cells is None:
         cells = [(peer, label, setting) for peer in peers for label, setting in peer.settings()]
     out = {(p.name, label): {"engine": p.name, "family": getattr(p, "family", p.name), "setting": label,
-                             "qps_passes": []} for p, label, _ in cells}
+                             "qps_passes": [], "cpu_qps_passes": []} for p, label, _ in cells}
     for p, _, setting in cells:  # warm-up (recall is taken from the first timed pass: answers do not change)
         time_pass(p, corpus, rows[:WARMUP], setting)
     for rep in range(passes):
         shift = rep % len(peers)  # rotate which engine goes first
         order = [c for p in peers[shift:] + peers[:shift] for c in cells if c[0] is p]
         for p, label, setting in order:
-            qps, answers = time_pass(p, corpus, rows, setting)
+            qps, answers, cpu_qps = time_pass(p, corpus, rows, setting)
             row = out[(p.name, label)]
             row["qps_passes"].append(round(qps, 1))
+            row["cpu_qps_passes"].append(round(cpu_qps, 1))
             if "recall" not in row:
                 row["recall"] = recall_at(answers, gt[rows], K)
         print(f"pass {rep + 1}/{passes} done", file=sys.stderr, flush=True)
     for row in out.values():
         row["qps"] = float(np.median(row["qps_passes"]))
+        row["cpu_qps"] = float(np.median(row["cpu_qps_passes"]))
     return list(out.values())
 
 
@@ -126,21 +135,24 @@ def batch_times(cells, corpus, gt, n_queries: int, threads: int, batch_size: int
     return out
 
 
-def best_per_pass(rows: list[dict], engine: str, target: float, key: str = "engine") -> list[tuple[float, str] | None]:
+def best_per_pass(rows: list[dict], engine: str, target: float, key: str = "engine",
+                  field: str = "qps_passes") -> list[tuple[float, str] | None]:
     """Per pass, the fastest setting of ``engine`` (rows whose ``key`` is it: "engine" = one build,
-    "family" = every build of an engine) whose recall reaches ``target``: (QPS, setting)."""
+    "family" = every build of an engine) whose recall reaches ``target``: (QPS, setting). field:
+    "qps_passes" (wall time) or "cpu_qps_passes" (CPU time)."""
     ok = [r for r in rows if r.get(key, r["engine"]) == engine and r["recall"] >= target]
-    n = max((len(r["qps_passes"]) for r in rows), default=0)
-    return [max(((r["qps_passes"][i], r["setting"]) for r in ok), default=None) for i in range(n)]
+    n = max((len(r.get(field, [])) for r in rows), default=0)
+    return [max(((r[field][i], r["setting"]) for r in ok), default=None) for i in range(n)]
 
 
-def ratios(rows: list[dict], a: str, b: str, target: float | None, key: str = "engine") -> dict | None:
+def ratios(rows: list[dict], a: str, b: str, target: float | None, key: str = "engine",
+           field: str = "qps_passes") -> dict | None:
     """Per pass QPS of engine a over engine b (at a recall target: each one's fastest setting reaching
     it that pass; target None: their exact settings, EXACT_LABELS, the fastest where several builds)."""
     if target is None:
         rows = [r for r in rows if r["setting"].split()[-1] in EXACT_LABELS]
         target = 0.0
-    pa, pb = best_per_pass(rows, a, target, key), best_per_pass(rows, b, target, key)
+    pa, pb = best_per_pass(rows, a, target, key, field), best_per_pass(rows, b, target, key, field)
     if not pa or any(x is None for x in pa + pb):
         return None
     per = [x[0] / y[0] for x, y in zip(pa, pb)]
@@ -150,8 +162,9 @@ def ratios(rows: list[dict], a: str, b: str, target: float | None, key: str = "e
     return out
 
 
-def verdict(report: dict) -> str:
-    """The markdown table: the first engine's family over every other family at each recall target."""
+def verdict(report: dict, which: str = "family_ratios") -> str:
+    """The markdown table: the first engine's family over every other family at each recall target
+    (which: "family_ratios" by wall time, "family_ratios_cpu" by CPU time)."""
     fams = list(dict.fromkeys(r["family"] for r in report["rows"]))
     first, lines = fams[0], []
     head = " | ".join(f">= {t}" for t in FAMILY_TARGETS)
@@ -159,7 +172,7 @@ def verdict(report: dict) -> str:
     for o in fams[1:]:
         cells = []
         for t in (*FAMILY_TARGETS, None):
-            r = report["family_ratios"].get(f"{first}/{o} @{t if t else 'exact'}")
+            r = report[which].get(f"{first}/{o} @{t if t else 'exact'}")
             cells.append(f"**{r['median']:.2f}x** ({r['min']:.2f}-{r['max']:.2f})" if r else "-")
         lines.append(f"| {o} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -195,7 +208,10 @@ def plot(report: dict, path: Path) -> None:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus-dir", type=Path, required=True, help="a corpus from benchmarks/real_corpus.py")
-    ap.add_argument("--peer", nargs=2, action="append", required=True, metavar=("ENGINE", "OPTIONS"),
+    ap.add_argument("--peers-file", type=Path, default=None,
+                    help="a JSON list of [ENGINE, OPTIONS] pairs raced before the --peer ones "
+                         "(benchmarks/peers/race_lsr.json: every engine with its authors' sweep)")
+    ap.add_argument("--peer", nargs=2, action="append", default=[], metavar=("ENGINE", "OPTIONS"),
                     help="an engine and its constructor options as JSON (build, settings; \"label\": the name "
                          "of its rows, for a second build of an engine); repeatable")
     ap.add_argument("--passes", type=int, default=5)
@@ -214,6 +230,10 @@ def main(argv=None):
         specs = [(engine, json.loads(opts)) for engine, opts in a.peer]
     except json.JSONDecodeError as e:
         ap.error(f"--peer OPTIONS must be JSON: {e}")
+    if a.peers_file:
+        specs = [(engine, dict(opts)) for engine, opts in json.loads(a.peers_file.read_text())] + specs
+    if not specs:
+        ap.error("no engine to race: give --peer ENGINE OPTIONS or --peers-file")
     labels = [opts.get("label", engine) for engine, opts in specs]
     if len(set(labels)) < len(labels):
         ap.error(f"two peers are named alike ({', '.join(labels)}): give a second build of an engine a \"label\"")
@@ -275,10 +295,13 @@ def main(argv=None):
               "ratios": {f"{first}/{o} @{t if t else 'exact'}": ratios(rows, first, o, t)
                          for first in firsts for o in others for t in (*TARGETS, None)},
               "family_ratios": {f"{fams[0]}/{o} @{t if t else 'exact'}": ratios(rows, fams[0], o, t, key="family")
-                                for o in fams[1:] for t in (*FAMILY_TARGETS, None)}}
-    print("| engine | setting | recall@10 | QPS (median pass) | passes |\n|---|---|---|---|---|")
+                                for o in fams[1:] for t in (*FAMILY_TARGETS, None)},
+              "family_ratios_cpu": {f"{fams[0]}/{o} @{t if t else 'exact'}": ratios(rows, fams[0], o, t, "family",
+                                                                                    "cpu_qps_passes")
+                                    for o in fams[1:] for t in (*FAMILY_TARGETS, None)}}
+    print("| engine | setting | recall@10 | QPS (median pass) | CPU-time QPS | passes |\n|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['engine']} | {r['setting']} | {r['recall']:.3f} | {r['qps']:,.0f} | "
+        print(f"| {r['engine']} | {r['setting']} | {r['recall']:.3f} | {r['qps']:,.0f} | {r['cpu_qps']:,.0f} | "
               f"{' / '.join(f'{q:,.0f}' for q in r['qps_passes'])} |")
     for b in builds:
         print(f"built {b['engine']}: {b['build_s']:.1f} s, {(b['index_bytes'] or 0) / 2**20:,.1f} MB")
@@ -287,7 +310,8 @@ def main(argv=None):
             print(f"{key}: median {val['median']:.2f}x (passes {', '.join(f'{x:.2f}' for x in val['per_pass'])}; "
                   f"{val['a']['setting']} vs {val['b']['setting']})")
     report["verdict"] = verdict(report)
-    print(report["verdict"])
+    report["verdict_cpu"] = verdict(report, "family_ratios_cpu")
+    print("by wall time:\n" + report["verdict"] + "\nby CPU time:\n" + report["verdict_cpu"])
     out = write_json(ROOT / "benchmarks/results" / f"head_to_head-{name}.json", report, record)
     png = out.with_suffix(".png")
     plot({**record, **report}, png)

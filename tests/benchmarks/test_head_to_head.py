@@ -48,6 +48,8 @@ def test_race_on_a_tiny_corpus(hh, load_benchmark, tmp_path, monkeypatch):
     got = {(r["engine"], r["setting"]): r for r in report["rows"]}
     assert set(got) == {("tokenspace", "exact"), ("tokenspace", "qm=0.5"), ("scipy", "default")}
     assert all(len(r["qps_passes"]) == 3 and r["qps"] > 0 for r in report["rows"])
+    assert all(len(r["cpu_qps_passes"]) == 3 and r["cpu_qps"] > 0 for r in report["rows"])
+    assert "tokenspace/scipy @0.95" in report["family_ratios_cpu"]
     assert got[("tokenspace", "exact")]["recall"] == 1.0 == got[("scipy", "default")]["recall"]
     assert len(report["ratios"]["tokenspace/scipy @0.95"]["per_pass"]) == 3
     assert [b["engine"] for b in report["builds"]] == ["tokenspace", "scipy"]
