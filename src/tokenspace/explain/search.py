@@ -1,4 +1,5 @@
-"""Search with explanations: the one sequence `tokenspace search`, the HTTP service and the demo run.
+"""Search with explanations: the sequence the search session runs (searcher.py's Searcher, which
+`tokenspace search`, the HTTP service and the demo call).
 
     options = search_options(index, vocab, must=["dog"], where="beach OR sand", meta={"source": "emoji"})
     hits = explained_search(index, steer(query, {"red": 2.0}, vocab), k=10, **options)
