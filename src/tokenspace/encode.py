@@ -1,7 +1,16 @@
-"""Encode a large image collection into an index in parts, resumable at any point.
+"""The one road from images to an index: a collection encoded in parts, resumable at any point.
 
     tokenspace encode --model runs/stair/model --shards 'data/shard-{000000..000999}.tar' \\
         --index indexes/big --work indexes/big.parts
+    tokenspace index build --model runs/stair/model --data emoji:test --out indexes/emoji
+
+Both commands encode through ``encode_parts``: `encode` a TarCollection (webdataset shards), `index build`
+a FileCollection (the image files of data specs). ``encode_to_index`` adds each part to the index as it
+is written (searchable part by part, extensible with more shards); ``build_index`` builds the index
+once every part is on disk (what reordering, generic-token factors and a hub prior need: they see the
+whole collection), commits it in one save and removes its parts. Either way each row carries its
+caption (from files also its image, label and source: searcher.row_fields) and the index records the
+model and ranking (``InvertedIndex.info``), so searcher.py opens it from the folder alone.
 
 The collection is cut into parts of ``part_size`` rows (in collection order). For each part:
 1. encode it and write ``part-NNNNNN.npz`` (SparseBatch.save: temp file + rename) after its ids file
