@@ -11,6 +11,7 @@ wndb(5)): only lemmas and hypernym pointers are needed, so no WordNet library is
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -103,6 +104,15 @@ def emitted(token: str) -> bool:
     """Tokens a class may carry: word pieces with a letter or digit, not function words or specials."""
     core = token[2:] if token.startswith("##") else token  # a piece "##by" is not the word "by"
     return any(ch.isalnum() for ch in core) and token not in STOP_TOKENS and not token.startswith("[")
+
+
+@functools.lru_cache(maxsize=8)
+def emitted_mask(tokens: tuple[str, ...]) -> np.ndarray:
+    """``emitted`` of every token of a vocabulary, as a bool array (read-only). Cached: a fused model and
+    its tagger part ask for the same 30,522 tokens, each at every load of the model."""
+    mask = np.fromiter((emitted(t) for t in tokens), dtype=bool, count=len(tokens))
+    mask.flags.writeable = False
+    return mask
 
 
 def token_table(words: Sequence[dict[str, int]], tokenizer, decay: float = 1.0) -> tuple[np.ndarray, np.ndarray]:

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tokenspace.models.capabilities import CellScores
-from tokenspace.models.classwords import emitted
+from tokenspace.models.classwords import emitted_mask
 from tokenspace.models.config import ModelConfig
 from tokenspace.models.dual import DualEncoder
 from tokenspace.models.options import FusedOptions
@@ -85,7 +85,7 @@ class FusedModel(DualEncoder):
         # side, not here, so a model loaded to encode queries never runs its image tower (a text search's
         # start-up: 0.04 s on a quiet machine, seconds on a loaded one)
         self._cells: dict[int, tuple[int, int]] | None = None if len(self.sizes) > 1 else {}
-        keep = torch.tensor([emitted(t) for t in self.tokenizer.vocab.tokens])
+        keep = torch.tensor(emitted_mask(tuple(self.tokenizer.vocab.tokens)))
         self.register_buffer("content", keep, persistent=False)  # which ids count as content words
 
     def _share_image_tower(self, check: list[bool]) -> None:

@@ -18,7 +18,13 @@ from tokenspace.models.config import (
     list_configs,
 )
 from tokenspace.models.options import FAMILY_OPTIONS
-from tokenspace.models.towers import light_text_towers, load_by_name, qualified_name, resolve_weights, skip_init
+from tokenspace.models.towers import (
+    light_text_towers,
+    load_by_name,
+    qualified_name,
+    resolve_weights,
+    skip_init,
+)
 from tokenspace.vocab import Vocabulary
 
 if TYPE_CHECKING:  # pragma: no cover

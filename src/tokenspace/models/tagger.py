@@ -31,7 +31,7 @@ from torch import nn
 from tokenspace.models.classwords import (
     NounGraph,
     class_words,
-    emitted,
+    emitted_mask,
     read_lemma_file,
     read_wnids,
     token_table,
@@ -115,7 +115,7 @@ class TaggerModel(DualEncoder):
         self.register_buffer("token_ids", ids)  # [U] vocabulary ids of the table's columns
         self.register_buffer("class_tokens", table)  # [classes, U]
         # which vocabulary entries the text side may emit (specials, punctuation, function words: no)
-        keep = torch.tensor([emitted(t) for t in vocab.tokens])
+        keep = torch.tensor(emitted_mask(tuple(vocab.tokens)))
         self.register_buffer("output_mask", keep.float(), persistent=False)
 
     # ------------------------------------------------------------------ image side
