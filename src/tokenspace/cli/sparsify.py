@@ -28,7 +28,7 @@ def add_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("--weights", choices=["idf", "index-idf", "model"], default=None,
                    help="--inference-free: each token's query weight: idf: BM25's idf over the --data captions; "
                         "index-idf: over the --index's images; model: the base's mean text-side weight of the "
-                        "token in the --data captions (default idf)")
+                        "token in the --data captions (default model: the best on validation data)")
     s.add_argument("--index", default=None, help="--inference-free --weights index-idf: an index of the base "
                                                  "model's image vectors")
     s.add_argument("--text-top-n", type=positive_int, default=None,

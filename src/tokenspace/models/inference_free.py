@@ -61,7 +61,7 @@ class InferenceFreeOptions(FamilyOptions):
 
     family: ClassVar[str] = "inference-free"
     base: str | dict | None = None
-    weights: str = "idf"
+    weights: str = "model"
     source: str | None = None
     text_top_n: int | None = None
 
@@ -264,7 +264,7 @@ def mean_text_weights(model: DualEncoder, texts: Sequence[str], batch_size: int 
     return out
 
 
-def make_inference_free(base: str, weights: str = "idf", captions: Sequence[str] | None = None, index=None,
+def make_inference_free(base: str, weights: str = "model", captions: Sequence[str] | None = None, index=None,
                         text_top_n: int | None = None, source: str | None = None,
                         progress: bool = False) -> InferenceFreeModel:
     """An inference-free model over ``base`` (a trained model folder or release name), its query weights
@@ -292,7 +292,7 @@ def make_inference_free(base: str, weights: str = "idf", captions: Sequence[str]
     return model.eval()
 
 
-def inference_free_config(base: str | dict, weights: str = "idf", source: str | None = None,
+def inference_free_config(base: str | dict, weights: str = "model", source: str | None = None,
                           text_top_n: int | None = None, vocab: str | None = None,
                           name: str = "inference-free") -> ModelConfig:
     """The config of an inference-free model over ``base`` (a trained folder or release name)."""

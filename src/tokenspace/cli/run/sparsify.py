@@ -68,7 +68,7 @@ def _inference_free(args) -> int:
                             ("--set", args.set)) if v]
     if given:
         raise CLIError(f"{', '.join(given)}: not with --inference-free (nothing is trained)")
-    weights = args.weights or "idf"
+    weights = args.weights or "model"  # the best of the three on the release's val splits
     if weights == "index-idf":
         if not args.index or args.data:
             raise CLIError("--weights index-idf: give --index DIR (the base model's index), not --data")
