@@ -27,7 +27,7 @@ def test_sparsify_inference_free_writes_a_model_that_search_uses(world, tmp_path
 def test_sparsify_inference_free_refusals_are_one_line(world, tmp_path):
     cases = {
         "--steps: not with --inference-free": ["--data", f"{world.manifest}:train", "--steps", "3"],
-        "--weights idf: give --data": ["--index", world.index],
+        "--weights model: give --data": ["--index", world.index],  # the default weights
         "--weights index-idf: give --index DIR": ["--weights", "index-idf", "--data", f"{world.manifest}:train"],
         "unknown dataset 'nonsense'": ["--data", "nonsense:train"],
     }
