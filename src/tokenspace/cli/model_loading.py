@@ -23,6 +23,13 @@ def load_model(ref: str, device: str = "cpu"):
     return model.to(dev) if dev.type != "cpu" else model
 
 
+def one_thread() -> None:
+    """Torch on one thread, for a command whose model work is a few short texts (a text search): a
+    two-layer BERT over a dozen tokens gains nothing from more, and on a busy machine the second thread's
+    wait for a core cost a query 0.2 s instead of 5 ms (benchmarks/cli_startup.py)."""
+    torch.set_num_threads(1)
+
+
 def model_reference(ref: str) -> str:
     """What an index records as its model (collection.json) so that a later command loads the same one
     from any folder: a model folder as its absolute path, a release or config name as the name (as

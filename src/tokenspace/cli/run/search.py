@@ -8,7 +8,7 @@ from pathlib import Path
 from tokenspace.cli.common import CLIError, UsageError, ranking_changes
 from tokenspace.cli.hybrid import check_dense_args, open_dense
 from tokenspace.cli.index_loading import load_index
-from tokenspace.cli.model_loading import load_model
+from tokenspace.cli.model_loading import load_model, one_thread
 from tokenspace.explain.hits import format_hit
 from tokenspace.index.metadata import parse_cli as parse_filters
 from tokenspace.searcher import Collection, Searcher, SearchError
@@ -41,6 +41,8 @@ def run(args) -> int:
     if not model_ref:
         raise CLIError(f"no --model given and the index at {args.index} does not name one")
     model = load_model(model_ref)
+    if not args.image:
+        one_thread()  # the model encodes a few short texts
     if not getattr(model, "sparse", True):
         raise CLIError(f"--model {model_ref}: a {model.family} model gives dense vectors, not the token vectors the "
                        "index holds: search with a sparse model, or pass it as --dense-model with --dense-index")
