@@ -108,3 +108,20 @@ def test_bad_input_is_refused(base, tiny_vocab, make_model, tmp_path):
         build_model(inference_free_config(str(dense)), vocab=tiny_vocab)
     with pytest.raises(ValueError, match="no captions"):
         caption_idf(model.tokenizer, [])
+
+
+def test_export_st_writes_the_table_as_a_sparse_static_embedding(base, tiny_vocab, tmp_path):
+    st = pytest.importorskip("sentence_transformers", reason="sentence-transformers is in the dev extra")
+    from tokenspace.models.export_st import export_sentence_transformers
+
+    texts = ["a red dog", "the blue cat on a car with a big hat and a small ball", "Dogs!",
+             "red " * 13 + "dog cat star tree"]  # longer than the model's 16 tokens: truncated alike
+    for top_n in (None, 2):
+        model = make_if(base, tiny_vocab, np.linspace(0.5, 3.0, len(tiny_vocab)), text_top_n=top_n)
+        out = export_sentence_transformers(model, tmp_path / f"st{top_n}")
+        encoder = st.SparseEncoder(str(out), device="cpu", trust_remote_code=True)
+        theirs = encoder.encode(texts, convert_to_tensor=True).to_dense().numpy()
+        ours = model.encode_query(texts).to_dense()
+        np.testing.assert_allclose(theirs, ours, atol=1e-6)
+        if top_n is None:  # 14 word pieces fit beside [CLS] and [SEP]: "dog" in, "star" cut
+            assert ours[3, tiny_vocab.id("dog")] > 0 and ours[3, tiny_vocab.id("star")] == 0

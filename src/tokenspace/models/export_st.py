@@ -26,6 +26,11 @@ same token ids, then the fused model's TopN and Normalize. Parts that take no pa
 weight 0: the release's tagger) are left out; a fused model whose text side has no STAIR part, or several
 (two MLMs would need two forwards), is refused.
 
+An inference-free model (models/inference_free.py) has no text network: its folder is sentence-transformers'
+own ``SparseStaticEmbedding`` (the tokenizer and the stored weight of each token: what OpenSearch's
+doc-only query encoders ship as), then TopN and Normalize as above. Its tokenizer truncates to
+``max_text_len - 2`` word pieces without [CLS] / [SEP], the pieces tokenspace's own encoding keeps.
+
 sentence-transformers is not needed to write the folder (only to read it).
 """
 from __future__ import annotations
@@ -46,13 +51,14 @@ MARKER = "tokenspace_export.json"
 MARKER_FORMAT = "sentence-transformers-sparse-encoder"
 MASKED_BIAS = -1.0e4  # far below any |h . e| of a trained BERT: ReLU(logit) = 0 for masked entries
 MLM = "sentence_transformers.sparse_encoder.models.MLMTransformer"
+STATIC = "sentence_transformers.sparse_encoder.models.SparseStaticEmbedding"
 SPLADE = "sentence_transformers.sparse_encoder.models.SpladePooling"
 NORMALIZE = "sentence_transformers.models.Normalize"
 TOP_N_SOURCE = Path(__file__).with_name("st_top_n.py")  # copied into the folder for models with a top-n
 TOP_N = f"{TOP_N_SOURCE.stem}.TopN"  # a module of the folder itself (trust_remote_code=True to load it)
 ANCHOR_SOURCE = Path(__file__).with_name("st_anchor.py")  # copied into a fused model's folder
 ANCHOR = f"{ANCHOR_SOURCE.stem}.LexicalAnchor"
-FAMILIES = ("stair", "fused")  # the families whose text side export-st writes
+FAMILIES = ("stair", "fused", "inference-free")  # the families whose text side export-st writes
 
 
 def _mlm(model):
@@ -109,10 +115,12 @@ def check_out(out: Path, source: str | Path | None = None, fmt: str = MARKER_FOR
 
 
 def check_family(family: str) -> None:
-    """Only STAIR's text side is SPLADE's architecture, alone or inside a fused model (ValueError otherwise)."""
+    """Only STAIR's text side is SPLADE's architecture, alone or inside a fused model; an inference-free
+    model's is a table (ValueError otherwise)."""
     if family not in FAMILIES:
-        raise ValueError(f"export-st writes the SPLADE-style text side of STAIR models (alone or fused); a "
-                         f"{family!r} model's text side is not an MLM with max pooling")
+        raise ValueError(f"export-st writes the SPLADE-style text side of STAIR models (alone or fused) and "
+                         f"inference-free query tables; a {family!r} model's text side is not an MLM with max "
+                         "pooling")
 
 
 def text_parts(model) -> tuple:
@@ -120,6 +128,8 @@ def text_parts(model) -> tuple:
     a STAIR model is itself, weight 1 and no anchor; a fused model its one STAIR part with text weight
     != 0 and its anchor (ValueError for other text sides)."""
     check_family(model.family)
+    if model.family == "inference-free":
+        return None, 1.0, None
     if model.family == "stair":
         return model, 1.0, None
     texts = [(w, p) for w, p in zip(model.text_weights, model.parts) if w]
@@ -130,6 +140,20 @@ def text_parts(model) -> tuple:
                          f"anchor); {model.config.name!r} has text parts: {found}")
     (weight, part), = texts
     return part, float(weight), float(model.anchor)
+
+
+def _static(model, folder: Path) -> dict:
+    """An inference-free model's query table as a SparseStaticEmbedding module folder (its tokenizer files,
+    ``weight`` in model.safetensors, frozen); returns its modules.json entry."""
+    from safetensors.torch import save_file  # start-up: only an inference-free export writes it here
+
+    folder.mkdir()
+    # no [CLS] / [SEP] in its input (add_special_tokens=False): two more word pieces fit, so the limit is
+    # the model's less those two, the pieces the model's own encoding keeps
+    write_tokenizer_files(folder, model.tokenizer.vocab, model.config.max_text_len - 2)
+    save_file({"weight": model.query_weights.detach().float().cpu().contiguous()}, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps({"frozen": True}) + "\n")
+    return {"idx": 0, "name": "0", "path": folder.name, "type": STATIC}
 
 
 def _non_content_ids(model) -> list[int]:
@@ -147,15 +171,18 @@ def export_sentence_transformers(model, out: str | Path, source: str | Path | No
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_folder(out)  # not tempfile.mkdtemp: its 0700 would make the exported folder private
     try:
-        mlm = _mlm(stair)
-        mlm.save_pretrained(str(tmp))  # config.json (model_type bert, BertForMaskedLM) + model.safetensors
-        mode = new_file_mode(tmp)
-        for f in tmp.glob("*.safetensors"):  # safetensors writes 0600
-            os.chmod(f, mode)
         vocab = model.tokenizer.vocab
-        write_tokenizer_files(tmp, vocab, model.config.max_text_len)
-        modules = [{"idx": 0, "name": "0", "path": "", "type": MLM},
-                   {"idx": 1, "name": "1", "path": "1_SpladePooling", "type": SPLADE}]
+        if stair is None:  # inference-free: the table as SparseStaticEmbedding
+            modules = [_static(model, tmp / "0_SparseStaticEmbedding")]
+        else:
+            mlm = _mlm(stair)
+            mlm.save_pretrained(str(tmp))  # config.json (model_type bert, BertForMaskedLM) + model.safetensors
+            write_tokenizer_files(tmp, vocab, model.config.max_text_len)
+            modules = [{"idx": 0, "name": "0", "path": "", "type": MLM},
+                       {"idx": 1, "name": "1", "path": "1_SpladePooling", "type": SPLADE}]
+        mode = new_file_mode(tmp)
+        for f in tmp.rglob("*.safetensors"):  # safetensors writes 0600
+            os.chmod(f, mode)
         if anchor is not None:  # a fused model: the weighted STAIR vector plus the anchor's bag
             n = len(modules)
             modules.append({"idx": n, "name": str(n), "path": f"{n}_LexicalAnchor", "type": ANCHOR})
@@ -177,30 +204,36 @@ def export_sentence_transformers(model, out: str | Path, source: str | Path | No
             (tmp / f"{n}_Normalize").mkdir()
         (tmp / "modules.json").write_text(json.dumps(modules, indent=2) + "\n")
         (tmp / "sentence_bert_config.json").write_text(
-            json.dumps({"max_seq_length": model.config.max_text_len, "do_lower_case": False}, indent=2) + "\n")
-        (tmp / "1_SpladePooling").mkdir()
-        (tmp / "1_SpladePooling" / "config.json").write_text(json.dumps(
-            {"pooling_strategy": "max", "activation_function": "relu", "word_embedding_dimension": len(vocab)},
-            indent=2) + "\n")
+            json.dumps({"max_seq_length": model.config.max_text_len - (2 if stair is None else 0),
+                        "do_lower_case": False}, indent=2) + "\n")
+        if stair is not None:
+            (tmp / "1_SpladePooling").mkdir()
+            (tmp / "1_SpladePooling" / "config.json").write_text(json.dumps(
+                {"pooling_strategy": "max", "activation_function": "relu", "word_embedding_dimension": len(vocab)},
+                indent=2) + "\n")
         (tmp / "config_sentence_transformers.json").write_text(json.dumps(
             {"model_type": "SparseEncoder", "prompts": {"query": "", "document": ""},
              "default_prompt_name": None, "similarity_fn_name": "dot"}, indent=2) + "\n")
         # st_top_n.py / st_anchor.py are the folder's own code
         trust = ", trust_remote_code=True" if model.text_top_n or anchor is not None else ""
-        fused = (f" + the lexical anchor (st_anchor.py: {text_weight:g} x the STAIR part's unit vector + "
+        body = ("SparseStaticEmbedding: the tokenizer and a stored weight per token, no text network"
+                if stair is None else "MLM + SPLADE max pooling")
+        body += (f" + the lexical anchor (st_anchor.py: {text_weight:g} x the STAIR part's unit vector + "
                  f"{anchor:g} x the unit bag of the text's content word pieces)" if anchor is not None else "")
         (tmp / "README.md").write_text(
             f"---\nlibrary_name: sentence-transformers\ntags:\n- sparse-encoder\n- splade\n- tokenspace\n---\n\n"
             f"# {model.config.name}: text encoder\n\nThe text side of the tokenspace {model.family} model "
-            f"`{model.config.name}` as a sentence-transformers SparseEncoder (MLM + SPLADE max pooling{fused}"
+            f"`{model.config.name}` as a sentence-transformers SparseEncoder ({body}"
             f"{f' + the {model.text_top_n} heaviest tokens (st_top_n.py)' if model.text_top_n else ''}"
             f"{' + L2 normalisation' if model.similarity_fn_name == 'cosine' else ''}), written by "
             f"`tokenspace export-st`. Its vectors equal `model.encode_text(texts)`.\n\n"
             "```python\nfrom sentence_transformers import SparseEncoder\n\n"
             f"encoder = SparseEncoder(\"path/to/this/folder\"{trust})\n"
             "vectors = encoder.encode([\"a red dog\"])\n```\n\n"
-            "Bracketed vocabulary entries ([CLS], [unused0], ...) carry a decoder bias of -1e4, so they are "
-            "never emitted (STAIR's output mask).\n", encoding="utf-8")
+            + ("Stop words, specials and punctuation weigh 0 in the table, as in tokenspace's own queries.\n"
+               if stair is None else
+               "Bracketed vocabulary entries ([CLS], [unused0], ...) carry a decoder bias of -1e4, so they are "
+               "never emitted (STAIR's output mask).\n"), encoding="utf-8")
         (tmp / MARKER).write_text(json.dumps({"format": MARKER_FORMAT, "model": model.config.name}, indent=2)
                                   + "\n")
         if out.exists():
