@@ -7,5 +7,5 @@ import argparse
 
 
 def add_arguments(st: argparse.ArgumentParser) -> None:
-    st.add_argument("model", help="STAIR or fused model folder, or release name (e.g. tokenspace-stair-drawings)")
+    st.add_argument("model", help="STAIR, fused or inference-free model folder, or release name (e.g. tokenspace-stair-drawings)")
     st.add_argument("out", help="folder to write: new, empty or a previous export (which is replaced)")
