@@ -45,7 +45,7 @@ class InvertedIndex:
 
     def __init__(self, dim: int, vocab: Vocabulary | None = None, *, dense_fraction: float = 0.125,
                  approx_top_n: int | None = None, deny: Sequence | None = None, allow: Sequence | None = None,
-                 impact_heads: bool = True):
+                 impact_heads: bool = True, approx_mass: float | None = None):
         if vocab is not None and len(vocab) != dim:
             raise ValueError(f"vocabulary has {len(vocab)} entries but dim is {dim}")
         if not (isinstance(dense_fraction, (int, float)) and dense_fraction > 0):
@@ -56,6 +56,10 @@ class InvertedIndex:
         self.vocab = vocab
         self.dense_fraction = float(dense_fraction)
         self.approx_top_n = int(approx_top_n) if approx_top_n else 0  # 0: approx reads every term
+        if approx_mass is not None and (not isinstance(approx_mass, (int, float)) or isinstance(approx_mass, bool)
+                                        or not 0 < approx_mass < 1):
+            raise ValueError(f"approx_mass must be in (0, 1) or None, got {approx_mass!r}")
+        self.approx_mass = float(approx_mass) if approx_mass is not None else None  # None: no mass cut
         if not isinstance(impact_heads, (bool, np.bool_)):
             raise ValueError(f"impact_heads must be True or False, got {impact_heads!r}")
         self.impact_heads = bool(impact_heads)  # for the segments added from now on
@@ -86,7 +90,8 @@ class InvertedIndex:
     def build(cls, batch: SparseBatch, ids: Sequence[str], *, dense_fraction: float = 0.125,
               approx_top_n: int | None = None, vocab: Vocabulary | None = None, deny: Sequence | None = None,
               allow: Sequence | None = None, metadata: Sequence[dict] | None = None,
-              reorder: bool = False, impact_heads: bool = True, generic_share: float | None = None) -> "InvertedIndex":
+              reorder: bool = False, impact_heads: bool = True, generic_share: float | None = None,
+              approx_mass: float | None = None) -> "InvertedIndex":
         """Index ``batch`` (non-negative weights, sorted unique dims per row) under string ``ids``.
 
         dense_fraction: terms in at least this fraction of a segment's docs are stored as dense uint8
@@ -96,6 +101,11 @@ class InvertedIndex:
             (in separate lists) and exact search reads them all, so exact results are unchanged.
             None: approx reads every term too. (To drop terms for good, prune the batch:
             SparseBatch.prune_topk.)
+        approx_mass: the same pruning by weight instead of count (SINDI's document pruning; its
+            doc_prune_ratio is 1 - approx_mass): approx search reads each document's heaviest terms
+            until they hold this fraction of its weight, so a document with a few heavy terms keeps
+            few and a flat one many. Exact search still reads every term. In (0, 1), or None; with
+            approx_top_n too, a term must pass both. Stored with the index (format version 7).
         vocab: names of the dims (defaults to batch.vocab); stored with the index, used by ``where=``.
         deny / allow: index-side token blacklist / whitelist (STAIR App. D; dims or token names): denied
             dims are dropped from every document before indexing, and with ``allow`` only those dims
@@ -124,7 +134,7 @@ class InvertedIndex:
             metadata = None if metadata is None else [metadata[i] for i in order]
         index = cls(batch.dim, vocab if vocab is not None else batch.vocab,
                     dense_fraction=dense_fraction, deny=deny, allow=allow,
-                    approx_top_n=approx_top_n, impact_heads=impact_heads)
+                    approx_top_n=approx_top_n, impact_heads=impact_heads, approx_mass=approx_mass)
         if generic_share is not None:
             index.token_filter = TokenFilter.generic(batch, generic_share, index.token_filter)
         index.add(batch, ids, metadata=metadata)
@@ -160,7 +170,7 @@ class InvertedIndex:
             batch, ids, prior = batch[perm], [ids[i] for i in perm], prior[perm]
             rows = None if rows is None else [rows[i] for i in perm]
         seg = Segment.build(batch, ids, dense_fraction=self.dense_fraction, approx_top_n=self.approx_top_n,
-                            impact_heads=self.impact_heads, metadata=rows)
+                            impact_heads=self.impact_heads, metadata=rows, approx_mass=self.approx_mass or 0.0)
         base = self._total()
         self._segments.append(seg)
         self._deleted.append(None)
@@ -214,7 +224,8 @@ class InvertedIndex:
             if self._priors[si] is not None:
                 prior.append(self._priors[si][live])
         fresh = InvertedIndex(self.dim, self.vocab, dense_fraction=self.dense_fraction,
-                              approx_top_n=self.approx_top_n or None, impact_heads=self.impact_heads)
+                              approx_top_n=self.approx_top_n or None, impact_heads=self.impact_heads,
+                              approx_mass=self.approx_mass)
         fresh._hub, fresh.info = self._hub, self.info
         if ids:  # the stored rows are already filtered: not again (scaling is not idempotent)
             fresh.add(SparseBatch.concat(rows).with_vocab(self.vocab), ids, metadata=meta,
@@ -365,7 +376,8 @@ class InvertedIndex:
             largest weight, kernels.HEAD_CODES) holding every posting above the floor, or nothing
             when its heaviest posting is below it. Higher is faster and scores docs on fewer of their
             terms, so pair it with a larger rerank (real-text-967K: docs/history.md, "impact heads").
-        Also in approx mode only each document's ``approx_top_n`` heaviest terms are read (see build).
+        Also in approx mode only each document's ``approx_top_n`` heaviest terms (and with ``approx_mass``
+        its heaviest until they hold that share of its weight) are read (see build).
         must / must_not: dims (ints, or tokens when the index has a vocabulary) that a document must
             all have / must have none of (weight > 0).
         where: boolean query tree (query.Node) or string parsed with parse_query over the index vocab.
@@ -569,6 +581,7 @@ class InvertedIndex:
             "nnz": nnz, "index_bytes": size, "raw_csr_bytes": raw, "size_vs_raw_csr": size / raw if raw else 0.0,
             "dense_terms": [int(seg.dense.shape[0]) for seg in self._segments],
             "dense_fraction": self.dense_fraction, "approx_top_n": self.approx_top_n or None,
+            "approx_mass": self.approx_mass,
             "impact_heads": all(seg.has_heads for seg in self._segments),
             "token_filter": self.token_filter.to_dict() if self.token_filter else None,
             "hub_prior": self.hub_prior,
@@ -674,7 +687,7 @@ class InvertedIndex:
             generation=gen, next_segment=self._next_seg, segments=tuple(segments), vocab=vocab,
             vocab_name=self.vocab.name if self.vocab is not None else None,
             token_filter=self.token_filter.to_dict() if self.token_filter else None, hub_prior=hub,
-            info=info)
+            info=info, approx_mass=self.approx_mass)
         storage.write_manifest(root, body.to_dict())
         keep = {s.name for s in segments} | {s.tombstones.file for s in segments if s.tombstones} | {
             s.prior.file for s in segments if s.prior}
@@ -710,7 +723,8 @@ class InvertedIndex:
                 raise IndexCorruptError(f"{vocab_file}: {e}") from None
             if len(vocab) != man.dim:
                 raise IndexCorruptError(f"{vocab_file}: {len(vocab)} tokens for dim {man.dim}")
-        index = cls(man.dim, vocab, dense_fraction=man.dense_fraction, approx_top_n=man.top_n or None)
+        index = cls(man.dim, vocab, dense_fraction=man.dense_fraction, approx_top_n=man.top_n or None,
+                    approx_mass=man.approx_mass)
         index.token_filter = TokenFilter.from_dict(index.dim, man.token_filter)
         index.info = dict(man.info or {})
         if man.hub_prior is not None:

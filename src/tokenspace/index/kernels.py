@@ -121,12 +121,16 @@ def _head_put(c, doc, t, ch, dim, nch, pos, head_docs, head_codes, fill):
 
 
 @njit(cache=True, nogil=True)
-def term_stats(indptr, indices, values, dim, approx_top_n):
-    """Per-term doc frequency and max weight; with approx_top_n > 0 also the df of each doc's top part.
+def term_stats(indptr, indices, values, dim, approx_top_n, approx_mass=0.0):
+    """Per-term doc frequency and max weight; with approx_top_n > 0 or approx_mass in (0, 1) also the
+    df of each doc's top part.
 
     Returns (df, wmax, df_main, is_main) where is_main marks the postings that go to the main lists
-    (all of them when approx_top_n is 0; otherwise each doc's approx_top_n heaviest, ties to the
-    smaller dim); the others go to the residual lists, which only exact search reads.
+    (all of them when both are off; otherwise each doc's approx_top_n heaviest and, with approx_mass,
+    only its heaviest terms until they hold approx_mass of its weight: the term that crosses the mark
+    stays, ties to the smaller dim); the others go to the residual lists, which only exact search reads.
+    The mass cut is SINDI's document pruning (its doc_prune_ratio is 1 - approx_mass): a document with
+    a few heavy terms keeps few, a flat one keeps many.
     """
     n = len(indptr) - 1
     df = np.zeros(dim, np.int64)
@@ -139,6 +143,18 @@ def term_stats(indptr, indices, values, dim, approx_top_n):
             order = np.argsort(-values[a:b], kind="mergesort")
             for r in range(approx_top_n, b - a):
                 is_main[a + order[r]] = False
+        if 0.0 < approx_mass < 1.0 and b - a > 1:
+            order = np.argsort(-values[a:b], kind="mergesort")
+            total = 0.0
+            for p in range(a, b):
+                total += max(values[p], 0.0)
+            mark = approx_mass * total
+            held = 0.0
+            for r in range(b - a):
+                if held >= mark:
+                    is_main[a + order[r]] = False
+                else:
+                    held += max(values[a + order[r]], 0.0)
         for p in range(a, b):
             v = values[p]
             if v <= 0.0:

@@ -13,8 +13,9 @@ and the optional per-segment row metadata file (metadata.py); 4 adds each segmen
 weight; each segment's ``prior`` file, float32 per row, named like tombstones); 6 adds the optional
 collection ``info`` ({"model": the reference of the model that encoded the rows, "ranking": the default
 ranking's fields}: what a search session needs besides the rows, so an index folder is searchable on its
-own). Versions 2 (no ``n``, no metadata), 3 (no heads: computed at load), 4 (no hub prior) and 5 (no
-info) are still read.
+own); 7 adds the optional ``approx_mass`` (the build's mass cut of the approximate lists, kept for later
+adds and compaction). Versions 2 (no ``n``, no metadata), 3 (no heads: computed at load), 4 (no hub
+prior), 5 (no info) and 6 (no mass cut) are still read.
 """
 from __future__ import annotations
 
@@ -84,6 +85,7 @@ class Manifest:
     version: int = VERSION
     hub_prior: HubPrior | None = None
     info: dict | None = None  # {"model": str or None, "ranking": {field: value} or None} (INFO_FIELDS)
+    approx_mass: float | None = None  # the index's approx_mass (None = no mass cut)
 
     def files(self) -> dict[str, dict]:
         """Every file to check: relative path -> {bytes, crc32}."""
@@ -119,6 +121,8 @@ class Manifest:
                 "bank": {a: dict(entry(e), file=e.file) for a, e in self.hub_prior.bank.items()}},
             # written only when set: an index without it is what versions before 6 wrote too
             **({"info": self.info} if self.info else {}),
+            # written only when set: an index without it is what versions before 7 wrote too
+            **({"approx_mass": self.approx_mass} if self.approx_mass is not None else {}),
         }
 
 
@@ -177,7 +181,7 @@ def parse(doc, path: Path) -> Manifest:
     top = {"format", "version", "dim", "dense_fraction", "top_n", "generation", "next_segment", "segments",
            "vocab", "block", "posting_chunk", "token_filter"} | ({"n"} if version >= 3 else set()) | (
                {"hub_prior"} if version >= 5 else set())
-    f.obj(doc, "", top, frozenset({"info"} if version >= 6 else ()))
+    f.obj(doc, "", top, frozenset(({"info"} if version >= 6 else set()) | ({"approx_mass"} if version >= 7 else set())))
     dim = f.int_(doc["dim"], "dim", 1, 1 << 31)
     frac = doc["dense_fraction"]
     if not isinstance(frac, (int, float)) or isinstance(frac, bool) or not 0 < frac < float("inf"):
@@ -217,8 +221,11 @@ def parse(doc, path: Path) -> Manifest:
         if total != n:
             f.fail("segments", f"{len(segments)} segment(s) of {total} rows, the index has n = {n}")
     info = _info(f, doc["info"]) if "info" in doc else None
+    mass = doc.get("approx_mass")
+    if mass is not None and (not isinstance(mass, (int, float)) or isinstance(mass, bool) or not 0 < mass < 1):
+        f.fail("approx_mass", f"expected a number in (0, 1), got {_show(mass)}")
     return Manifest(dim, n, float(frac), top_n, generation, next_segment, segments, vocab, vocab_name,
-                    token_filter, version, hub, info)
+                    token_filter, version, hub, info, None if mass is None else float(mass))
 
 
 INFO_FIELDS = ("model", "ranking")

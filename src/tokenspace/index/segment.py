@@ -75,7 +75,7 @@ class Segment:
     # ----------------------------------------------------------------- build
     @classmethod
     def build(cls, batch: SparseBatch, ids: list[str], *, dense_fraction: float, approx_top_n: int,
-              impact_heads: bool = True, metadata: list[dict] | None = None) -> "Segment":
+              impact_heads: bool = True, metadata: list[dict] | None = None, approx_mass: float = 0.0) -> "Segment":
         indptr, indices, values = batch.indptr, batch.indices, batch.values
         bad = kernels.check_rows(indptr, indices, values)
         if bad >= 0:
@@ -83,7 +83,7 @@ class Segment:
                 f"document row {bad} ({ids[bad]!r}) must have strictly increasing dims and finite "
                 "weights >= 0 (build SparseBatch with from_scipy/from_dicts to sort and merge)")
         n, dim = len(batch), batch.dim
-        df, wmax, df_main, is_main = kernels.term_stats(indptr, indices, values, dim, approx_top_n)
+        df, wmax, df_main, is_main = kernels.term_stats(indptr, indices, values, dim, approx_top_n, float(approx_mass))
         scale = (wmax / np.float32(255.0)).astype(np.float32)
         # dense columns for frequent terms: 1 byte per doc beats 5 bytes per posting above ~n/5,
         # and a streamed column is several times faster to add than a scattered list

@@ -39,8 +39,8 @@ FORMAT = "tokenspace-inverted"
 # an older segment gets them computed at load); 5: the optional hub prior (a query bank and each segment's
 # per-document prior, manifest.HubPrior); 6: the optional collection info (the model that encoded the rows
 # and the default ranking, manifest.Manifest.info); 2 to 5 are still read
-VERSION = 6
-READABLE = (2, 3, 4, 5, 6)
+VERSION = 7
+READABLE = (2, 3, 4, 5, 6, 7)
 VOCAB = "vocab.txt"
 # what changed in each version, for the error that asks to rebuild an older index
 _OLDER = {1: "int32 posting doc ids and forward term ids, before the compressed postings of version 2"}
