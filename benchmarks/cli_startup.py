@@ -10,9 +10,11 @@ its src/ first on PYTHONPATH), interleaved run by run (base, new, base, new, ...
 machine falls on both alike; the median of --runs each, after one warm-up run each (the file cache warm,
 as a user's second call finds it; numba's on-disk cache filled). The ratio is base / new.
 
-Where the time goes: ``--breakdown`` runs the search's steps one after another in one fresh process per
-checkout, timing each (import torch, import the search command, load the index, load the model, encode
-the query, search, the interpreter's exit), the median over --runs.
+Where the time goes: the breakdown runs the search's steps as library calls, one after another in one
+fresh process per checkout, timing each (import torch, import the search command, load the index, load
+the model, encode the query, search; the rest of the process's wall time is the interpreter's start and
+exit: a plain exit there, for both commits, while the command itself now shortens its exit), the median
+over --runs (--no-breakdown skips it).
 
 Also timed: each --help and a usage error (`search -k 0`), answered before any library loads (target
 under 0.5 s for `search --help`).
