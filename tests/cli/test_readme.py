@@ -67,6 +67,7 @@ def _tiny(line: str, world) -> str:
         "openclipart:test:300": f"{world.manifest}:train:3",
         "emoji:test": f"{world.manifest}:test",
         "'shards/{000..099}.tar'": str(world.shards),
+        "~/Pictures": str(world.root / "img"),  # `shards` writes shards/ from them; `encode` reads shards/*.tar
     }
     for a, b in swaps.items():
         line = line.replace(a, b)
@@ -93,7 +94,7 @@ def test_the_shell_block_runs_line_by_line_on_tiny_data(world, tmp_path, monkeyp
             assert r.code == 0, f"{line}\n{r.err}"
         ran.append(argv[1])
     # the walk-through ends with a running page over an index it built itself
-    assert {"train", "eval", "index", "search", "decode", "encode", "serve"} <= set(ran), ran
+    assert {"train", "eval", "index", "search", "decode", "shards", "encode", "serve"} <= set(ran), ran
 
 
 def _serve(argv: list[str], cwd: Path, home: Path) -> None:
