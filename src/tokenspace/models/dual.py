@@ -256,8 +256,8 @@ class DualEncoder(nn.Module):
     # ------------------------------------------------------------------ persistence
     def save_pretrained(self, save_directory: str | os.PathLike, *, push_to_hub: bool = False,
                         card: dict | None = None, dtype=None) -> Path:
-        """Write the model folder, atomically (temp + rename): config.json (with ``model_type`` and
-        ``architectures``), model.safetensors, vocab.txt, the tokenizer files transformers'
+        """Write the model folder, atomically (temp + rename): config.json (with ``architectures``; no
+        ``model_type``: models/card.py), model.safetensors, vocab.txt, the tokenizer files transformers'
         AutoTokenizer loads, and a README.md model card (``card``: ``models.card.run_info`` of the
         training run, or ``data`` / ``command`` / ``notes``). The keyword names follow transformers';
         ``push_to_hub=True`` is refused: tokenspace never uploads (upload the folder yourself).
