@@ -40,9 +40,9 @@ def run(args) -> int:
     model_ref = args.model or collection.model
     if not model_ref:
         raise CLIError(f"no --model given and the index at {args.index} does not name one")
-    model = load_model(model_ref)
     if not args.image:
-        one_thread()  # the model encodes a few short texts
+        one_thread()  # the model loads and encodes a few short texts: no work worth a second thread
+    model = load_model(model_ref)
     if not getattr(model, "sparse", True):
         raise CLIError(f"--model {model_ref}: a {model.family} model gives dense vectors, not the token vectors the "
                        "index holds: search with a sparse model, or pass it as --dense-model with --dense-index")
