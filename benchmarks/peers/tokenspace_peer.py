@@ -43,10 +43,9 @@ class TokenspacePeer(Peer):
         return np.array([int(h.id) for h in hits], np.int64)
 
     def search_one(self, q_idx, q_val, k, qrow=None, **setting):
-        from tokenspace.sparse import SparseBatch
-
-        q = SparseBatch(np.array([0, len(q_idx)]), q_idx, q_val, self.dim)
-        return self._ids(self.index.search(q, k, threads=1, **setting)[0])
+        # search_arrays: the one-query entry point (no SparseBatch, no Hit objects), same answers as search
+        ids, _ = self.index.search_arrays(q_idx, q_val, k, **setting)
+        return np.array([int(i) for i in ids], np.int64)
 
     def search_batch(self, corpus, rows, k, threads, **setting):
         from tokenspace.sparse import SparseBatch

@@ -40,6 +40,18 @@ APPROX_DEFAULTS = {"query_mass": 0.9, "alpha": 0.9, "rerank": None, "impact_floo
 RERANK_PER_K = 5
 
 
+class _OneQuery:
+    """One query row as the kernels read a batch (search_arrays): CSR arrays, no SparseBatch checks."""
+
+    __slots__ = ("indptr", "indices", "values")
+
+    def __init__(self, indptr, indices, values):
+        self.indptr, self.indices, self.values = indptr, indices, values
+
+    def __len__(self):
+        return 1
+
+
 class InvertedIndex:
     """Embedded sparse inverted index over a fixed dim; implements the SparseIndex protocol."""
 
@@ -410,6 +422,42 @@ class InvertedIndex:
             raise ValueError("impact_floor needs impact heads, and this index was built with "
                              "impact_heads=False")
         masks = self._masks(must, must_not, where, subset, meta)
+        per_seg = self._score(queries, k, mode, qm, al, rr, fl, weights, pw, masks, threads)
+        return [self._merge(per_seg, r, int(k)) for r in range(len(queries))]
+
+    def search_arrays(self, indices, values, k: int = 10, *, mode: str = "exact", query_mass: float | None = None,
+                      alpha: float | None = None, rerank: int | None = None, impact_floor: float | None = None,
+                      prior_weight: float | None = None) -> tuple[list[str], np.ndarray]:
+        """One query given as its dims and weights (sorted unique dims, weights >= 0): the same top-k as
+        ``search`` (same knobs, no filters or idf), as (ids best first, float32 scores). For callers
+        that search one query at a time from arrays: it skips building a SparseBatch and the Hit
+        objects, ~20% of a one-query search's time on real-text-100K (~10 us of ~70 us)."""
+        indices = np.ascontiguousarray(indices, dtype=np.int32)
+        values = np.ascontiguousarray(values, dtype=np.float32)
+        if indices.ndim != 1 or indices.shape != values.shape:
+            raise ValueError(f"indices and values must be 1-D and alike, got shapes {indices.shape} and {values.shape}")
+        if len(indices) and indices.view(np.uint32).max() >= self.dim:  # a negative dim reads as >= 2**31
+            raise ValueError(f"indices out of range [0, {self.dim})")
+        if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
+            raise ValueError(f"k must be a positive int, got {k!r}")
+        q = _OneQuery(np.array([0, len(indices)], np.int64), indices, values)
+        if kernels.check_rows(q.indptr, indices, values) >= 0:
+            raise ValueError("the query must have strictly increasing dims and finite weights >= 0")
+        qm, al, rr, fl = self._knobs(mode, k, query_mass, alpha, rerank, impact_floor)
+        pw = self.prior_weight(prior_weight)
+        if fl > 0 and not all(seg.has_heads for seg in self._segments):
+            raise ValueError("impact_floor needs impact heads, and this index was built with "
+                             "impact_heads=False")
+        per_seg = self._score(q, k, mode, qm, al, rr, fl, None, pw, self._masks(None, None, None, None), 1)
+        if len(per_seg) == 1:
+            _, seg, od, os_, oc = per_seg[0]
+            m = int(oc[0])
+            return seg.ids_of(od[0, :m].tolist()), os_[0, :m].copy()
+        hits = self._merge(per_seg, 0, int(k))
+        return [h.id for h in hits], np.array([h.score for h in hits], np.float32)
+
+    def _score(self, queries, k, mode, qm, al, rr, fl, weights, pw, masks, threads) -> list[tuple]:
+        """Every segment's top-k of every query row: (first doc number, segment, docs, scores, counts)."""
         nq = len(queries)
         per_seg = []
         base = 0
@@ -427,7 +475,7 @@ class InvertedIndex:
                 self._run(seg, queries, options, out_docs, out_scores, out_count, threads)
             per_seg.append((base, seg, out_docs, out_scores, out_count))
             base += seg.n
-        return [self._merge(per_seg, r, int(k)) for r in range(nq)]
+        return per_seg
 
     def _knobs(self, mode, k, query_mass, alpha, rerank, impact_floor):
         if mode not in MODES:

@@ -1,0 +1,60 @@
+"""search_arrays: one query from its arrays gives search's answer (ids, scores), exact mode the scipy
+oracle's, over deletions and several segments; bad input is refused like search refuses it."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from _inverted_data import ids_for, random_batch
+
+from tokenspace.index import ExactIndex, InvertedIndex
+
+
+@pytest.fixture(scope="module")
+def setup():
+    docs = random_batch(2000, 300, 0.06, seed=61, zipf=True)
+    qs = random_batch(30, 300, 0.04, seed=62, zipf=True)
+    return docs, qs, ids_for(2000)
+
+
+def same(index, qs, **opts):
+    for r in range(len(qs)):
+        idx, val = qs.row(r)
+        ids, scores = index.search_arrays(idx, val, 10, **opts)
+        hits = index.search(qs[r:r + 1], 10, **opts)[0]
+        assert ids == [h.id for h in hits]
+        np.testing.assert_array_equal(scores, np.array([h.score for h in hits], np.float32))
+
+
+@pytest.mark.parametrize("opts", [{}, {"mode": "approx", "query_mass": 0.8, "alpha": 0.9, "rerank": 20}])
+def test_one_segment_with_deletions_and_two_segments(setup, opts):
+    docs, qs, ids = setup
+    index = InvertedIndex.build(docs[:1200], ids[:1200], approx_mass=0.8)
+    same(index, qs, **opts)
+    index.delete(ids[:300:3])
+    same(index, qs, **opts)
+    index.add(docs[1200:], ids[1200:])
+    same(index, qs, **opts)
+    if not opts:  # exact: the oracle's top-10
+        live = [i for i in ids if i not in set(ids[:300:3])]
+        pos = {s: j for j, s in enumerate(ids)}
+        oracle = ExactIndex.build(docs[[pos[i] for i in live]], live).search(qs, k=10)
+        for r in range(len(qs)):
+            assert index.search_arrays(*qs.row(r), 10)[0] == [h.id for h in oracle[r]]
+
+
+def test_bad_queries_are_refused(setup):
+    docs, _, ids = setup
+    index = InvertedIndex.build(docs[:100], ids[:100])
+    with pytest.raises(ValueError, match="out of range"):
+        index.search_arrays([5, 300], [1.0, 1.0])
+    with pytest.raises(ValueError, match="out of range"):
+        index.search_arrays([-1], [1.0])
+    with pytest.raises(ValueError, match="strictly increasing"):
+        index.search_arrays([5, 3], [1.0, 1.0])
+    with pytest.raises(ValueError, match="alike"):
+        index.search_arrays([5, 6], [1.0])
+    with pytest.raises(ValueError, match="k must be"):
+        index.search_arrays([5], [1.0], 0)
+    with pytest.raises(ValueError, match="only apply to mode='approx'"):
+        index.search_arrays([5], [1.0], rerank=20)
+    assert index.search_arrays([], [], 5) == ([], pytest.approx(np.zeros(0, np.float32)))
