@@ -13,9 +13,13 @@ class TokenspacePeer(Peer):
              "then exact rescoring; approx = 16-bit integer first pass, the rerank best rescored exactly; "
              "approx knobs alpha (block skipping) and query_mass (query term cut)")
 
-    def __init__(self, build: dict | None = None, settings: list | None = None):
+    def __init__(self, build: dict | None = None, settings: list | None = None, api: str = "arrays"):
         # build: InvertedIndex.build keywords (approx_top_n, dense_fraction); settings: [(label, search
-        # keywords)] to measure instead of the four below (real_engines.py's sweeps)
+        # keywords)] to measure instead of the four below (real_engines.py's sweeps); api: how one query
+        # is searched, "arrays" (search_arrays) or "search" (a one-row SparseBatch, Hit objects back)
+        if api not in ("arrays", "search"):
+            raise ValueError(f"api must be 'arrays' or 'search', got {api!r}")
+        self.api = api
         self.build_options = dict(build or {})
         self._settings = [(label, dict(s)) for label, s in settings] if settings else None
 
@@ -43,6 +47,11 @@ class TokenspacePeer(Peer):
         return np.array([int(h.id) for h in hits], np.int64)
 
     def search_one(self, q_idx, q_val, k, qrow=None, **setting):
+        if self.api == "search":
+            from tokenspace.sparse import SparseBatch
+
+            q = SparseBatch(np.array([0, len(q_idx)]), q_idx, q_val, self.dim)
+            return self._ids(self.index.search(q, k, threads=1, **setting)[0])
         # search_arrays: the one-query entry point (no SparseBatch, no Hit objects), same answers as search
         ids, _ = self.index.search_arrays(q_idx, q_val, k, **setting)
         return np.array([int(i) for i in ids], np.int64)
