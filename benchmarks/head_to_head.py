@@ -213,7 +213,8 @@ def main(argv=None):
                          "(benchmarks/peers/race_lsr.json: every engine with its authors' sweep)")
     ap.add_argument("--peer", nargs=2, action="append", default=[], metavar=("ENGINE", "OPTIONS"),
                     help="an engine and its constructor options as JSON (build, settings; \"label\": the name "
-                         "of its rows, for a second build of an engine); repeatable")
+                         "of its rows, for a second build of an engine; \"family\": race it as an engine of "
+                         "its own, e.g. an A/B of one engine); repeatable")
     ap.add_argument("--passes", type=int, default=5)
     ap.add_argument("--single", type=int, default=1000, help="queries timed one at a time per setting and pass")
     ap.add_argument("--name", default=None)
@@ -255,9 +256,9 @@ def main(argv=None):
     allowed = sorted(os.sched_getaffinity(0))
     try:
         for i, (engine, opts) in enumerate(specs):
-            peer = make_peer(engine, {key: v for key, v in opts.items() if key != "label"})
+            peer = make_peer(engine, {key: v for key, v in opts.items() if key not in ("label", "family")})
             peer.name = labels[i]
-            peer.family = engine
+            peer.family = opts.get("family", engine)  # a family of its own: raced as another engine
             peer.prepare(corpus)
             (workdir / str(i)).mkdir()
             with Timer() as t:
