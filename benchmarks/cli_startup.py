@@ -51,7 +51,8 @@ BASE = "49b5e3d"  # the commit before the start-up work (7.0-7.5 s on a quiet ma
 QUERY = "a red heart"
 
 # one process, the search's steps in order, each timed; printed as JSON on the last line. Only names that
-# the base commit has too (cli.index_loading, cli.model_loading, explain.ranking), so both run it.
+# the base commit has too (cli.index_loading, cli.model_loading, explain.ranking), so both run it; the
+# torch threads as each commit's command sets them (one for a text query since the start-up work).
 PHASES = r'''
 import json, sys, time
 t0 = time.perf_counter()
@@ -66,8 +67,11 @@ import tokenspace.cli.run.search
 lap("import the search command")
 from tokenspace import pipeline
 from tokenspace.cli.index_loading import load_index
+from tokenspace.cli import model_loading
 from tokenspace.cli.model_loading import load_model
 from tokenspace.explain.ranking import Ranking, encode_queries
+if hasattr(model_loading, "one_thread"):  # as that commit's search command does for a text query
+    model_loading.one_thread()
 index = load_index(index_dir)
 meta = pipeline.read_collection_meta(index_dir)
 lap("load the index")
