@@ -102,3 +102,24 @@ def test_skip_init_leaves_torch_as_it_was():
     torch.manual_seed(0)
     assert torch.nn.Linear(4, 4).weight.abs().max() > 0  # initialised again outside
     del layer
+
+
+def test_portable_spec_is_the_same_from_either_bert_and_needs_no_transformers(tmp_path, tiny_vocab):
+    from tests.conftest import tiny_config
+
+    heavy, light = _pair()
+    assert light.portable_spec() == heavy.portable_spec()
+    assert light.portable_spec()["config"]["hidden_size"] == 16 and light.portable_spec()["weights"] is None
+    model = registry.build_model(tiny_config(vocab_size=len(tiny_vocab)), vocab=tiny_vocab).eval()
+    model.save_pretrained(tmp_path / "m")
+    code = ("import sys, json\nfrom tokenspace.models import registry\n"
+            f"m = registry.from_pretrained({str(tmp_path / 'm')!r})\n"
+            f"m.save_pretrained({str(tmp_path / 'again')!r})\n"
+            "print('transformers' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"  # saved again without importing transformers
+    import json
+    first = json.loads((tmp_path / "m" / "config.json").read_text())
+    again = json.loads((tmp_path / "again" / "config.json").read_text())
+    assert again["text_tower"] == first["text_tower"]

@@ -294,6 +294,12 @@ class TextTower(nn.Module):
     vocab_size: int
 
 
+# the BERT config fields a saved folder records (what the encoder's arithmetic depends on)
+PORTABLE_BERT_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                      "hidden_act", "max_position_embeddings", "type_vocab_size", "layer_norm_eps", "pad_token_id",
+                      "hidden_dropout_prob", "attention_probs_dropout_prob")
+
+
 @register(TEXT_TOWERS, "bert-mlm")
 class BertMLMTower(TextTower):
     """A BERT masked language model (e.g. SPLADE-tiny) from a local folder, or random from a config."""
@@ -338,6 +344,14 @@ class BertMLMTower(TextTower):
     def word_embeddings(self) -> nn.Parameter:
         # a property, not an attribute: registering the shared tensor twice would duplicate it on save
         return self.bert.embeddings.word_embeddings.weight
+
+    def portable_spec(self) -> dict:
+        """How a saved folder rebuilds this tower: its BERT config, no weights (they come with the model's).
+        Read from either BERT without importing transformers for the light one (a loaded model saved again)."""
+        from tokenspace.models.light_bert import LightBertModel  # start-up: only saving asks
+
+        cfg = self.bert._config if isinstance(self.bert, LightBertModel) else self.bert.config.to_dict()
+        return {"weights": None, "config": {k: cfg[k] for k in PORTABLE_BERT_KEYS if k in cfg}}
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         return self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
