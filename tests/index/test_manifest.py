@@ -188,6 +188,22 @@ def test_version_4_manifest_still_reads(tmp_path):
     assert _doc(root)["version"] == storage.VERSION and _doc(root)["hub_prior"]["k"] == 2
 
 
+def test_hub_prior_without_ordered_reads_as_unordered(tmp_path):
+    """The first version-5 indexes wrote no hub_prior.ordered (their documents kept their own order):
+    they load, say so, and search as written."""
+    root = tmp_path / "idx"
+    docs = random_batch(40, 30, 0.2, seed=5)
+    index = InvertedIndex.build(docs, ids_for(40))
+    index.set_hub_prior(docs[:8], k=2, order=False)
+    index.save(root)
+    doc = _doc(root)
+    doc["version"] = 5
+    del doc["hub_prior"]["ordered"]
+    _write(root, doc)
+    old = InvertedIndex.load(root)
+    assert old.hub_prior["ordered"] is False and old.search(docs[:3], 5) == index.search(docs[:3], 5)
+
+
 def test_prior_files_must_match_the_hub_prior(tmp_path):
     """A segment's prior without the index's hub prior (or the reverse) is a damaged manifest."""
     root = tmp_path / "idx"

@@ -259,9 +259,11 @@ def _info(f: _Fields, value) -> dict | None:
 def _hub_prior(f: _Fields, value) -> HubPrior | None:
     if value is None:
         return None
-    v = f.obj(value, "hub_prior", {"k", "weight", "bank", "ordered"})
-    if not isinstance(v["ordered"], bool):
-        f.fail("hub_prior.ordered", f"expected true or false, got {_show(v['ordered'])}")
+    # "ordered" came after the first version-5 indexes: one without it has its documents in their own order
+    v = f.obj(value, "hub_prior", {"k", "weight", "bank"}, frozenset({"ordered"}))
+    ordered = v.get("ordered", False)
+    if not isinstance(ordered, bool):
+        f.fail("hub_prior.ordered", f"expected true or false, got {_show(ordered)}")
     k = f.int_(v["k"], "hub_prior.k", 1)
     w = v["weight"]
     if not isinstance(w, (int, float)) or isinstance(w, bool) or not 0 <= w < float("inf"):
@@ -271,7 +273,7 @@ def _hub_prior(f: _Fields, value) -> HubPrior | None:
     for a, e in entries.items():
         if not e.file.endswith(f".{a}.npy"):
             f.fail(f"hub_prior.bank.{a}.file", f"{e.file!r} is not a {a} file")
-    return HubPrior(k, float(w), entries, v["ordered"])
+    return HubPrior(k, float(w), entries, ordered)
 
 
 def _token_filter(f: _Fields, value, dim: int, version: int) -> dict | None:
