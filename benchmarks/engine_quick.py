@@ -1,7 +1,7 @@
 """Quick self-check of the embedded engine against scipy on the bench corpus, in one run (ratios).
 
-    python benchmarks/engine_quick.py bench-data/bench-1M --n 100000 --queries 200
-    python benchmarks/engine_quick.py bench-data/bench-1M --n 1000000 --queries 300 --save /tmp/idx
+    python -m benchmarks.engine_quick bench-data/bench-1M --n 100000 --queries 200
+    python -m benchmarks.engine_quick bench-data/bench-1M --n 1000000 --queries 300 --save /tmp/idx
 
 The corpus folder is what ../shared/bench/gen_corpus.py writes (d_* and q_* arrays); --n takes the
 first n docs. Measures: build time, index size vs raw CSR, and one query at a time on one thread for
@@ -14,16 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-
-from tokenspace.index import InvertedIndex  # noqa: E402
-from tokenspace.sparse import SparseBatch  # noqa: E402
+from tokenspace.index import InvertedIndex
+from tokenspace.sparse import SparseBatch
 
 SETTINGS = [  # (name, search options); approx defaults: query_mass 0.9, alpha 0.9, rerank 5k
     ("exact", {}),

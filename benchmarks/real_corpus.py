@@ -1,7 +1,7 @@
-"""A real learned-sparse text corpus (issue 30): Debian's offline English encoded by SPLADE-tiny.
+"""A real learned-sparse text corpus (the earlier race): Debian's offline English encoded by SPLADE-tiny.
 
-    nice -n 10 python benchmarks/real_corpus.py --out bench-data/real-text --n 1000000
-    python benchmarks/search_speed.py --corpus-dir bench-data/real-text      # or benchmarks/real_engines.py
+    nice -n 10 python -m benchmarks.real_corpus --out bench-data/real-text --n 1000000
+    python -m benchmarks.search_speed --corpus-dir bench-data/real-text      # or benchmarks/real_engines.py
 
 Passages (tokenspace.data.passages): GCIDE per sense, WordNet glosses and examples, FOLDOC and the
 Jargon File per paragraph, the installed documentation per paragraph (Python's and the Linux kernel's
@@ -34,11 +34,10 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
 
-from tokenspace.atomic import atomic_path, write_text  # noqa: E402
-from tokenspace.data import passages as P  # noqa: E402
-from tokenspace.sparse import SparseBatch  # noqa: E402
+from tokenspace.atomic import atomic_path, write_text
+from tokenspace.data import passages as P
+from tokenspace.sparse import SparseBatch
 
 DICTD = Path("/usr/share/dictd")
 WORDNET = Path("/usr/share/wordnet")

@@ -1,8 +1,8 @@
-"""The engines on a real learned-sparse corpus (issue 30): recall@10 against QPS, each engine swept over
+"""The engines on a real learned-sparse corpus (the earlier race): recall@10 against QPS, each engine swept over
 its own knobs, side by side in one run.
 
-    python benchmarks/real_engines.py --corpus-dir bench-data/real-text            # from real_corpus.py
-    python benchmarks/real_engines.py --corpus-dir bench-data/real-text --n-docs 100000 --engines seismic
+    python -m benchmarks.real_engines --corpus-dir bench-data/real-text            # from real_corpus.py
+    python -m benchmarks.real_engines --corpus-dir bench-data/real-text --n-docs 100000 --engines seismic
 
 Each (engine, build) pair runs in its own process through search_speed.py's runner and the peers'
 worker (benchmarks/peers/worker.py, built once, then per search setting 1,000 queries one at a time on
@@ -32,11 +32,10 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # `python benchmarks/real_engines.py` imports benchmarks.*
 
-from benchmarks.peers.common import corpus_size  # noqa: E402
-from benchmarks.report import markdown_table  # noqa: E402
-from benchmarks.search_speed import ground_truth, machine, run_peer  # noqa: E402
+from benchmarks.peers.common import corpus_size
+from benchmarks.report import markdown_table
+from benchmarks.search_speed import ground_truth, machine, run_peer
 
 K = 10
 
@@ -184,7 +183,7 @@ def _setting(report, peer: str, label: str):
 
 
 def targets(report) -> str:
-    """Issue 30's targets read off this run: tokenspace approximate >= 1.5x Seismic's 1-thread QPS at
+    """the race's targets read off this run: tokenspace approximate >= 1.5x Seismic's 1-thread QPS at
     equal recall@10 (0.95, 0.99), tokenspace exact >= 20x PISA maxscore, index size and build time <=
     Seismic's (the Seismic build that reaches 0.99 fastest)."""
     pts = engine_points(report)
@@ -321,7 +320,7 @@ def main(argv=None):
     a.workdir = a.corpus_dir / "work"
     a.workdir.mkdir(parents=True, exist_ok=True)
     gt = ground_truth(a.corpus_dir, n, K)
-    command = "python benchmarks/real_engines.py " + shlex.join(argv if argv is not None else sys.argv[1:])
+    command = "python -m benchmarks.real_engines " + shlex.join(argv if argv is not None else sys.argv[1:])
     report = {"corpus": name, "n_docs": n, "n_queries": n_queries, "k": K, "command": command.strip(),
               "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine(),
               "threads_batch": a.threads, "single_queries": a.single, "repeats": a.repeats, "batch_size": a.batch_size,
@@ -364,7 +363,7 @@ def write_report(report, no_docs: bool = False) -> None:
             f"One-at-a-time queries timed per setting: {report['single_queries']}{_passes(report)}; batched: all {nq:,} queries in "
             f"batches of {report['batch_size']} on {report['threads_batch']} threads. Load average during the run: "
             f"{min(loads):.1f} to {max(loads):.1f} (2 cores).\n\n![recall@10 vs QPS](real_engines-{name}.png)\n\n"
-            f"Issue 30's targets, read off this run:\n\n{targets(report)}\n\n"
+            f"the race's targets, read off this run:\n\n{targets(report)}\n\n"
             f"Fastest setting of each engine at a recall@10 target:\n\n{summary(report)}\n\n"
             f"<details><summary>Every setting measured</summary>\n\n{markdown_table(report)}\n\n</details>")
     if not no_docs:

@@ -1,10 +1,10 @@
 """Search speed of tokenspace's InvertedIndex against its peers, side by side in one run.
 
-    make bench                                           # = python benchmarks/search_speed.py (bench-1M)
-    python benchmarks/search_speed.py --corpus 100k      # bench-100K: the first 100K docs of bench-1M
-    python benchmarks/search_speed.py --quick            # fewer queries, for a smoke run
-    python benchmarks/search_speed.py --peers tokenspace,scipy
-    python benchmarks/search_speed.py --corpus-dir bench-data/stair-1M   # from benchmarks/fitted_corpus.py
+    make bench                                           # = python -m benchmarks.search_speed (bench-1M)
+    python -m benchmarks.search_speed --corpus 100k      # bench-100K: the first 100K docs of bench-1M
+    python -m benchmarks.search_speed --quick            # fewer queries, for a smoke run
+    python -m benchmarks.search_speed --peers tokenspace,scipy
+    python -m benchmarks.search_speed --corpus-dir bench-data/stair-1M   # from benchmarks/fitted_corpus.py
 
 The corpus is the project's standard one, made by ../shared/bench/gen_corpus.py into bench-data/
 (git-ignored) when missing. Every peer runs in its own process (benchmarks/peers/worker.py): built
@@ -31,7 +31,6 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # `python benchmarks/search_speed.py` imports benchmarks.peers
 
 from benchmarks.peers import PEERS
 from benchmarks.peers.common import corpus_size, load_corpus
@@ -169,7 +168,7 @@ def main(argv=None):
         data_dir = ensure_corpus(args.data)
         n_docs = CORPORA[args.corpus]
     gt = ground_truth(data_dir, n_docs, K)
-    command = "python benchmarks/search_speed.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m benchmarks.search_speed " + " ".join(argv if argv is not None else sys.argv[1:])
     name = args.corpus_dir.name if args.corpus_dir else f"bench-{args.corpus.upper()}"
     report = {"corpus": name, "n_docs": n_docs, "k": K, "command": command.strip(),
               "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine(),
