@@ -12,7 +12,7 @@
     tokenspace decode --model DIR ...        top tokens of an image or a text
     tokenspace demo                          the main job: train, index, search, report
     tokenspace serve --model M --index I     the HTTP API and web page
-    tokenspace export-st MODEL OUT           STAIR's text side as a sentence-transformers SparseEncoder
+    tokenspace export-st MODEL OUT           the text (query) side as a sentence-transformers SparseEncoder
     tokenspace export-onnx MODEL OUT         the image and text encoders as ONNX files
 
 Each command is two modules of this package: tokenspace/cli/<module>.py defines its arguments
@@ -57,7 +57,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "decode": ("decode", "top tokens of images or texts"),
     "demo": ("demo", "train STAIR and the dense baseline, index, search, report"),
     "serve": ("serve", "HTTP API and web page"),
-    "export-st": ("export_st", "the STAIR text encoder as a sentence-transformers SparseEncoder folder"),
+    "export-st": ("export_st", "a model's text (query) side as a sentence-transformers SparseEncoder folder"),
     "export-onnx": ("export_onnx", "the image and text encoders as ONNX files, checked against PyTorch"),
 }
 
