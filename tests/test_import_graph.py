@@ -1,4 +1,4 @@
-"""The import graph of src/tokenspace: imports flow one way, down the layers (issue 16, "the house").
+"""The import graph of src/tokenspace: imports flow one way, down the layers.
 
 Layers, lowest first (a module may import its own layer and the layers below it, never above):
 

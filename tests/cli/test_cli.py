@@ -89,7 +89,7 @@ def test_help_imports_only_the_chosen_command_module():
 
     assert loaded("--help") == "['tokenspace.cli.common']"
     assert loaded("data", "--help") == "['tokenspace.cli.common', 'tokenspace.cli.data']"
-    # a command's --help imports its arguments module only: no torch (issue 32: `search --help` took 2 s)
+    # a command's --help imports its arguments module only: no torch (`search --help` once took 2 s)
     for cmd in COMMANDS:
         module = f"tokenspace.cli.{COMMANDS[cmd][0]}"
         assert loaded(cmd, "--help") == str(sorted(["tokenspace.cli.common", module])), cmd

@@ -1,4 +1,4 @@
-"""Exports of issue 32 as subprocesses: `tokenspace export-onnx` writes files that give the model's own
+"""Exports from the command line: `tokenspace export-onnx` writes files that give the model's own
 vectors, and what it must refuse (a user's folder, an untrained config) is one error line with nothing
 written; `index export --format opensearch` writes the 3.x sparse_vector mapping and the queries as an
 _msearch file of neural_sparse / rank_feature bodies that rank the documents as `tokenspace search` does."""

@@ -1,4 +1,4 @@
-"""What a new user trips on at the command line (issue 32 items 1-8, issue 34 items 3-6): each test runs
+"""What a new user trips on at the command line: each test runs
 the real `tokenspace` command on the tiny world of tests/cli/_cli_world.py and failed before its fix."""
 from __future__ import annotations
 

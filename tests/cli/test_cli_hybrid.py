@@ -1,4 +1,4 @@
-"""Hybrid search from the command line (issue 32): `index build` with a dense model writes a DenseIndex,
+"""Hybrid search from the command line: `index build` with a dense model writes a DenseIndex,
 `search --dense-index DIR --fusion rrf|weighted` fuses it with the sparse index, checked against
 index.hybrid.hybrid_search run in-process on the same indexes; misuse is one error line."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`tokenspace` as a subprocess: --device, export-st and the export query files (issue 21's interfaces)."""
+"""`tokenspace` as a subprocess: --device, export-st and the export query files."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""Row metadata from the command line (issue 32): `index build` stores each image's caption (and source)
+"""Row metadata from the command line: `index build` stores each image's caption (and source)
 and the fields of `--metadata FILE.jsonl`; `search --filter` filters on them inside the engine; bad
 lines and bad filters are one-line errors."""
 from __future__ import annotations
@@ -68,7 +68,7 @@ def test_bad_filters_are_usage_errors(world):
 
 
 def test_search_takes_must_must_not_and_steer_as_the_http_api_does(world):
-    """`search --must/--must-not/--steer` (issue 33: the CLI lacked them): the hits and scores are the
+    """`search --must/--must-not/--steer`: the hits and scores are the
     library's explained_search over the same options, and bad tokens are one line naming the option."""
     from tokenspace.explain.search import explained_search, search_options
     from tokenspace.explain.steer import steer

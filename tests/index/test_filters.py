@@ -1,5 +1,5 @@
-"""The same filter cases on every engine: the same answer or the same error (issue 33's filter rule,
-issue 32's metadata filters). Token filters and metadata filters are resolved once, in the index layer
+"""The same filter cases on every engine: the same answer or the same error (the filter rule and
+the metadata filters). Token filters and metadata filters are resolved once, in the index layer
 (filters.py, metadata.py); InvertedIndex, the ExactIndex oracle and MilvusIndex (Milvus Lite, when the
 milvus extra is installed) must agree."""
 from __future__ import annotations

@@ -67,7 +67,7 @@ def test_approx_top_n_prunes_only_what_approx_search_reads(setup):
     opts = dict(k=10, mode="approx", alpha=1.0, query_mass=1.0)
     assert new.search(qs, **opts) != InvertedIndex.build(docs, ids).search(qs, **opts)  # it does prune
     assert new.search(qs, k=10) == InvertedIndex.build(docs, ids).search(qs, k=10)  # exact reads every term
-    with pytest.raises(TypeError, match="top_n"):  # the old name went with issue 33's shims
+    with pytest.raises(TypeError, match="top_n"):  # the old name is gone
         InvertedIndex.build(docs, ids, top_n=3)
 
 

@@ -1,5 +1,5 @@
 """MANIFEST.json read through one typed schema: every shape error is an IndexCorruptError naming the file
-and the field, with the default load and with verify=False (issue 34, item 1)."""
+and the field, with the default load and with verify=False."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""load(verify=False) skips the crc32s but still checks what is cheap (issue 34, item 2): tombstone bytes
+"""load(verify=False) skips the crc32s but still checks what is cheap: tombstone bytes
 are 0 or 1, a term documents hold has a non-zero code step, ids are unique. Each file is rewritten in
 place with the same size, so only these checks stand between the damage and a wrong answer."""
 from __future__ import annotations

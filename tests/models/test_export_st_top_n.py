@@ -1,4 +1,4 @@
-"""export-st of a model with a text top-n gives ``encode_text``'s vectors (issue 32.2: the top-n was
+"""export-st of a model with a text top-n gives ``encode_text``'s vectors (the top-n was once
 ignored, 49-60 active tokens instead of 40, and SparseEncoder's max_active_dims would cut after the
 normalisation, weights off by up to 0.077)."""
 from __future__ import annotations

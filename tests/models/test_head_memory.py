@@ -1,5 +1,5 @@
 """STAIR's token head (models/maxproj.py) never holds a [B, L, V] score tensor, forward or backward, and
-gives the values and gradients of the plain autograd head that does (issue 31 item 2)."""
+gives the values and gradients of the plain autograd head that does."""
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 

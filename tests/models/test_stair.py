@@ -249,7 +249,7 @@ def test_top_n_options_refuse_what_is_not_a_positive_int(make_model, value):
 
 
 def test_a_bert_encoder_without_mlm_head_becomes_a_tied_text_tower(make_model, tmp_path, caplog, capfd):
-    """all-MiniLM-L6-v2 ships a BertModel, no MLM head (the wider tied space of issue H): bert-mlm
+    """all-MiniLM-L6-v2 ships a BertModel, no MLM head (the wider tied space): bert-mlm
     takes its encoder and word embeddings as they are, starts the head's TRANSFORM and bias fresh (one
     line of ours says so, instead of transformers' report of a "corrupted" checkpoint), and the image
     head ties to those embeddings; the trained head then saves and loads with the rest."""

@@ -1,4 +1,4 @@
-"""The search body's `filter` object (issue 32): metadata filters through the HTTP API, applied by the
+"""The search body's `filter` object: metadata filters through the HTTP API, applied by the
 index before top-k, strictly typed in the schema; a filter the index refuses is a 400 naming it."""
 from __future__ import annotations
 

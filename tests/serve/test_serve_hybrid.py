@@ -1,4 +1,4 @@
-"""Hybrid search over HTTP (issue 32): a service with a dense model and index answers `"fusion"` with the
+"""Hybrid search over HTTP: a service with a dense model and index answers `"fusion"` with the
 hits index.hybrid.hybrid_search gives; a server without one, or a fused request with token filters, is a
 clear 400; out-of-range fields a 422."""
 from __future__ import annotations

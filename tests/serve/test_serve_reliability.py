@@ -1,4 +1,4 @@
-"""Bad HTTP input that once gave a 500 (issue M, items 1-4): each must get a 4xx with a clear message.
+"""Bad HTTP input that once gave a 500: each must get a 4xx with a clear message.
 
 Requests go through the real app (TestClient over build_app), raw bytes where JSON cannot say it.
 """
@@ -128,7 +128,7 @@ def _closed_by_server(s) -> bool:
 
 @pytest.mark.parametrize("half", [b"GET /healthz HTTP/1.1\r\nHost: x\r\n", b"GET /heal", b""])
 def test_200_connections_with_half_sent_headers_are_closed(live_server, header_timeout, half):
-    """Issue 34 item 7: connections that never finish their headers (or send nothing) all stayed open
+    """Connections that never finish their headers (or send nothing) all stayed open
     forever; each must be answered 408 and closed once the header timeout has passed."""
     import socket
     import time
@@ -204,7 +204,7 @@ def test_a_kept_alive_connection_gets_a_fresh_header_deadline(live_server, heade
     {"text": "a red dog", "must": [1]}, {"text": 7}, {"text": ["a red dog"]},
 ])
 def test_values_of_another_type_get_422(client, body):
-    """Issue 34 item 7: lax parsing took "10" and true for integers and true for a number, although the
+    """Lax parsing took "10" and true for integers and true for a number, although the
     schema says integer / number."""
     r = client.post("/search", json=body)
     assert r.status_code == 422, r.text

@@ -1,4 +1,4 @@
-"""Schemathesis's own command line, every check and every phase, against a real server (issue 34 item 7).
+"""Schemathesis's own command line, every check and every phase, against a real server.
 
 `schemathesis run URL/openapi.json --checks all` with bounded examples and a fixed seed: the coverage
 phase sends the boundary and type-mutated requests (``"k": "10"``, an empty upload, a text of one

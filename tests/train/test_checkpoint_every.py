@@ -1,6 +1,6 @@
-"""Checkpoints inside a stage (issue 32.3): a Ctrl-C loses at most ``checkpoint_every`` steps (default 50;
+"""Checkpoints inside a stage: a Ctrl-C loses at most ``checkpoint_every`` steps (default 50;
 they came only at stage ends: a Ctrl-C at step 165 of 300 lost 90 steps); a resume says where it resumes,
-refuses a changed stage plan, and says so when there is nothing to resume (issue 34.4)."""
+refuses a changed stage plan, and says so when there is nothing to resume."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""Distillation into the student (issue 29, lever 1; SPLADE++ / D2S style, not STAIR): the loss term,
+"""Distillation into the student (SPLADE++ / D2S style, not STAIR): the loss term,
 its gradient, the teacher's cached scores, the recipe keys and a tiny end-to-end run."""
 import json
 
