@@ -69,8 +69,10 @@ from tokenspace import atomic
 from tokenspace.data import device_decode
 from tokenspace.data.loader import ImageFiles, Preprocess, SkipCounter, TarRows, files_loader, map_loader
 from tokenspace.data.manifest import Record
+from tokenspace.data.specs import load_split
 from tokenspace.data.webdataset import TarCollection
 from tokenspace.index import InvertedIndex
+from tokenspace.index.dense import DenseIndex  # faiss itself loads only when a dense index is built
 from tokenspace.index.storage import MANIFEST
 from tokenspace.models.capabilities import LowPrecisionHeads
 from tokenspace.models.onnx_export import export_module, missing_runtime, session
@@ -701,8 +703,6 @@ class FileCollection:
     def from_specs(cls, specs, home=None) -> FileCollection:
         """The records of ``specs`` in order (records with an empty caption included: search finds images,
         the caption is only shown beside a hit)."""
-        from tokenspace.data.specs import load_split  # start-up: the manifests load only for index build
-
         specs = [specs] if isinstance(specs, str) else list(specs)
         per = [(spec, load_split(spec, home, drop_empty=False)) for spec in specs]
         return cls([r for _, recs in per for r in recs], [(spec, len(recs)) for spec, recs in per])
@@ -860,8 +860,6 @@ def build_index(model, collection, index_dir, work_dir, part_size: int = 8192, b
 def _dense_index(vectors: np.ndarray, ids: list[str], index_dir, info: dict | None, work: Path, keep_parts: bool):
     """A dense model's rows as a DenseIndex (faiss), with the collection.json that names its model (a
     DenseIndex folder has no manifest to record it in)."""
-    from tokenspace.index.dense import DenseIndex  # optional: faiss (the dense extra), only for a dense model
-
     index = DenseIndex.build(vectors, ids)
     if index_dir is not None:
         index.save(index_dir)

@@ -41,6 +41,7 @@ from tokenspace.index import manifest as _manifest
 from tokenspace.index.dense import DenseIndex  # faiss itself loads only when a dense index is opened
 from tokenspace.index.hybrid import DEPTH, hybrid_search
 from tokenspace.index.storage import MANIFEST
+from tokenspace.models import registry  # the explain modules above import the models already
 from tokenspace.sparse import SparseBatch
 
 COLLECTION_FILE = "collection.json"  # an older index's collection metadata, beside it
@@ -366,9 +367,7 @@ def _load(model, device: str):
     """A model object as given; a folder or release name loaded (on ``device``)."""
     if not isinstance(model, (str, Path)):
         return model
-    from tokenspace.models.registry import load  # start-up: torch, only for a model given by name
-
-    loaded = load(model)
+    loaded = registry.load(model)
     return loaded.to(device) if device != "cpu" else loaded
 
 

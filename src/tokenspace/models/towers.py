@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from tokenspace import assets
+from tokenspace.models import light_bert  # plain torch: a saved folder's BERT without transformers
 
 log = logging.getLogger(__name__)
 
@@ -307,8 +308,6 @@ class BertMLMTower(TextTower):
     def __init__(self, weights: str | None = None, config: dict | None = None):
         super().__init__()
         if weights is None and config is not None and _LIGHT.get():
-            from tokenspace.models import light_bert  # start-up: only a saved folder's tower needs it
-
             if light_bert.supported(config):
                 # a saved folder: the weights come with the outer model, so the encoder is rebuilt from
                 # its config without importing transformers (about 2 s of a CLI call's start-up)
@@ -348,9 +347,7 @@ class BertMLMTower(TextTower):
     def portable_spec(self) -> dict:
         """How a saved folder rebuilds this tower: its BERT config, no weights (they come with the model's).
         Read from either BERT without importing transformers for the light one (a loaded model saved again)."""
-        from tokenspace.models.light_bert import LightBertModel  # start-up: only saving asks
-
-        cfg = self.bert._config if isinstance(self.bert, LightBertModel) else self.bert.config.to_dict()
+        cfg = self.bert._config if isinstance(self.bert, light_bert.LightBertModel) else self.bert.config.to_dict()
         return {"weights": None, "config": {k: cfg[k] for k in PORTABLE_BERT_KEYS if k in cfg}}
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:

@@ -22,6 +22,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
+from tokenspace.models.registry import load as load_model  # loaded with the service's searcher anyway
 from tokenspace.serve import schemas
 from tokenspace.serve.body_limit import BodyLimit
 from tokenspace.serve.body_timeout import BODY_TIMEOUT, BodyTimeout
@@ -58,9 +59,7 @@ def create_app(model, index_dir=None, *, index=None, items=None, dense=None,
     ``upload_pixels``: the decoded pixels of image uploads in flight at once (build_app)."""
     dense_kw = {} if dense is None else {"dense_model": dense[0], "dense_index": dense[1]}
     if isinstance(model, (str, Path)):
-        from tokenspace.models.registry import load  # start-up: torch, only for a model given by path
-
-        model = load(model)
+        model = load_model(model)
     if index is None:
         service = SearchService.from_dir(model, index_dir, **dense_kw)
     else:  # items None: what the index (or an older index's folder) records
