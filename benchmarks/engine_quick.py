@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.common import load_corpus, timed
 from tokenspace.index import InvertedIndex
 from tokenspace.sparse import SparseBatch
 
@@ -31,16 +32,6 @@ SETTINGS = [  # (name, search options); approx defaults: query_mass 0.9, alpha 0
     ("approx qm=0.95 rerank=20", {"mode": "approx", "query_mass": 0.95, "rerank": 20}),
     ("approx a=0.8", {"mode": "approx", "alpha": 0.8}),
 ]
-
-
-def load_corpus(folder: Path, n: int):
-    ip = np.load(folder / "d_indptr.npy", mmap_mode="r")[: n + 1]
-    ix = np.load(folder / "d_indices.npy", mmap_mode="r")[: ip[-1]]
-    dt = np.load(folder / "d_data.npy", mmap_mode="r")[: ip[-1]]
-    docs = SparseBatch(np.array(ip), np.array(ix), np.array(dt), 30522)
-    qs = SparseBatch(np.load(folder / "q_indptr.npy"), np.load(folder / "q_indices.npy"),
-                     np.load(folder / "q_data.npy"), 30522)
-    return docs, qs
 
 
 def work_per_query(index: InvertedIndex, qs: SparseBatch) -> dict:
@@ -57,17 +48,6 @@ def work_per_query(index: InvertedIndex, qs: SparseBatch) -> dict:
         postings.append(int(df[terms][~is_dense[terms]].sum()))
     return {"dense_share_of_nnz": float(df[is_dense].sum() / nnz) if nnz else 0.0,
             "dense_codes_per_query": float(np.mean(codes)), "list_postings_per_query": float(np.mean(postings))}
-
-
-def timed(fn, queries):
-    """Per-query latencies (seconds) and results, one query at a time."""
-    lat, out = [], []
-    for i in range(len(queries)):
-        q = queries[i]
-        t = time.perf_counter()
-        out.append(fn(q))
-        lat.append(time.perf_counter() - t)
-    return np.array(lat), out
 
 
 def _batch_time(index, qs, k, threads, opts) -> float:
@@ -97,7 +77,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
 
-    docs, qs = load_corpus(args.corpus, args.n)
+    docs, qs = load_corpus(args.corpus, args.n).batches()
     qs = qs[: args.queries]
     ids = [str(i) for i in range(len(docs))]
     print(f"corpus {args.corpus} n={len(docs)} nnz={docs.nnz} queries={len(qs)}", flush=True)

@@ -33,9 +33,10 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 
+from benchmarks.common import ground_truth, machine
 from benchmarks.peers.common import corpus_size
 from benchmarks.report import markdown_table
-from benchmarks.search_speed import ground_truth, machine, run_peer
+from benchmarks.search_speed import run_peer
 
 K = 10
 

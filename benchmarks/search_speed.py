@@ -22,82 +22,23 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parents[1]
 
+from benchmarks.common import corpus_size, ensure_corpus, ground_truth, machine
 from benchmarks.peers import PEERS
-from benchmarks.peers.common import corpus_size, load_corpus
 from benchmarks.report import markdown_table, print_table, update_docs
 
 CORPORA = {"100k": 100_000, "1m": 1_000_000}
-FILES = ["d_indptr", "d_indices", "d_data", "q_indptr", "q_indices", "q_data", "dense_docs", "dense_q"]
 K = 10
 # thread pools are sized once per process from these, before any engine is imported; the one-query
 # measurements then ask each engine for 1 thread where it has a knob (see each peer)
 THREAD_ENV = ("OMP_NUM_THREADS", "RAYON_NUM_THREADS", "NUMBA_NUM_THREADS", "MKL_NUM_THREADS",
               "OPENBLAS_NUM_THREADS")
-
-
-def find_generator() -> Path:
-    for cand in (os.environ.get("TOKENSPACE_GEN_CORPUS"), ROOT.parent / "shared/bench/gen_corpus.py",
-                 ROOT / "shared/bench/gen_corpus.py"):
-        if cand and Path(cand).exists():
-            return Path(cand)
-    raise FileNotFoundError("gen_corpus.py not found: set TOKENSPACE_GEN_CORPUS to its path")
-
-
-def ensure_corpus(data_root: Path) -> Path:
-    """bench-data/bench-1M, generated when missing (bench-100K is read as its first 100K rows)."""
-    out = data_root / "bench-1M"
-    if all((out / f"{f}.npy").exists() for f in FILES):
-        return out
-    gen = find_generator()
-    print(f"generating the 1M corpus with {gen} into {out} (several minutes) ...", flush=True)
-    out.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, str(gen), str(out), "1000000"], check=True)
-    return out
-
-
-def ground_truth(data_dir: Path, n_docs: int, k: int) -> Path:
-    """Exact top-k doc rows per query by scipy (cached): the reference every recall is taken against."""
-    path = data_dir / f"gt_{n_docs}_top{k}.npy"
-    if path.exists():
-        return path
-    print(f"computing exact top-{k} for {n_docs} docs ...", flush=True)
-    corpus = load_corpus(data_dir, n_docs)
-    dt_ = corpus.docs_scipy().T.tocsr()
-    qs = corpus.queries_scipy()
-    gt = np.full((qs.shape[0], k), -1, np.int64)
-    for s in range(0, qs.shape[0], 16):
-        scores = (qs[s:s + 16] @ dt_).toarray()
-        for j, row in enumerate(scores):
-            top = np.argpartition(-row, k - 1)[:k]
-            top = top[np.argsort(-row[top], kind="stable")]
-            top = top[row[top] > 0]
-            gt[s + j, :len(top)] = top
-    np.save(path, gt)
-    return path
-
-
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return f"{cpu}, {os.cpu_count()} cores visible, {mem:.0f} GiB RAM, {platform.system()} {platform.release()}, " \
-           f"Python {platform.python_version()}"
 
 
 def run_peer(name, data_dir, n_docs, gt, args) -> dict:
