@@ -31,11 +31,8 @@ def sweep_settings() -> list[tuple[str, dict]]:
 class BmpPeer(Peer):
     name = "bmp"
     requires = ("bmp",)
+    build_defaults = BUILD
     notes = "BMP (pip bmp); document weights quantised to 8 bits; batches: thread pool over Searcher.search"
-
-    def __init__(self, build: dict | None = None, settings: list | None = None):
-        self.build_options = {**BUILD, **(build or {})}
-        self._settings = [(label, dict(s)) for label, s in settings] if settings else None
 
     def settings(self):
         return self._settings or sweep_settings()

@@ -20,9 +20,16 @@ class Peer:
     name = "peer"
     notes = ""
     requires: tuple[str, ...] = ()  # modules the engine needs (the bench extra), checked before any build
+    build_defaults: dict = {}  # the engine's build keywords, under the ones a race passes in
+
+    def __init__(self, build: dict | None = None, settings: list | None = None):
+        # build: keywords over build_defaults; settings: [(label, search keywords)] to measure instead of
+        # the peer's own sweep (a race's peers file)
+        self.build_options = {**self.build_defaults, **(build or {})}
+        self._settings = [(label, dict(s)) for label, s in settings] if settings else None
 
     def settings(self) -> list[tuple[str, dict]]:
-        return [("default", {})]
+        return self._settings or [("default", {})]
 
     def prepare(self, corpus: Corpus) -> None:
         """Before the RSS baseline: bring the input into RAM so RSS delta counts the index alone."""

@@ -23,11 +23,8 @@ def sweep_settings() -> list[tuple[str, dict]]:
 class KannoloPeer(Peer):
     name = "kannolo"
     requires = ("kannolo",)
+    build_defaults = BUILD
     notes = "kANNolo HNSW (pip kannolo); approximate; batch_search(num_threads)"
-
-    def __init__(self, build: dict | None = None, settings: list | None = None):
-        self.build_options = {**BUILD, **(build or {})}
-        self._settings = [(label, dict(s)) for label, s in settings] if settings else None
 
     def settings(self):
         return self._settings or sweep_settings()

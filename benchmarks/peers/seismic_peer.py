@@ -21,11 +21,8 @@ class SeismicPeer(Peer):
     requires = ("seismic",)
     notes = "approximate; RAYON_NUM_THREADS for batches (num_threads is ignored)"
 
-    def __init__(self, build: dict | None = None, settings: list | None = None):
-        # build: build_from_dataset keywords over BUILD (n_postings, nknn, ...); settings: [(label,
-        # {query_cut, heap_factor, n_knn, sorted})] to measure instead of the two below (real_engines.py)
-        self.build_options = dict(build or {})
-        self._settings = [(label, dict(s)) for label, s in settings] if settings else None
+    # build: build_from_dataset keywords over BUILD (n_postings, nknn, ...), merged at build time; settings:
+    # [(label, {query_cut, heap_factor, n_knn, sorted})] to measure instead of the two below (real_engines.py)
 
     def settings(self):
         if self._settings:

@@ -44,11 +44,11 @@ def sweep_settings(reorder: bool) -> list[tuple[str, dict]]:
 class SindiPeer(Peer):
     name = "sindi"
     requires = ("pyvsag",)
+    build_defaults = BUILD
     notes = "SINDI (pyvsag); exact only with doc_prune_ratio 0, query_prune_ratio 0, fp32; batches: thread pool"
 
     def __init__(self, build: dict | None = None, settings: list | None = None):
-        self.build_options = {**BUILD, **(build or {})}
-        self._settings = [(label, dict(s)) for label, s in settings] if settings else None
+        super().__init__(build, settings)
         self._params: dict[tuple, str] = {}
 
     def settings(self):

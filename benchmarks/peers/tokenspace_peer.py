@@ -19,9 +19,8 @@ class TokenspacePeer(Peer):
         # is searched, "arrays" (search_arrays) or "search" (a one-row SparseBatch, Hit objects back)
         if api not in ("arrays", "search"):
             raise ValueError(f"api must be 'arrays' or 'search', got {api!r}")
+        super().__init__(build, settings)
         self.api = api
-        self.build_options = dict(build or {})
-        self._settings = [(label, dict(s)) for label, s in settings] if settings else None
 
     def settings(self):
         if self._settings:
