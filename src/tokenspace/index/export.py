@@ -100,7 +100,8 @@ def _check_scale(scale) -> None:
         raise ValueError(f"scale must be a positive finite number, got {scale!r}")
 
 
-def _check_ids(batch: SparseBatch, ids: Sequence[str]) -> list[str]:
+def check_ids(batch: SparseBatch, ids: Sequence[str]) -> list[str]:
+    """The ids of an export's rows as strings, one per row and unique (every export format keys on them)."""
     ids = [str(i) for i in ids]
     if len(ids) != len(batch):
         raise ValueError(f"got {len(ids)} ids for a batch of {len(batch)} rows")
@@ -182,7 +183,7 @@ def write_queries_tsv(
     ``quantize(w, scale)`` times (use the documents' scale). Read with ``-topicReader TsvString
     -impact -pretokenized``: the score is then the dot product of the two integer vectors."""
     _check_scale(scale)
-    ids = _check_ids(batch, ids)
+    ids = check_ids(batch, ids)
     bad = [i for i in ids if not i or any(c in i for c in "\t\r\n")]
     if bad:
         raise ValueError(f"query id {bad[0]!r} is empty or holds a tab or newline (the TSV separators)")
@@ -202,7 +203,7 @@ def write_queries_tsv(
 
 
 def _write_jsonl(batch, ids, path, scale, id_key) -> Path:
-    ids = _check_ids(batch, ids)
+    ids = check_ids(batch, ids)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     key = _dump(id_key)
@@ -239,7 +240,7 @@ def write_rank_features(
     float weights are written as they are (rank_features keeps ~9 significant bits of them), subnormal
     ones lifted to FLOAT32_MIN_NORMAL.
     """
-    ids = _check_ids(batch, ids)
+    ids = check_ids(batch, ids)
     mapping = rank_features_mapping(field)
     if docs_per_file <= 0:
         raise ValueError("docs_per_file must be positive")
@@ -331,7 +332,7 @@ def write_sparse_vector(
     ``quantization_ceiling_search`` that of the queries' (``query_ceiling``: e.g.
     ``quantization_ceiling(queries.values)``; without it, the documents' as well); ``parameters``
     overrides either and sets the others."""
-    ids = _check_ids(batch, ids)
+    ids = check_ids(batch, ids)
     if docs_per_file <= 0:
         raise ValueError("docs_per_file must be positive")
     ingest = quantization_ceiling(batch.values)

@@ -42,6 +42,7 @@ import numpy as np
 
 from tokenspace import atomic
 from tokenspace.index.base import Hit
+from tokenspace.index.export import check_ids
 from tokenspace.sparse import SparseBatch
 
 VECTOR_NAME = "tokens"
@@ -81,15 +82,6 @@ def _check_batch(batch: SparseBatch, what: str) -> None:
         raise ValueError(f"cannot export negative {what} weights")
 
 
-def _check_ids(batch: SparseBatch, ids: Sequence[str]) -> list[str]:
-    ids = [str(i) for i in ids]
-    if len(ids) != len(batch):
-        raise ValueError(f"got {len(ids)} ids for a batch of {len(batch)} rows")
-    if len(set(ids)) != len(ids):
-        raise ValueError("document ids must be unique")
-    return ids
-
-
 def _sparse(batch: SparseBatch, i: int) -> tuple[list[int], list[float]]:
     """Row i as Qdrant's (indices, values), zero weights dropped (a zero adds nothing to a dot product,
     and it would count in Qdrant's document frequencies)."""
@@ -105,7 +97,7 @@ def points(batch: SparseBatch, ids: Sequence[str], metadata: Sequence[dict] | No
     "payload": {"id": doc_id, **metadata}}``."""
     _check_batch(batch, "document")
     _check_name(vector_name, "vector_name")
-    ids = _check_ids(batch, ids)
+    ids = check_ids(batch, ids)
     if metadata is not None and len(metadata) != len(ids):
         raise ValueError(f"got {len(metadata)} metadata rows for {len(ids)} documents")
     for i, doc_id in enumerate(ids):
