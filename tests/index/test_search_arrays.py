@@ -58,3 +58,34 @@ def test_bad_queries_are_refused(setup):
     with pytest.raises(ValueError, match="only apply to mode='approx'"):
         index.search_arrays([5], [1.0], rerank=20)
     assert index.search_arrays([], [], 5) == ([], pytest.approx(np.zeros(0, np.float32)))
+
+
+def test_a_sweep_of_settings_and_a_hub_prior_give_search_s_answers(setup):
+    """search_arrays keeps each segment's options per setting: alternating settings on one index (as a
+    sweep does), an impact floor and a hub prior's penalty must each still give search's answer."""
+    docs, qs, ids = setup
+    index = InvertedIndex.build(docs[:1500], ids[:1500])
+    settings = [{}, {"mode": "approx", "query_mass": 0.8, "alpha": 1.0, "rerank": 20},
+                {"mode": "approx", "query_mass": 1.0, "alpha": 1.0, "rerank": 20, "impact_floor": 0.1}]
+    for _ in range(2):
+        for opts in settings:
+            same(index, qs, **opts)
+    index.set_hub_prior(qs, k=3)
+    for opts in settings:
+        same(index, qs, **opts)
+        same(index, qs, prior_weight=0.0, **opts)
+
+
+def test_bad_queries_are_refused_with_nothing_to_search(setup):
+    """The query is checked even when no segment is searched: an empty index, every doc deleted."""
+    docs, _, ids = setup
+    for index in (InvertedIndex(300), InvertedIndex.build(docs[:50], ids[:50])):
+        index.delete(ids[:50])
+        with pytest.raises(ValueError, match="out of range"):
+            index.search_arrays([5, 300], [1.0, 1.0])
+        with pytest.raises(ValueError, match="strictly increasing"):
+            index.search_arrays([5, 6], [1.0, float("nan")])
+        assert index.search_arrays([5], [1.0], 5) == ([], pytest.approx(np.zeros(0, np.float32)))
+    index = InvertedIndex.build(docs[:100], ids[:100])
+    with pytest.raises(ValueError, match="strictly increasing"):
+        index.search_arrays([5, 6], [1.0, -1.0], mode="approx")

@@ -40,18 +40,6 @@ APPROX_DEFAULTS = {"query_mass": 0.9, "alpha": 0.9, "rerank": None, "impact_floo
 RERANK_PER_K = 5
 
 
-class _OneQuery:
-    """One query row as the kernels read a batch (search_arrays): CSR arrays, no SparseBatch checks."""
-
-    __slots__ = ("indptr", "indices", "values")
-
-    def __init__(self, indptr, indices, values):
-        self.indptr, self.indices, self.values = indptr, indices, values
-
-    def __len__(self):
-        return 1
-
-
 class InvertedIndex:
     """Embedded sparse inverted index over a fixed dim; implements the SparseIndex protocol."""
 
@@ -436,25 +424,64 @@ class InvertedIndex:
         values = np.ascontiguousarray(values, dtype=np.float32)
         if indices.ndim != 1 or indices.shape != values.shape:
             raise ValueError(f"indices and values must be 1-D and alike, got shapes {indices.shape} and {values.shape}")
-        if len(indices) and indices.view(np.uint32).max() >= self.dim:  # a negative dim reads as >= 2**31
-            raise ValueError(f"indices out of range [0, {self.dim})")
         if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
             raise ValueError(f"k must be a positive int, got {k!r}")
-        q = _OneQuery(np.array([0, len(indices)], np.int64), indices, values)
-        if kernels.check_rows(q.indptr, indices, values) >= 0:
-            raise ValueError("the query must have strictly increasing dims and finite weights >= 0")
+        k = int(k)
         qm, al, rr, fl = self._knobs(mode, k, query_mass, alpha, rerank, impact_floor)
         pw = self.prior_weight(prior_weight)
         if fl > 0 and not all(seg.has_heads for seg in self._segments):
             raise ValueError("impact_floor needs impact heads, and this index was built with "
                              "impact_heads=False")
-        per_seg = self._score(q, k, mode, qm, al, rr, fl, None, pw, self._masks(None, None, None, None), 1)
+        masks = self._masks(None, None, None, None)
+        work = kernels.scratch(self.dim)
+        per_seg, base, checked = [], 0, False
+        for si, seg in enumerate(self._segments):
+            kk = min(k, seg.n)
+            # one query, one jitted call: it checks the query, cuts it and searches (kernels.search_query)
+            out_docs = np.empty(kk, np.int64)
+            out_scores = np.empty(kk, np.float32)
+            mask = masks[si]
+            m = 0
+            if mask is None or mask.any():
+                opt = self._options(si, kk, min(rr, seg.n), mode == "exact", al, qm, mask, fl, pw)
+                try:
+                    m = kernels.search_query(seg.kernel_tuple(), opt, indices, values, self.dim, work, out_docs,
+                                             out_scores)
+                except BaseException:  # the buffers may be left dirty: the next search gets fresh ones
+                    kernels.drop_scratch()
+                    raise
+                if m == kernels.QUERY_OUT_OF_RANGE:
+                    raise ValueError(f"indices out of range [0, {self.dim})")
+                if m == kernels.BAD_QUERY:
+                    raise ValueError("the query must have strictly increasing dims and finite weights >= 0")
+                checked = True
+            per_seg.append((base, seg, out_docs, out_scores, (m,)))
+            base += seg.n
+        if not checked:  # no segment searched (none yet, or every doc filtered out): the query is still checked
+            if len(indices) and indices.view(np.uint32).max() >= self.dim:  # a negative dim reads as >= 2**31
+                raise ValueError(f"indices out of range [0, {self.dim})")
+            if kernels.check_rows(np.array([0, len(indices)], np.int64), indices, values) >= 0:
+                raise ValueError("the query must have strictly increasing dims and finite weights >= 0")
         if len(per_seg) == 1:
-            _, seg, od, os_, oc = per_seg[0]
-            m = int(oc[0])
-            return seg.ids_of(od[0, :m].tolist()), os_[0, :m].copy()
-        hits = self._merge(per_seg, 0, int(k))
+            _, seg, od, os_, (m,) = per_seg[0]
+            return seg.ids_of(od[:m].tolist()), os_[:m].copy()
+        hits = self._merge([(b, seg, od[None], os_[None], oc) for b, seg, od, os_, oc in per_seg], 0, k)
         return [h.id for h in hits], np.array([h.score for h in hits], np.float32)
+
+    def _options(self, si, k, rerank, exact, alpha, query_mass, mask, impact_floor, pw) -> tuple:
+        """tuple(SearchOptions) of segment si for one query, as search_query takes it; the unfiltered ones
+        without a prior kept per segment (a sweep has a few), since building one cost ~1 us a query."""
+        if mask is not None or pw > 0:
+            penalty, pmax, minima = self._penalty(si, pw) if pw > 0 else (None, None, None)
+            return tuple(kernels.search_options(k, rerank, exact, alpha, query_mass, mask, impact_floor, penalty,
+                                                pmax, minima))
+        cache = self._segments[si].__dict__.setdefault("_options", {})
+        key = (k, rerank, exact, alpha, query_mass, impact_floor)
+        opt = cache.get(key)
+        if opt is None:
+            opt = cache[key] = tuple(kernels.search_options(k, rerank, exact, alpha, query_mass,
+                                                            impact_floor=impact_floor))
+        return opt
 
     def _score(self, queries, k, mode, qm, al, rr, fl, weights, pw, masks, threads) -> list[tuple]:
         """Every segment's top-k of every query row: (first doc number, segment, docs, scores, counts)."""

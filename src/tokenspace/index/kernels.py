@@ -378,21 +378,44 @@ def search_batch(seg: SegmentArrays, opt: SearchOptions, q_indptr, q_indices, q_
 def _search_batch(seg_fields, opt_fields, q_indptr, q_indices, q_values, rows, out_docs, out_scores, out_count,
                   work):
     seg, opt = SegmentArrays(*seg_fields), SearchOptions(*opt_fields)
-    qdense, acc, acc16 = work
     for r in rows:
         a, b = q_indptr[r], q_indptr[r + 1]
-        f_idx, f_val = q_indices[a:b], q_values[a:b]
-        if opt.has_weights:
-            f_val = f_val * opt.weights[f_idx]
-        q_idx, q_val = f_idx, f_val
-        if opt.query_mass < 1.0:
-            q_idx, q_val = cut_row(f_idx, f_val, opt.query_mass)
-        if not opt.exact and use_u16(q_idx, q_val, seg.df, seg.dense_slot):
-            out_count[r] = search_one(seg, opt, q_idx, q_val, f_idx, f_val, qdense, acc16, out_docs[r],
-                                      out_scores[r])
-        else:
-            out_count[r] = search_one(seg, opt, q_idx, q_val, f_idx, f_val, qdense, acc, out_docs[r],
-                                      out_scores[r])
+        out_count[r] = _search_row(seg, opt, q_indices[a:b], q_values[a:b], work, out_docs[r], out_scores[r])
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _search_row(seg, opt, f_idx, f_val, work, out_docs, out_scores):
+    """One query row (full dims and weights) over one segment: the weights, the cut, the first pass."""
+    qdense, acc, acc16 = work
+    if opt.has_weights:
+        f_val = f_val * opt.weights[f_idx]
+    q_idx, q_val = f_idx, f_val
+    if opt.query_mass < 1.0:
+        q_idx, q_val = cut_row(f_idx, f_val, opt.query_mass)
+    if not opt.exact and use_u16(q_idx, q_val, seg.df, seg.dense_slot):
+        return search_one(seg, opt, q_idx, q_val, f_idx, f_val, qdense, acc16, out_docs, out_scores)
+    return search_one(seg, opt, q_idx, q_val, f_idx, f_val, qdense, acc, out_docs, out_scores)
+
+
+BAD_QUERY, QUERY_OUT_OF_RANGE = -1, -2  # search_query's answers for a query it refuses
+
+
+@njit(cache=True, nogil=True)
+def search_query(seg_fields, opt_fields, q_idx, q_val, dim, work, out_docs, out_scores):
+    """One query (its dims and weights) over one segment, checked first: what search_batch does for one
+    row, in one call from Python (the checks, the cut and the search were separate calls, a few us of a
+    one-query search). seg_fields, opt_fields: tuple(SegmentArrays), tuple(SearchOptions). Returns how
+    many hits it wrote to out_docs/out_scores, QUERY_OUT_OF_RANGE for a dim outside [0, dim), or
+    BAD_QUERY for dims not strictly increasing or a weight not finite and >= 0 (check_rows)."""
+    for p in range(len(q_idx)):
+        if q_idx[p] < 0 or q_idx[p] >= dim:
+            return QUERY_OUT_OF_RANGE
+    for p in range(len(q_idx)):
+        v = q_val[p]
+        if not (v >= 0.0 and v < np.inf) or (p > 0 and q_idx[p] <= q_idx[p - 1]):
+            return BAD_QUERY
+    return _search_row(SegmentArrays(*seg_fields), SearchOptions(*opt_fields), q_idx, q_val, work, out_docs,
+                       out_scores)
 
 
 @njit(cache=True, nogil=True)

@@ -286,6 +286,15 @@ class Segment:
                 **{name: self.arrays[name] for name in kernels.SegmentArrays._fields})
         return self._kernel_arrays
 
+    def kernel_tuple(self) -> tuple:
+        """kernel_arrays() as the plain tuple the kernels take (kernels.search_query), made once per
+        kernel_arrays (a save with remap=True makes new ones)."""
+        arrays = self.kernel_arrays()
+        cached = self.__dict__.get("_kernel_tuple")
+        if cached is None or cached[0] is not arrays:
+            cached = self.__dict__["_kernel_tuple"] = (arrays, tuple(arrays))
+        return cached[1]
+
     def search(self, q: SparseBatch, rows: np.ndarray, options: kernels.SearchOptions, out_docs, out_scores,
                out_count) -> None:
         """Fill out_* rows (local doc numbers, exact scores, counts) for the query rows `rows` (see
