@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import multiprocessing
 import os
 import platform
 import subprocess
@@ -17,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from tokenspace.atomic import atomic_path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -204,15 +207,7 @@ def ensure_corpus(data_root: Path = DATA) -> Path:
     return out
 
 
-def ground_truth(data_dir: Path, n_docs: int, k: int) -> Path:
-    """Exact top-k doc rows per query by scipy (cached beside the corpus): what every recall is against."""
-    path = data_dir / f"gt_{n_docs}_top{k}.npy"
-    if path.exists():
-        return path
-    print(f"computing exact top-{k} for {n_docs} docs ...", flush=True)
-    corpus = load_corpus(data_dir, n_docs)
-    dt_ = corpus.docs_scipy().T.tocsr()
-    qs = corpus.queries_scipy()
+def _exact_top(qs, dt_, k: int) -> np.ndarray:
     gt = np.full((qs.shape[0], k), -1, np.int64)
     for s in range(0, qs.shape[0], 16):
         scores = (qs[s:s + 16] @ dt_).toarray()
@@ -221,5 +216,39 @@ def ground_truth(data_dir: Path, n_docs: int, k: int) -> Path:
             top = top[np.argsort(-row[top], kind="stable")]
             top = top[row[top] > 0]
             gt[s + j, :len(top)] = top
-    np.save(path, gt)
+    return gt
+
+
+_GT_SHARED: tuple = ()  # the docs a forked ground-truth worker reads (inherited, never pickled)
+
+
+def _exact_top_rows(bounds: tuple[int, int]) -> np.ndarray:
+    qs, dt_, k = _GT_SHARED
+    return _exact_top(qs[bounds[0]:bounds[1]], dt_, k)
+
+
+def ground_truth(data_dir: Path, n_docs: int, k: int, workers: int = 1) -> Path:
+    """Exact top-k doc rows per query by scipy (cached beside the corpus): what every recall is against.
+    ``workers`` > 1 splits the queries over forked processes (the same products, row by row)."""
+    global _GT_SHARED
+    path = data_dir / f"gt_{n_docs}_top{k}.npy"
+    if path.exists():
+        return path
+    print(f"computing exact top-{k} for {n_docs} docs ...", flush=True)
+    corpus = load_corpus(data_dir, n_docs)
+    dt_ = corpus.docs_scipy().T.tocsr()
+    qs = corpus.queries_scipy()
+    if workers > 1:
+        _GT_SHARED = (qs, dt_, k)
+        step = -(-qs.shape[0] // (4 * workers)) // 16 * 16 or 16
+        chunks = [(s, min(s + step, qs.shape[0])) for s in range(0, qs.shape[0], step)]
+        try:
+            with multiprocessing.get_context("fork").Pool(workers) as pool:
+                gt = np.concatenate(pool.map(_exact_top_rows, chunks))
+        finally:
+            _GT_SHARED = ()
+    else:
+        gt = _exact_top(qs, dt_, k)
+    with atomic_path(path) as tmp:
+        np.save(tmp, gt)
     return path

@@ -90,8 +90,11 @@ def screen(cells, corpus, gt, n: int) -> tuple[list, dict]:
     return keep, {f"{e} | {lab}": {"recall": round(r, 4), "qps": round(q, 1)} for (e, lab), (r, q) in seen.items()}
 
 
-def race(peers: list, corpus, gt, n_single: int, passes: int, cells: list | None = None) -> list[dict]:
-    """Every (engine, setting) timed in ``passes`` interleaved passes; rows with recall and each pass's QPS."""
+def race(peers: list, corpus, gt, n_single: int, passes: int, cells: list | None = None,
+         deadline: float | None = None) -> list[dict]:
+    """Every (engine, setting) timed in ``passes`` interleaved passes; rows with recall and each pass's QPS.
+    ``deadline`` (a time.monotonic() value): no pass starts after it, so a run on a machine lent for a
+    fixed time reports the passes it finished (at least one) instead of nothing."""
     rows = np.arange(min(n_single, len(corpus.q_indptr) - 1))
     if cells is None:
         cells = [(peer, label, setting) for peer in peers for label, setting in peer.settings()]
@@ -100,6 +103,9 @@ def race(peers: list, corpus, gt, n_single: int, passes: int, cells: list | None
     for p, _, setting in cells:  # warm-up (recall is taken from the first timed pass: answers do not change)
         time_pass(p, corpus, rows[:WARMUP], setting)
     for rep in range(passes):
+        if rep and deadline is not None and time.monotonic() > deadline:
+            print(f"deadline: {rep} of {passes} passes run", file=sys.stderr, flush=True)
+            break
         shift = rep % len(peers)  # rotate which engine goes first
         order = [c for p in peers[shift:] + peers[:shift] for c in cells if c[0] is p]
         for p, label, setting in order:
@@ -223,7 +229,10 @@ def main(argv=None):
     ap.add_argument("--screen", type=int, default=0, help="screen the settings on this many queries first (0: no)")
     ap.add_argument("--batch-threads", type=int, default=0, help="also time each setting's batch call (0: no)")
     ap.add_argument("--batch-queries", type=int, default=2000)
+    ap.add_argument("--deadline", type=float, default=None,
+                    help="seconds from the start after which no further timed pass begins (a lent machine's time)")
     a = ap.parse_args(argv)
+    deadline = None if a.deadline is None else time.monotonic() + a.deadline
     record = run_record(__file__, argv)
     if not (a.corpus_dir / "d_indptr.npy").exists():
         ap.error(f"{a.corpus_dir} holds no corpus (d_indptr.npy): build one with benchmarks/real_corpus.py")
@@ -275,7 +284,7 @@ def main(argv=None):
         if a.screen:
             cells, screened = screen(cells, corpus, gt, a.screen)
             print(f"screened: {len(cells)} settings race", file=sys.stderr, flush=True)
-        rows = race(peers, corpus, gt, a.single, a.passes, cells)
+        rows = race(peers, corpus, gt, a.single, a.passes, cells, deadline)
         if a.batch_threads:
             os.sched_setaffinity(0, set(allowed))
             for (engine, label), b in batch_times(cells, corpus, gt, a.batch_queries, a.batch_threads).items():
@@ -290,7 +299,7 @@ def main(argv=None):
     firsts = [p.name for p, (engine, _) in zip(peers, specs) if engine == specs[0][0]]
     others = [p.name for p, (engine, _) in zip(peers, specs) if engine != specs[0][0]]
     fams = list(dict.fromkeys(getattr(p, "family", p.name) for p in peers))
-    report = {"corpus": name, "n_docs": n, "k": K, "passes": a.passes, "single_queries": a.single,
+    report = {"corpus": name, "n_docs": n, "k": K, "passes": len(rows[0]["qps_passes"]), "single_queries": a.single,
               "pinned_core": core, "load_avg_1min_end": os.getloadavg()[0], "builds": builds, "rows": rows,
               "screen": screened,
               "ratios": {f"{first}/{o} @{t if t else 'exact'}": ratios(rows, first, o, t)

@@ -30,3 +30,13 @@ def test_malformed_csr_is_refused(indptr, indices, values, dim, message):
 def test_vocabulary_must_name_every_dim():
     with pytest.raises(ValueError, match="vocabulary has 2 entries but dim is 3"):
         SparseBatch([0, 0], [], [], 3, Vocabulary(["a", "b"]))
+
+
+def test_from_torch_keeps_the_non_zeros_above_the_threshold_row_major():
+    torch = pytest.importorskip("torch")
+    t = torch.tensor([[0.0, 2.0, 0.0, 0.5], [0.0, 0.0, 0.0, 0.0], [3.0, 0.0, 0.25, 0.0]])
+    b = SparseBatch.from_torch(t, threshold=0.3)
+    assert b.indptr.tolist() == [0, 2, 2, 3] and b.indices.tolist() == [1, 3, 0]
+    assert b.values.tolist() == [2.0, 0.5, 3.0] and b.dim == 4
+    one = SparseBatch.from_torch(t[2])  # a 1-d tensor is one row
+    assert one.indptr.tolist() == [0, 2] and one.indices.tolist() == [0, 2]

@@ -82,16 +82,18 @@ class SparseBatch:
         import torch  # lazy: the index side must not import torch
 
         with torch.no_grad():
-            t = tensor.detach().float().cpu()
+            # the non-zeros are found on the tensor's own device: a GPU batch crosses to the host as its
+            # few non-zeros, not as [B, V] dense floats (nonzero is row-major on every device)
+            t = tensor.detach().float()
             if t.ndim == 1:
                 t = t[None]
             mask = t > threshold
             rows, cols = mask.nonzero(as_tuple=True)
-            vals = t[rows, cols]
-            counts = torch.bincount(rows, minlength=t.shape[0])
+            vals = t[rows, cols].cpu()
+            counts = torch.bincount(rows, minlength=t.shape[0]).cpu()
         indptr = np.zeros(t.shape[0] + 1, PTR_DTYPE)
         np.cumsum(counts.numpy(), out=indptr[1:])
-        return cls(indptr, cols.numpy(), vals.numpy(), t.shape[1], vocab)
+        return cls(indptr, cols.cpu().numpy(), vals.numpy(), t.shape[1], vocab)
 
     @classmethod
     def from_scipy(cls, matrix: "scipy.sparse.spmatrix", vocab=None) -> "SparseBatch":

@@ -128,3 +128,18 @@ def test_a_missing_engine_library_is_refused_before_any_build(hh, load_benchmark
     assert "unknown engine(s) lucene" in capsys.readouterr().err
     assert built == []  # nothing was built
 
+
+
+def test_a_deadline_ends_the_race_after_the_passes_begun_before_it(hh, load_benchmark, tmp_path, monkeypatch):
+    rng = np.random.default_rng(6)
+    rows = [{int(t): float(rng.uniform(0.1, 2)) for t in rng.choice(300, size=8, replace=False)} for _ in range(60)]
+    load_benchmark("real_corpus").write_corpus(tmp_path, SparseBatch.from_dicts(rows, dim=common.VOCAB_SIZE),
+                                               SparseBatch.from_dicts(rows[:6], dim=common.VOCAB_SIZE))
+    (tmp_path / "out" / "benchmarks" / "results").mkdir(parents=True)
+    monkeypatch.setattr(hh, "ROOT", tmp_path / "out")
+    hh.main(["--corpus-dir", str(tmp_path), "--name", "late", "--passes", "4", "--single", "6", "--deadline", "0",
+             "--peer", "tokenspace", json.dumps({"settings": [["exact", {"mode": "exact"}]]}), "--peer", "scipy", "{}"])
+    report = json.loads((tmp_path / "out/benchmarks/results/head_to_head-late.json").read_text())
+    # the first pass always runs (a report with no pass would say nothing); none starts after the deadline
+    assert report["passes"] == 1 and all(len(r["qps_passes"]) == 1 for r in report["rows"])
+    assert len(report["ratios"]["tokenspace/scipy @0.95"]["per_pass"]) == 1

@@ -155,7 +155,7 @@ class DualEncoder(nn.Module):
     def _to_output(self, emb: torch.Tensor, top_n: int | None = None):
         emb = self.rows(emb, top_n)
         if self.sparse:
-            return SparseBatch.from_torch(emb, vocab=self.vocab)  # copies to the CPU
+            return SparseBatch.from_torch(emb, vocab=self.vocab)  # the non-zeros alone cross to the CPU
         return emb.cpu().numpy()
 
     def encode_image(self, images, batch_size: int = 64, progress: bool = False,
