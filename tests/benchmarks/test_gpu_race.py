@@ -54,11 +54,14 @@ def test_peers_file_leaves_out_skipped_builds_and_missing_libraries(gr, tmp_path
 
 
 def test_the_record_keeps_each_stage_and_reads_back_an_earlier_call(gr, tmp_path):
-    rec = gr.Record(tmp_path, ["encode", "--out", str(tmp_path)])
+    out1, out2 = tmp_path / "out1", tmp_path / "out2"  # each call's $OUT starts empty
+    out1.mkdir(), out2.mkdir()
+    rec = gr.Record(tmp_path, out1, ["encode", "--out", str(out1)])
     rec.stage("encode", time.monotonic(), corpus={"docs": 5})
-    again = gr.Record(tmp_path, ["race", "--out", str(tmp_path)])  # the second call on a warm machine
+    assert json.loads((out1 / "gpu_race.json").read_text())["stages"]["encode"]["corpus"] == {"docs": 5}
+    again = gr.Record(tmp_path, out2, ["race", "--out", str(out2)])  # the second call on a warm machine
     again.stage("races", time.monotonic())
-    report = json.loads((tmp_path / "gpu_race.json").read_text())
+    report = json.loads((out2 / "gpu_race.json").read_text())
     assert set(report["stages"]) == {"encode", "races"} and report["stages"]["encode"]["corpus"] == {"docs": 5}
     assert report["hardware"]["cores"] >= 1 and report["command"].startswith("python -m benchmarks.gpu_race race")
     assert report["earlier_calls"][0]["command"].startswith("python -m benchmarks.gpu_race encode")
