@@ -152,7 +152,7 @@ class InvertedIndex:
         ids = _check_ids(ids, len(batch))
         rows = _metadata.check_rows(metadata, len(batch))
         id_map = self._ids()
-        clash = [i for i in ids if i in id_map]
+        clash = [i for i in ids if i in id_map] if id_map else []
         if clash:
             raise ValueError(f"{len(clash)} id(s) already in the index, e.g. {clash[0]!r} (ids must be unique)")
         if len(batch) == 0:
@@ -180,7 +180,7 @@ class InvertedIndex:
         self._priors.append(prior)
         self._prior_files.append(None)
         self._df = self._idf_pow = None
-        id_map.update((s, base + j) for j, s in enumerate(ids))
+        id_map.update(zip(ids, range(base, base + len(ids))))
 
     def delete(self, ids: Sequence[str]) -> int:
         """Tombstone documents by id; unknown ids are ignored. Returns how many were deleted."""
@@ -897,9 +897,10 @@ def _check_ids(ids, n: int | None) -> list[str]:
     if isinstance(ids, str):
         raise TypeError("ids must be a sequence of strings, not one string")
     ids = list(ids)
-    for s in ids:
-        if not isinstance(s, str):
-            raise TypeError(f"ids must be strings, got {type(s).__name__} ({s!r})")
+    if set(map(type, ids)) - {str}:  # one C-level pass for the common case: all plain str (~5 ms at 100K)
+        for s in ids:
+            if not isinstance(s, str):
+                raise TypeError(f"ids must be strings, got {type(s).__name__} ({s!r})")
     if n is not None:
         if len(ids) != n:
             raise ValueError(f"got {len(ids)} ids for {n} documents")

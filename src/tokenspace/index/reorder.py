@@ -15,7 +15,6 @@ blocks. Numpy and scipy only (the index never imports torch); deterministic for 
 from __future__ import annotations
 
 import numpy as np
-import scipy.sparse as sp
 
 from tokenspace.sparse import SparseBatch
 
@@ -61,6 +60,10 @@ def _top_terms(batch: SparseBatch) -> np.ndarray:
 
 def _project(batch: SparseBatch, rng: np.random.Generator) -> np.ndarray:
     """Rows as unit vectors of a DIMS-wide Gaussian projection (empty rows stay zero)."""
+    # scipy is imported here, not with the module: every index import loads this module, only a reordering
+    # build needs scipy, and importing it was ~0.1 s of the first build in a process
+    import scipy.sparse as sp
+
     csr = sp.csr_matrix((batch.values.astype(np.float32), batch.indices, batch.indptr), shape=(len(batch), batch.dim))
     r = rng.standard_normal((batch.dim, DIMS), dtype=np.float32)
     x = np.asarray(csr @ r, dtype=np.float32)
@@ -75,6 +78,8 @@ def _normalise(x: np.ndarray) -> np.ndarray:
 
 def _train(x: np.ndarray, k: int, iters: int, rng: np.random.Generator) -> np.ndarray:
     """Spherical k-means (cosine) on a sample of the rows; returns unit centroids [k, DIMS]."""
+    import scipy.sparse as sp  # see _project
+
     sample = x[rng.choice(len(x), min(len(x), k * TRAIN_PER_CLUSTER), replace=False)]
     centroids = sample[rng.choice(len(sample), k, replace=False)].copy()
     for _ in range(iters):

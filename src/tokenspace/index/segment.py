@@ -77,13 +77,16 @@ class Segment:
     def build(cls, batch: SparseBatch, ids: list[str], *, dense_fraction: float, approx_top_n: int,
               impact_heads: bool = True, metadata: list[dict] | None = None, approx_mass: float = 0.0) -> "Segment":
         indptr, indices, values = batch.indptr, batch.indices, batch.values
-        bad = kernels.check_rows(indptr, indices, values)
+        n, dim = len(batch), batch.dim
+        nch = n_chunks(n)
+        # the rows' check, term statistics and posting counts in one pass (SparseBatch has checked the dims'
+        # range, so a bad row cannot make it index out of bounds)
+        bad, df, wmax, df_main, is_main, main_cnt, res_cnt = kernels.segment_stats(
+            indptr, indices, values, dim, approx_top_n, float(approx_mass), nch)
         if bad >= 0:
             raise ValueError(
                 f"document row {bad} ({ids[bad]!r}) must have strictly increasing dims and finite "
                 "weights >= 0 (build SparseBatch with from_scipy/from_dicts to sort and merge)")
-        n, dim = len(batch), batch.dim
-        df, wmax, df_main, is_main = kernels.term_stats(indptr, indices, values, dim, approx_top_n, float(approx_mass))
         scale = (wmax / np.float32(255.0)).astype(np.float32)
         # dense columns for frequent terms: 1 byte per doc beats 5 bytes per posting above ~n/5,
         # and a streamed column is several times faster to add than a scattered list
@@ -91,8 +94,7 @@ class Segment:
         is_dense = df_main >= dense_min_df
         dense_slot = np.full(dim, -1, np.int32)
         dense_slot[is_dense] = np.arange(int(is_dense.sum()), dtype=np.int32)
-        nch = n_chunks(n)
-        main_cnt, res_cnt = kernels.chunk_counts(indptr, indices, values, is_main, is_dense, dim, nch)
+        main_cnt.reshape(dim, nch)[is_dense] = 0  # their main postings go to their columns
         main_ptr = np.zeros(dim * nch + 1, np.int64)
         np.cumsum(main_cnt, out=main_ptr[1:])
         res_ptr = np.zeros(dim * nch + 1, np.int64)
@@ -103,9 +105,7 @@ class Segment:
         del is_main
         head_ptr, head_docs, head_codes = (kernels.head_lists(main_ptr, main_docs, main_codes, dense, dense_slot, n)
                                            if impact_heads else no_heads())
-        blobs = [s.encode("utf-8") for s in ids]
-        ids_ptr = np.zeros(n + 1, np.int64)
-        np.cumsum([len(b) for b in blobs], out=ids_ptr[1:])
+        ids_ptr, ids_blob = _id_blob(ids)
         arrays = dict(
             # the forward store shares the batch's indptr and values (no 0.6 GB copy at 1M docs):
             # SparseBatch is immutable by contract, so do not modify a batch after indexing it. Term ids
@@ -115,7 +115,7 @@ class Segment:
             main_ptr=main_ptr, main_docs=main_docs, main_codes=main_codes,
             res_ptr=res_ptr, res_docs=res_docs, res_codes=res_codes,
             head_ptr=head_ptr, head_docs=head_docs, head_codes=head_codes,
-            ids_ptr=ids_ptr, ids_blob=np.frombuffer(b"".join(blobs), np.uint8),
+            ids_ptr=ids_ptr, ids_blob=ids_blob,
         )
         if metadata is not None and not any(metadata):
             metadata = None  # no field anywhere: no file
@@ -305,6 +305,20 @@ class Segment:
         except BaseException:  # the buffers may be left dirty: the next search gets fresh ones
             kernels.drop_scratch()
             raise
+
+
+def _id_blob(ids: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(ids_ptr, ids_blob): the ids' UTF-8 bytes concatenated and where each starts. ASCII ids (the usual
+    case) are encoded in one piece, their byte lengths being their lengths: encoding them one by one was
+    ~20 ms of a 100K-document build."""
+    joined = "".join(ids)
+    ptr = np.zeros(len(ids) + 1, np.int64)
+    if joined.isascii():
+        np.cumsum(np.fromiter(map(len, ids), np.int64, len(ids)), out=ptr[1:])
+        return ptr, np.frombuffer(joined.encode("ascii"), np.uint8)
+    blobs = [s.encode("utf-8") for s in ids]
+    np.cumsum(np.fromiter(map(len, blobs), np.int64, len(blobs)), out=ptr[1:])
+    return ptr, np.frombuffer(b"".join(blobs), np.uint8)
 
 
 def no_heads() -> tuple[np.ndarray, np.ndarray, np.ndarray]:

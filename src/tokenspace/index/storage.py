@@ -46,6 +46,7 @@ VOCAB = "vocab.txt"
 _OLDER = {1: "int32 posting doc ids and forward term ids, before the compressed postings of version 2"}
 MANIFEST = "MANIFEST.json"
 _CRC_CHUNK = 1 << 24
+_MAX_HEADER = 1 << 16  # an .npy header is a few hundred bytes
 
 
 class IndexCorruptError(ValueError):
@@ -70,12 +71,21 @@ def _fsync_dir(path: Path) -> None:
 
 
 def write_array(path: Path, array: np.ndarray) -> dict:
-    """Write one .npy, fsync it, return its manifest entry {bytes, crc32}."""
-    with open(path, "wb") as f:
-        np.lib.format.write_array(f, np.ascontiguousarray(array), allow_pickle=False)
+    """Write one .npy, fsync it, return its manifest entry {bytes, crc32}. The crc32 is of the header read
+    back and the array's own bytes (the file is the header then those bytes): reading the whole file
+    back was ~20 ms of saving a 100K-document index."""
+    array = np.ascontiguousarray(array)
+    with open(path, "wb") as f:  # a plain writer: numpy writes the array from memory (tofile), no copy
+        np.lib.format.write_array(f, array, allow_pickle=False)
         f.flush()
         os.fsync(f.fileno())
-    return {"bytes": path.stat().st_size, "crc32": file_crc32(path)}
+        size = f.tell()
+    head = size - array.nbytes
+    if not 0 < head <= _MAX_HEADER:  # not laid out as expected: the file's own bytes
+        return {"bytes": size, "crc32": file_crc32(path)}
+    with open(path, "rb") as f:
+        header = f.read(head)
+    return {"bytes": size, "crc32": zlib.crc32(array.reshape(-1).view(np.uint8), zlib.crc32(header))}
 
 
 def write_segment(root: Path, name: str, arrays: dict[str, np.ndarray], texts: dict[str, str] | None = None) -> dict:
