@@ -38,7 +38,7 @@ class TokenspacePeer(Peer):
         from tokenspace.sparse import SparseBatch
 
         batch = SparseBatch(corpus.d_indptr, corpus.d_indices, corpus.d_data, corpus.dim)
-        self.index = InvertedIndex.build(batch, [str(i) for i in range(corpus.n_docs)], **self.build_options)
+        self.index = InvertedIndex.build(batch, list(map(str, range(corpus.n_docs))), **self.build_options)
         self.index.save(workdir / "inverted")
         self.dim = corpus.dim
 
