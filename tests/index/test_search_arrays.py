@@ -89,3 +89,19 @@ def test_bad_queries_are_refused_with_nothing_to_search(setup):
     index = InvertedIndex.build(docs[:100], ids[:100])
     with pytest.raises(ValueError, match="strictly increasing"):
         index.search_arrays([5, 6], [1.0, -1.0], mode="approx")
+
+
+def test_kept_plans_follow_every_change_of_the_index(setup, tmp_path):
+    """search_arrays keeps its checked arguments per setting: a delete, an add, a hub prior set (in place
+    or reordered) or cleared, and a save that remaps the arrays must each be seen by the next search."""
+    docs, qs, ids = setup
+    index = InvertedIndex.build(docs[:800], ids[:800])
+    approx = {"mode": "approx", "query_mass": 0.8, "alpha": 1.0, "rerank": 20}
+    changes = [lambda: index.delete(ids[:200:2]), lambda: index.add(docs[800:1000], ids[800:1000]),
+               lambda: index.set_hub_prior(qs, k=3, order=False), lambda: index.set_hub_prior(qs, k=2, weight=1.0),
+               lambda: index.clear_hub_prior(), lambda: index.save(tmp_path / "idx", remap=True),
+               lambda: index.add(docs[1000:1100], ids[1000:1100]), lambda: index.compact()]
+    for change in [lambda: None] + changes:
+        change()
+        for opts in ({}, approx):
+            same(index, qs, **opts)

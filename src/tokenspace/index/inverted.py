@@ -38,6 +38,7 @@ MODES = ("exact", "approx")
 # approximate-mode defaults (rerank None = RERANK_PER_K * k); tuning history: docs/history.md
 APPROX_DEFAULTS = {"query_mass": 0.9, "alpha": 0.9, "rerank": None, "impact_floor": 0.0}
 RERANK_PER_K = 5
+_PLANS_KEPT = 256  # search_arrays' plans an index keeps (a bound for a caller that never repeats a setting)
 
 
 class InvertedIndex:
@@ -69,6 +70,7 @@ class InvertedIndex:
         self._deleted: list[np.ndarray | None] = []  # uint8[n] per segment, 1 = deleted
         self._live: list[np.ndarray | None] = []  # cached 1 - deleted, the kernels' mask
         self._id_map: dict[str, int] | None = None  # id -> global doc number, built lazily
+        self._plans: dict[tuple, list[tuple]] = {}  # search_arrays' checked arguments (_plan); see _changed
         self._path: Path | None = None  # folder this index was loaded from / saved to
         self._seg_names: list[str | None] = []  # committed folder name of each segment at _path
         self._del_files: list[dict | None] = []  # committed tombstone entry of each segment
@@ -183,6 +185,7 @@ class InvertedIndex:
         self._priors.append(prior)
         self._prior_files.append(None)
         self._df = self._idf_pow = None
+        self._changed()
         if first:
             self._id_map = None
         else:
@@ -207,6 +210,7 @@ class InvertedIndex:
             count += 1
         if count:
             self._df = self._idf_pow = None
+            self._changed()
         return count
 
     def compact(self) -> None:
@@ -274,6 +278,7 @@ class InvertedIndex:
         self._priors = priors
         self._prior_files = [None] * len(self._segments)
         self._hub_files = None
+        self._changed()
         if order and self._segments:
             self._rebuild()
 
@@ -282,6 +287,7 @@ class InvertedIndex:
         self._hub, self._hub_files = None, None
         self._priors = [None] * len(self._segments)
         self._prior_files = [None] * len(self._segments)
+        self._changed()
 
     @property
     def hub_prior(self) -> dict | None:
@@ -430,29 +436,26 @@ class InvertedIndex:
         values = np.ascontiguousarray(values, dtype=np.float32)
         if indices.ndim != 1 or indices.shape != values.shape:
             raise ValueError(f"indices and values must be 1-D and alike, got shapes {indices.shape} and {values.shape}")
-        if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
-            raise ValueError(f"k must be a positive int, got {k!r}")
-        k = int(k)
-        qm, al, rr, fl = self._knobs(mode, k, query_mass, alpha, rerank, impact_floor)
-        pw = self.prior_weight(prior_weight)
-        if fl > 0 and not all(seg.has_heads for seg in self._segments):
-            raise ValueError("impact_floor needs impact heads, and this index was built with "
-                             "impact_heads=False")
-        masks = self._masks(None, None, None, None)
+        key = (mode, k, query_mass, alpha, rerank, impact_floor, prior_weight)
+        try:  # the key holds each argument's type (1, 1.0 and True are equal keys) and the defaults a None takes
+            key = (*key, *map(type, key), *APPROX_DEFAULTS.values())
+            plan = self._plans.get(key)
+        except TypeError:  # an unhashable argument: checked (and refused) by _plan
+            key = plan = None
+        if plan is None:
+            plan = self._plan(mode, k, query_mass, alpha, rerank, impact_floor, prior_weight)
+            if key is not None and len(self._plans) < _PLANS_KEPT:
+                self._plans[key] = plan
         work = kernels.scratch(self.dim)
-        per_seg, base, checked = [], 0, False
-        for si, seg in enumerate(self._segments):
-            kk = min(k, seg.n)
+        per_seg, checked = [], False
+        for base, seg, kt, opt, kk in plan:
             # one query, one jitted call: it checks the query, cuts it and searches (kernels.search_query)
             out_docs = np.empty(kk, np.int64)
             out_scores = np.empty(kk, np.float32)
-            mask = masks[si]
             m = 0
-            if mask is None or mask.any():
-                opt = self._options(si, kk, min(rr, seg.n), mode == "exact", al, qm, mask, fl, pw)
+            if opt is not None:
                 try:
-                    m = kernels.search_query(seg.kernel_tuple(), opt, indices, values, self.dim, work, out_docs,
-                                             out_scores)
+                    m = kernels.search_query(kt, opt, indices, values, self.dim, work, out_docs, out_scores)
                 except BaseException:  # the buffers may be left dirty: the next search gets fresh ones
                     kernels.drop_scratch()
                     raise
@@ -462,7 +465,6 @@ class InvertedIndex:
                     raise ValueError("the query must have strictly increasing dims and finite weights >= 0")
                 checked = True
             per_seg.append((base, seg, out_docs, out_scores, (m,)))
-            base += seg.n
         if not checked:  # no segment searched (none yet, or every doc filtered out): the query is still checked
             if len(indices) and indices.view(np.uint32).max() >= self.dim:  # a negative dim reads as >= 2**31
                 raise ValueError(f"indices out of range [0, {self.dim})")
@@ -473,6 +475,35 @@ class InvertedIndex:
             return seg.ids_of(od[:m].tolist()), os_[:m].copy()
         hits = self._merge([(b, seg, od[None], os_[None], oc) for b, seg, od, os_, oc in per_seg], 0, k)
         return [h.id for h in hits], np.array([h.score for h in hits], np.float32)
+
+    def _plan(self, mode, k, query_mass, alpha, rerank, impact_floor, prior_weight) -> list[tuple]:
+        """What search_arrays runs for these arguments, checked: per segment (first doc number, segment,
+        tuple(SearchOptions) or None when no document of it may be returned, its kernel arrays, its
+        hits). Kept per argument combination until the index changes (_changed): working it out was
+        ~2 us of a one-query search."""
+        if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
+            raise ValueError(f"k must be a positive int, got {k!r}")
+        k = int(k)
+        qm, al, rr, fl = self._knobs(mode, k, query_mass, alpha, rerank, impact_floor)
+        pw = self.prior_weight(prior_weight)
+        if fl > 0 and not all(seg.has_heads for seg in self._segments):
+            raise ValueError("impact_floor needs impact heads, and this index was built with "
+                             "impact_heads=False")
+        masks = self._masks(None, None, None, None)
+        plan, base = [], 0
+        for si, seg in enumerate(self._segments):
+            kk = min(k, seg.n)
+            mask = masks[si]
+            opt = None
+            if mask is None or mask.any():
+                opt = self._options(si, kk, min(rr, seg.n), mode == "exact", al, qm, mask, fl, pw)
+            plan.append((base, seg, seg.kernel_tuple(), opt, kk))
+            base += seg.n
+        return plan
+
+    def _changed(self) -> None:
+        """The segments, tombstones, hub prior or arrays changed: search_arrays' plans are out of date."""
+        self._plans.clear()
 
     def _options(self, si, k, rerank, exact, alpha, query_mass, mask, impact_floor, pw) -> tuple:
         """tuple(SearchOptions) of segment si for one query, as search_query takes it; the unfiltered ones
@@ -778,6 +809,7 @@ class InvertedIndex:
                 p.unlink(missing_ok=True)
         self._path, self._seg_names, self._del_files, self._generation = root, names, del_files, gen
         self._prior_files, self._hub_files = prior_files, hub_files
+        self._changed()  # remap: the segments read other arrays
 
     @classmethod
     def load(cls, path: str | os.PathLike, mmap: bool = True, verify: bool = True) -> "InvertedIndex":
