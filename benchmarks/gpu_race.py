@@ -1,8 +1,9 @@
 """The engine race on the full real-text corpus, run on a lent GPU machine: pack here, encode and race there.
 
-Encoding real-text's 966,836 passages with SPLADE-tiny takes about 2.5 hours on 2 CPU cores and about a
-minute on one H100 / H200, so the races on the full corpus and on its 200K uniform prefix (the passages
-are shuffled) run on the GPU machine, which has 16 cores and no network. ``pack`` gathers here what that
+Encoding real-text's 966,836 passages with SPLADE-tiny takes 30-64 minutes on 2 CPU cores with bfloat16
+logits (over two hours in float32) and 62 s on one H200 in float32, so the races on the full corpus and
+on its 200K uniform prefix (the passages are shuffled) run on the GPU machine, which has 16 cores and no
+network. ``pack`` gathers here what that
 machine lacks: the texts (xz), SPLADE-tiny's files, and the peers' wheels for its Python, unpacked and
 repacked as one tar.xz (half the wheels' size: the tree that travels is capped at 64 MiB). ``run``, there,
 encodes on the GPU (benchmarks/real_corpus.py's resumable parts), writes both corpora and their exact
