@@ -221,6 +221,8 @@ def main(argv=None):
                     help="an engine and its constructor options as JSON (build, settings; \"label\": the name "
                          "of its rows, for a second build of an engine; \"family\": race it as an engine of "
                          "its own, e.g. an A/B of one engine); repeatable")
+    ap.add_argument("--engines", nargs="+", default=None, metavar="ENGINE",
+                    help="race only these engines' entries of --peers-file (e.g. tokenspace sindi)")
     ap.add_argument("--passes", type=int, default=5)
     ap.add_argument("--single", type=int, default=1000, help="queries timed one at a time per setting and pass")
     ap.add_argument("--name", default=None)
@@ -241,7 +243,8 @@ def main(argv=None):
     except json.JSONDecodeError as e:
         ap.error(f"--peer OPTIONS must be JSON: {e}")
     if a.peers_file:
-        specs = [(engine, dict(opts)) for engine, opts in json.loads(a.peers_file.read_text())] + specs
+        specs = [(engine, dict(opts)) for engine, opts in json.loads(a.peers_file.read_text())
+                 if a.engines is None or engine in a.engines] + specs
     if not specs:
         ap.error("no engine to race: give --peer ENGINE OPTIONS or --peers-file")
     labels = [opts.get("label", engine) for engine, opts in specs]

@@ -143,3 +143,19 @@ def test_a_deadline_ends_the_race_after_the_passes_begun_before_it(hh, load_benc
     # the first pass always runs (a report with no pass would say nothing); none starts after the deadline
     assert report["passes"] == 1 and all(len(r["qps_passes"]) == 1 for r in report["rows"])
     assert len(report["ratios"]["tokenspace/scipy @0.95"]["per_pass"]) == 1
+
+
+def test_engines_picks_entries_of_the_peers_file(hh, load_benchmark, tmp_path, monkeypatch):
+    rng = np.random.default_rng(7)
+    rows = [{int(t): float(rng.uniform(0.1, 2)) for t in rng.choice(300, size=8, replace=False)} for _ in range(20)]
+    load_benchmark("real_corpus").write_corpus(tmp_path, SparseBatch.from_dicts(rows, dim=common.VOCAB_SIZE),
+                                               SparseBatch.from_dicts(rows[:2], dim=common.VOCAB_SIZE))
+    (tmp_path / "out" / "benchmarks" / "results").mkdir(parents=True)
+    monkeypatch.setattr(hh, "ROOT", tmp_path / "out")
+    peers = tmp_path / "peers.json"
+    peers.write_text(json.dumps([["scipy", {}], ["tokenspace", {"settings": [["exact", {"mode": "exact"}]]}],
+                                 ["pisa", {}]]))
+    hh.main(["--corpus-dir", str(tmp_path), "--name", "only", "--passes", "1", "--single", "2",
+             "--peers-file", str(peers), "--engines", "tokenspace", "scipy"])
+    report = json.loads((tmp_path / "out/benchmarks/results/head_to_head-only.json").read_text())
+    assert [b["engine"] for b in report["builds"]] == ["scipy", "tokenspace"]  # the file's order, pisa left out
