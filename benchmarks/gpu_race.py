@@ -1,29 +1,28 @@
-"""The engine race on the full real-text corpus, run on a lent GPU machine: pack here, encode and race there.
+"""The engine race on the full real-text corpus, run on a GPU machine without network: pack here, run there.
 
 Encoding real-text's 966,836 passages with SPLADE-tiny takes 30-64 minutes on 2 CPU cores with bfloat16
 logits (over two hours in float32) and 62 s on one H200 in float32, so the races on the full corpus and
-on its 200K uniform prefix (the passages are shuffled) run on the GPU machine, which has 16 cores and no
-network. ``pack`` gathers here what that
-machine lacks: the texts (xz), SPLADE-tiny's files, and the peers' wheels for its Python, unpacked and
-repacked as one tar.xz (half the wheels' size: the tree that travels is capped at 64 MiB). ``run``, there,
-encodes on the GPU (benchmarks/real_corpus.py's resumable parts), writes both corpora and their exact
-top-10 (scipy, on every core), then races the engines of benchmarks/peers/race_lsr.json on both corpora
-at once: each race is benchmarks/head_to_head.py in its own process, building on a half of the cores and
-timing one query at a time on one core of that half. A deadline stops starting timed passes in time to
-write what was measured; ``run`` writes its own record (machine, stages, corpus statistics) after each
-stage, so a run cut short still says how far it got.
+on its 200K uniform prefix (the passages are shuffled) run where a GPU is. ``pack`` gathers here what such
+a machine lacks: the texts (xz), SPLADE-tiny's files, and the peers' wheels for its Python, unpacked and
+repacked as one tar.xz (half the wheels' size). ``run``, there, encodes on the GPU (benchmarks/real_corpus.py's
+resumable parts), writes both corpora and their exact top-10 (scipy, on every core), then races the
+engines of benchmarks/peers/race_lsr.json on both corpora at once: each race is benchmarks/head_to_head.py
+in its own process, building on half of the cores and timing one query at a time on one core of that
+half. A deadline stops starting timed passes in time to write what was measured, and ``run`` rewrites its
+record (machine, stages, corpus statistics) after each stage, so a run cut short says how far it got.
 
     python -m benchmarks.gpu_race pack --corpus-dir bench-data/real-text --out gpu-race-pack     # here
-    PYTHONPATH=src python -m benchmarks.gpu_race run --pack gpu-race-pack --out $OUT --budget 500  # there
+    PYTHONPATH=src python -m benchmarks.gpu_race run --pack gpu-race-pack --out OUT --budget 500   # there
 
-``run`` is ``encode`` then ``race``. Where one call may carry less than the pack (the device tool: 64 MiB
-with the tree), ``encode`` (carrying gpu-race-pack/texts, 55 MiB) and ``race`` (gpu-race-pack/peers, 8 MiB)
-go in two calls on a machine kept warm: the corpora are written inside the repository (bench-data/gpu-race,
-git-ignored), where a warm machine keeps them between calls, and a rerun of ``encode`` resumes its parts.
+``run`` is ``encode`` then ``race``. Where a transfer is capped below the pack and the repository together
+(the texts are 50 MiB, the wheels 7 MiB), ``encode`` (with gpu-race-pack/texts) and ``race`` (with
+gpu-race-pack/peers) can go in two calls: the corpora and the record are written inside the repository
+(bench-data/gpu-race, git-ignored), where a machine kept between calls still has them, and a rerun of
+``encode`` resumes its parts.
 
 Engines whose library is missing there are left out and named in the record (pyseismic-lsr publishes no
-wheel for Python 3.12). kANNolo's HNSW build (84 s for 100K documents on 2 cores) and the engines'
-second builds are left out of the full corpus's race by default (--skip-full) to fit the time.
+wheel for Python 3.12). kANNolo's HNSW build (83 s for 200K documents on 8 cores) and the builds that
+never win are left out of the full corpus's race by default (--skip-full) to fit the time.
 """
 from __future__ import annotations
 
@@ -53,7 +52,6 @@ PEER_PACKAGES = ("pyvsag", "bmp", "kannolo", "pyseismic-lsr")
 PLATFORMS = ("manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux_2_27_x86_64", "manylinux_2_28_x86_64",
              "manylinux_2_31_x86_64", "manylinux_2_34_x86_64", "manylinux_2_35_x86_64")
 SKIP_FULL = ("kannolo-m32", "bmp-b32", "tokenspace-mass80", "tokenspace-mass90-search")
-LIMIT = 64 * 2**20  # what the device tool carries (the repository's tree included)
 
 
 # ----------------------------------------------------------------------------- here
