@@ -16,6 +16,19 @@ def hh(load_benchmark):
     return load_benchmark("head_to_head")
 
 
+def _tiny_race(load_benchmark, hh, monkeypatch, path, n_docs: int, n_queries: int, seed: int):
+    """A random corpus of ``n_docs`` 8-term rows (its first ``n_queries`` rows are the queries) in ``path``,
+    and the module's results folder moved to path/out; returns the results folder."""
+    rng = np.random.default_rng(seed)
+    rows = [{int(t): float(rng.uniform(0.1, 2)) for t in rng.choice(300, size=8, replace=False)} for _ in range(n_docs)]
+    load_benchmark("real_corpus").write_corpus(path, SparseBatch.from_dicts(rows, dim=common.VOCAB_SIZE),
+                                               SparseBatch.from_dicts(rows[:n_queries], dim=common.VOCAB_SIZE))
+    results = path / "out" / "benchmarks" / "results"
+    results.mkdir(parents=True)
+    monkeypatch.setattr(hh, "ROOT", path / "out")
+    return results
+
+
 def _row(engine, setting, recall, passes):
     return {"engine": engine, "setting": setting, "recall": recall, "qps_passes": passes}
 
@@ -60,13 +73,8 @@ def test_race_on_a_tiny_corpus(hh, load_benchmark, tmp_path, monkeypatch):
 
 
 def test_a_second_build_of_an_engine_races_under_its_label(hh, load_benchmark, tmp_path, monkeypatch):
-    rng = np.random.default_rng(5)
-    rows = [{int(t): float(rng.uniform(0.1, 2)) for t in rng.choice(300, size=8, replace=False)} for _ in range(100)]
-    load_benchmark("real_corpus").write_corpus(tmp_path, SparseBatch.from_dicts(rows, dim=common.VOCAB_SIZE),
-                                               SparseBatch.from_dicts(rows[:10], dim=common.VOCAB_SIZE))
-    (tmp_path / "out" / "benchmarks" / "results").mkdir(parents=True)
+    _tiny_race(load_benchmark, hh, monkeypatch, tmp_path, 100, 10, seed=5)
     (tmp_path / "out" / "docs").mkdir()
-    monkeypatch.setattr(hh, "ROOT", tmp_path / "out")
     ts = {"settings": [["exact", {"mode": "exact"}]]}
     hh.main(["--corpus-dir", str(tmp_path), "--name", "two", "--passes", "2", "--single", "10",
              "--peer", "tokenspace", json.dumps(ts),
@@ -95,12 +103,7 @@ def test_family_ratio_takes_the_fastest_build_of_each_engine(hh):
 
 
 def test_screen_keeps_each_engines_front(hh, load_benchmark, tmp_path, monkeypatch):
-    rng = np.random.default_rng(4)
-    rows = [{int(t): float(rng.uniform(0.1, 2)) for t in rng.choice(300, size=8, replace=False)} for _ in range(80)]
-    load_benchmark("real_corpus").write_corpus(tmp_path, SparseBatch.from_dicts(rows, dim=common.VOCAB_SIZE),
-                                               SparseBatch.from_dicts(rows[:8], dim=common.VOCAB_SIZE))
-    (tmp_path / "out" / "benchmarks" / "results").mkdir(parents=True)
-    monkeypatch.setattr(hh, "ROOT", tmp_path / "out")
+    _tiny_race(load_benchmark, hh, monkeypatch, tmp_path, 80, 8, seed=4)
     ts = {"settings": [["exact", {"mode": "exact"}], ["exact-again", {"mode": "exact"}]]}
     hh.main(["--corpus-dir", str(tmp_path), "--name", "scr", "--passes", "1", "--single", "8", "--screen", "8",
              "--batch-threads", "2", "--batch-queries", "8", "--peer", "tokenspace", json.dumps(ts)])
@@ -131,12 +134,7 @@ def test_a_missing_engine_library_is_refused_before_any_build(hh, load_benchmark
 
 
 def test_a_deadline_ends_the_race_after_the_passes_begun_before_it(hh, load_benchmark, tmp_path, monkeypatch):
-    rng = np.random.default_rng(6)
-    rows = [{int(t): float(rng.uniform(0.1, 2)) for t in rng.choice(300, size=8, replace=False)} for _ in range(60)]
-    load_benchmark("real_corpus").write_corpus(tmp_path, SparseBatch.from_dicts(rows, dim=common.VOCAB_SIZE),
-                                               SparseBatch.from_dicts(rows[:6], dim=common.VOCAB_SIZE))
-    (tmp_path / "out" / "benchmarks" / "results").mkdir(parents=True)
-    monkeypatch.setattr(hh, "ROOT", tmp_path / "out")
+    _tiny_race(load_benchmark, hh, monkeypatch, tmp_path, 60, 6, seed=6)
     hh.main(["--corpus-dir", str(tmp_path), "--name", "late", "--passes", "4", "--single", "6", "--deadline", "0",
              "--peer", "tokenspace", json.dumps({"settings": [["exact", {"mode": "exact"}]]}), "--peer", "scipy", "{}"])
     report = json.loads((tmp_path / "out/benchmarks/results/head_to_head-late.json").read_text())
@@ -146,12 +144,7 @@ def test_a_deadline_ends_the_race_after_the_passes_begun_before_it(hh, load_benc
 
 
 def test_engines_picks_entries_of_the_peers_file(hh, load_benchmark, tmp_path, monkeypatch):
-    rng = np.random.default_rng(7)
-    rows = [{int(t): float(rng.uniform(0.1, 2)) for t in rng.choice(300, size=8, replace=False)} for _ in range(20)]
-    load_benchmark("real_corpus").write_corpus(tmp_path, SparseBatch.from_dicts(rows, dim=common.VOCAB_SIZE),
-                                               SparseBatch.from_dicts(rows[:2], dim=common.VOCAB_SIZE))
-    (tmp_path / "out" / "benchmarks" / "results").mkdir(parents=True)
-    monkeypatch.setattr(hh, "ROOT", tmp_path / "out")
+    _tiny_race(load_benchmark, hh, monkeypatch, tmp_path, 20, 2, seed=7)
     peers = tmp_path / "peers.json"
     peers.write_text(json.dumps([["scipy", {}], ["tokenspace", {"settings": [["exact", {"mode": "exact"}]]}],
                                  ["pisa", {}]]))
