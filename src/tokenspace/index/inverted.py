@@ -473,13 +473,13 @@ class InvertedIndex:
         if len(per_seg) == 1:
             _, seg, od, os_, (m,) = per_seg[0]
             return seg.ids_of(od[:m].tolist()), os_[:m].copy()
-        hits = self._merge([(b, seg, od[None], os_[None], oc) for b, seg, od, os_, oc in per_seg], 0, k)
+        hits = self._merge([(b, seg, od[None], os_[None], oc) for b, seg, od, os_, oc in per_seg], 0, int(k))
         return [h.id for h in hits], np.array([h.score for h in hits], np.float32)
 
     def _plan(self, mode, k, query_mass, alpha, rerank, impact_floor, prior_weight) -> list[tuple]:
         """What search_arrays runs for these arguments, checked: per segment (first doc number, segment,
-        tuple(SearchOptions) or None when no document of it may be returned, its kernel arrays, its
-        hits). Kept per argument combination until the index changes (_changed): working it out was
+        its kernel arrays, tuple(SearchOptions) or None when no document of it may be returned, its hit
+        count). Kept per argument combination until the index changes (_changed): working it out was
         ~2 us of a one-query search."""
         if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
             raise ValueError(f"k must be a positive int, got {k!r}")
