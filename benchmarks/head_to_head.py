@@ -14,8 +14,9 @@ targets are read per pass: the fastest setting of each engine whose recall@10 re
 the ratio of the two within that pass; the median and range of those per-pass ratios are reported.
 Recall does not depend on timing, so it is computed once.
 
-Several builds of one engine (labels "sindi-p40", "sindi-p0", ...) race as one family: the family
-ratios take, per pass, the fastest setting of any build of each engine. After the builds the process is
+Each build is timed with its engine's library loaded (Peer.load): the index's build, not a fresh
+process's start-up. Several builds of one engine (labels "sindi-p40", "sindi-p0", ...) race as one
+family: the family ratios take, per pass, the fastest setting of any build of each engine. After the builds the process is
 pinned to one core (--pin-core; builds may use them all), so one query at a time is one core's work.
 --screen N first times every setting once on N queries and keeps for the timed passes only the settings
 no other setting of the same engine beats by 15% in speed at an equal or higher recall on those queries
@@ -272,6 +273,7 @@ def main(argv=None):
             peer.name = labels[i]
             peer.family = opts.get("family", engine)  # a family of its own: raced as another engine
             peer.prepare(corpus)
+            peer.load()
             (workdir / str(i)).mkdir()
             with Timer() as t:
                 peer.build(corpus, workdir / str(i))

@@ -1,6 +1,7 @@
 """What every peer shares: the corpus on disk, the Peer interface, timing, RSS and disk-size helpers."""
 from __future__ import annotations
 
+import importlib
 import os
 from pathlib import Path
 
@@ -35,6 +36,12 @@ class Peer:
         """Before the RSS baseline: bring the input into RAM so RSS delta counts the index alone."""
         for name in ("d_indptr", "d_indices", "d_data"):
             setattr(corpus, name, np.array(getattr(corpus, name)))
+
+    def load(self) -> None:
+        """Import the engine's library before its build is timed: a race's build time is the index's, not
+        a fresh process's start-up (each engine's start-up is the same for every build it makes)."""
+        for module in self.requires:
+            importlib.import_module(module)
 
     def build(self, corpus: Corpus, workdir: Path) -> None:
         raise NotImplementedError

@@ -152,3 +152,23 @@ def test_engines_picks_entries_of_the_peers_file(hh, load_benchmark, tmp_path, m
              "--peers-file", str(peers), "--engines", "tokenspace", "scipy"])
     report = json.loads((tmp_path / "out/benchmarks/results/head_to_head-only.json").read_text())
     assert [b["engine"] for b in report["builds"]] == ["scipy", "tokenspace"]  # the file's order, pisa left out
+
+
+def test_each_engine_is_loaded_before_its_build_is_timed(hh, load_benchmark, tmp_path, monkeypatch):
+    results = _tiny_race(load_benchmark, hh, monkeypatch, tmp_path, 20, 2, seed=8)
+    from benchmarks.peers.tokenspace_peer import TokenspacePeer
+
+    calls = []
+    monkeypatch.setattr(TokenspacePeer, "load", lambda self: calls.append("load"))
+    build = TokenspacePeer.build
+    monkeypatch.setattr(TokenspacePeer, "build", lambda self, *a: (calls.append("build"), build(self, *a)))
+    hh.main(["--corpus-dir", str(tmp_path), "--name", "load", "--passes", "1", "--single", "2",
+             "--peer", "tokenspace", json.dumps({"settings": [["exact", {"mode": "exact"}]]})])
+    assert calls == ["load", "build"] and (results / "head_to_head-load.json").exists()
+
+
+def test_the_tokenspace_peer_loads_its_kernels_with_its_build_options():
+    from benchmarks.peers.tokenspace_peer import TokenspacePeer
+
+    for build in ({}, {"impact_heads": False}, {"approx_mass": 0.9}):
+        TokenspacePeer(build=build).load()  # a 16-document build and save of each kind, in a temporary folder
