@@ -2,6 +2,7 @@
 index-time top-n terms per document and query-time cuts; see tokenspace.index.inverted)."""
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -39,8 +40,6 @@ class TokenspacePeer(Peer):
         """numba loads each compiled kernel on its first call (0.35-0.45 s in a fresh process, importing
         numba included; SINDI's import takes 0.03 s): a build of 16 documents does that before the timer,
         as a compiled library is loaded at import."""
-        import tempfile
-
         from tokenspace.index import InvertedIndex
         from tokenspace.sparse import SparseBatch
 
