@@ -53,13 +53,20 @@ NO_THRESHOLD = -np.inf
 def check_rows(indptr, indices, values):
     """-1 if every row has strictly increasing dims and finite weights >= 0, else the bad row."""
     for i in range(len(indptr) - 1):
-        for p in range(indptr[i], indptr[i + 1]):
-            v = values[p]
-            if not (v >= 0.0 and v < np.inf):
-                return i
-            if p > indptr[i] and indices[p] <= indices[p - 1]:
-                return i
+        if not row_ok(indices, values, indptr[i], indptr[i + 1]):
+            return i
     return -1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def row_ok(indices, values, a, b) -> bool:
+    """Whether entries [a, b) have strictly increasing dims and finite weights >= 0: the one rule a row
+    meets, for documents (check_rows, segment_stats) and queries (search_query) alike."""
+    for p in range(a, b):
+        v = values[p]
+        if not (v >= 0.0 and v < np.inf) or (p > a and indices[p] <= indices[p - 1]):
+            return False
+    return True
 
 
 # Impact heads (approximate mode only): for each term, nested prefixes of its list by code, doc-sorted
@@ -157,12 +164,8 @@ def segment_stats(indptr, indices, values, dim, approx_top_n, approx_mass, n_chu
     bad = -1
     for i in range(n):
         a, b = indptr[i], indptr[i + 1]
-        if bad < 0:
-            for p in range(a, b):
-                v = values[p]
-                if not (v >= 0.0 and v < np.inf) or (p > a and indices[p] <= indices[p - 1]):
-                    bad = i
-                    break
+        if bad < 0 and not row_ok(indices, values, a, b):
+            bad = i
         if approx_top_n > 0 and b - a > approx_top_n:
             order = np.argsort(-values[a:b], kind="mergesort")
             for r in range(approx_top_n, b - a):
@@ -419,10 +422,8 @@ def search_query(seg_fields, opt_fields, q_idx, q_val, dim, work, out_docs, out_
     for p in range(len(q_idx)):
         if q_idx[p] < 0 or q_idx[p] >= dim:
             return QUERY_OUT_OF_RANGE
-    for p in range(len(q_idx)):
-        v = q_val[p]
-        if not (v >= 0.0 and v < np.inf) or (p > 0 and q_idx[p] <= q_idx[p - 1]):
-            return BAD_QUERY
+    if not row_ok(q_idx, q_val, 0, len(q_idx)):
+        return BAD_QUERY
     return _search_row(SegmentArrays(*seg_fields), SearchOptions(*opt_fields), q_idx, q_val, work, out_docs,
                        out_scores)
 
