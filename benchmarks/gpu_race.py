@@ -43,8 +43,8 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import ROOT, corpus_size, ground_truth, load_corpus, run_record, write_json
-from benchmarks.peers.worker import make_peer, peer_class
+from benchmarks.common import ROOT, corpus_size, ground_truth, run_record, write_json
+from benchmarks.peers.worker import peer_class
 from benchmarks.real_corpus import Splade, build, prepare_texts
 
 PEERS_FILE = ROOT / "benchmarks/peers/race_lsr.json"
@@ -200,24 +200,6 @@ def encode_stage(a, rec: Record) -> None:
     rec.stage("ground_truth", t0, docs=[a.prefix, corpus_size(full)])
 
 
-def warm_up(peers_path: Path, corpus_dir: Path, n: int = 2000) -> None:
-    """Build and search each tokenspace entry of the peers file once on ``n`` documents: numba compiles
-    the kernels into its on-disk cache here, so neither race's timed build includes a compilation (a
-    fresh machine has no cache; the other engines are compiled ahead of time)."""
-    corpus = load_corpus(corpus_dir, min(n, corpus_size(corpus_dir)))
-    for engine, opts in json.loads(peers_path.read_text()):
-        if engine != "tokenspace":
-            continue
-        peer = make_peer(engine, {key: v for key, v in opts.items() if key not in ("label", "family")})
-        peer.prepare(corpus)
-        with tempfile.TemporaryDirectory() as tmp:
-            peer.build(corpus, Path(tmp))
-            idx, val = corpus.query(0)
-            for _, setting in peer.settings():
-                peer.search_one(idx, val, 10, qrow=0, **setting)
-        peer.close()
-
-
 def race_stage(a, rec: Record, t_start: float) -> None:
     """Both races at once, each building on half of the cores and timing on one core of its half."""
     site = a.work / "site"
@@ -234,9 +216,6 @@ def race_stage(a, rec: Record, t_start: float) -> None:
            "PYTHONPATH": os.pathsep.join([str(site), str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     t0, procs = time.monotonic(), []
     small, full = a.work / f"real-text-{a.prefix // 1000}K", a.work / "real-text"
-    warm_up(peers_file(a.work / "peers-warm-up.json", set())[0], small)
-    rec.stage("warm_up", t0)
-    t0 = time.monotonic()
     for d, half, skip in ((small, halves[0], set()), (full, halves[1], set(a.skip_full))):
         name = f"real-text-{round(corpus_size(d) / 1000)}K-gpu-machine"
         pf, left = peers_file(a.work / f"peers-{d.name}.json", skip)
