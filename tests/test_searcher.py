@@ -38,7 +38,8 @@ def _library(index, model, text, k, ranking, steering=None, **filters):
     """What the three callers ran before the Searcher: the explained search of the shaped, steered query."""
     q = steer(encode_queries(model, [text], ranking), steering or {}, model.vocab)
     options = search_options(index, model.vocab, **filters)
-    return explained_search(index, q, k, vocab=model.vocab, idf=ranking.idf, **ranking.index_options(), **options)
+    return explained_search(index, index.weigh(q, ranking.idf), k, vocab=model.vocab, **ranking.index_options(),
+                            **options)
 
 
 def _same(hits, want):
@@ -79,7 +80,7 @@ def test_the_service_and_the_command_show_the_searcher_s_hits(built, capsys, res
     model, _, records, out = built
     s = Searcher.open(out, model)
     want = s.search("a blue car", 4, steer={"blue": 2.0}, must=["car"])
-    got = SearchService.from_dir(model, out).search_text("a blue car", 4, must=["car"], steer={"blue": 2.0})
+    got = SearchService(s).search_text("a blue car", 4, must=["car"], steer={"blue": 2.0})
     assert [(h["id"], h["score"], h["text"], h["label"]) for h in got["hits"]] == \
         [(h.id, h.score, h.item["text"], h.item["label"]) for h in want.hits]
     assert [h["tokens"] for h in got["hits"]] == [[c.to_dict() for c in h.parts] for h in want.hits]
@@ -115,8 +116,8 @@ def test_hybrid_search_fuses_as_the_library_does(built, make_model, tmp_path):
     from PIL import Image
 
     from tokenspace.index.dense import DenseIndex
+    from tokenspace.index.folder import write_dense_collection
     from tokenspace.index.hybrid import hybrid_search
-    from tokenspace.searcher import write_dense_collection
 
     model, _, records, out = built
     dense_model = make_model("dense", seed=1)
@@ -125,18 +126,18 @@ def test_hybrid_search_fuses_as_the_library_does(built, make_model, tmp_path):
                                    [r.id for r in records])
     dense_index.save(tmp_path / "dense")
     write_dense_collection(tmp_path / "dense", tmp_path / "dense-model")
-    s = Searcher.open(out, model, dense_index=tmp_path / "dense")  # its model: the one its folder names
+    s = Searcher.open(out, model, tmp_path / "dense")  # its model: the one its folder names
     for fusion, weight in (("rrf", 0.5), ("weighted", 0.3)):
         res = s.search("a red dog", 4, fusion=fusion, weight=weight)
-        want = hybrid_search(s.index, s.encode_text("a red dog"), dense_index, dense_model.encode_text(["a red dog"]),
-                             k=4, fusion=fusion, weight=weight)[0]
+        want = hybrid_search(s.index, s.query_vector("a red dog"), dense_index, dense_model.encode_text(["a red dog"]),
+                             k=4, fusion=fusion, weight=weight, sparse_options={"prior_weight": 0.0})[0]
         assert [(h.id, h.score) for h in res.hits] == [(w.id, pytest.approx(w.score)) for w in want]
         assert res.fusion == fusion and all(h.parts for h in res.hits)  # the sparse side still explains
     assert s.search("a red dog", 4).hits == Searcher.open(out, model).search("a red dog", 4).hits  # no fusion asked
     with pytest.raises(SearchError, match="fusion: must filter on the sparse index"):
         s.search("a red dog", 4, fusion="rrf", must=["red"])
     with pytest.raises(ValueError, match="holds 2 images and the index 12"):
-        Searcher(model, s.index, dense=DenseHalf(dense_model, DenseIndex.build(np.eye(2, 8, dtype=np.float32), ["x", "y"])))
+        Searcher.open(s.index, model, DenseHalf.open(DenseIndex.build(np.eye(2, 8, dtype=np.float32), ["x", "y"]), dense_model))
 
 
 def test_an_older_index_with_collection_json_still_opens(built, tmp_path):

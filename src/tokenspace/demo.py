@@ -25,7 +25,7 @@ from tokenspace.explain.hits import format_hit
 from tokenspace.explain.ranking import Ranking, add_hub_prior, read_model_ranking
 from tokenspace.models.registry import DEFAULT_RELEASE as RELEASE
 from tokenspace.models.registry import load, release_path
-from tokenspace.searcher import Collection, Searcher
+from tokenspace.searcher import Searcher
 from tokenspace.train.recipe import Recipe
 
 EVAL_SPECS = ["emoji:test", "emoji:val", "openclipart:test:300"]
@@ -92,7 +92,7 @@ def relevant(caption: str | None, key: str) -> bool:
 def _session(model, index, meta: dict | None, ranking: Ranking) -> Searcher:
     """The search session the demo's searches run in (searcher.py); ``meta``: id -> {text, ...} when the
     index's rows do not carry their captions."""
-    return Searcher(model, index, collection=Collection.of(index, items=meta), ranking=ranking)
+    return Searcher.open(index, model, ranking=ranking, items=meta)
 
 
 def print_searches(model, index, meta: dict | None, ranking: Ranking, k: int = 3, quiet: bool = False) -> dict:

@@ -9,7 +9,7 @@ a FileCollection (the image files of data specs). ``encode_to_index`` adds each 
 is written (searchable part by part, extensible with more shards); ``build_index`` builds the index
 once every part is on disk (what reordering, generic-token factors and a hub prior need: they see the
 whole collection), commits it in one save and removes its parts. Either way each row carries its
-caption (from files also its image, label and source: searcher.row_fields) and the index records the
+caption (from files also its image, label and source: index/folder.py: row_fields) and the index records the
 model and ranking (``InvertedIndex.info``), so searcher.py opens it from the folder alone.
 
 The collection is cut into parts of ``part_size`` rows (in collection order). For each part:
@@ -69,14 +69,15 @@ from tokenspace import atomic
 from tokenspace.data import device_decode
 from tokenspace.data.loader import ImageFiles, Preprocess, SkipCounter, TarRows, files_loader, map_loader
 from tokenspace.data.manifest import Record
-from tokenspace.data.specs import load_split
+from tokenspace.data.specs import home_dir, load_split
 from tokenspace.data.webdataset import TarCollection
+from tokenspace.explain.ranking import HubBank, ModelRanking, Ranking, encode_bank
 from tokenspace.index import InvertedIndex
 from tokenspace.index.dense import DenseIndex  # faiss itself loads only when a dense index is built
+from tokenspace.index.folder import COLLECTION_FILE, row_fields, write_dense_collection
 from tokenspace.index.storage import MANIFEST
 from tokenspace.models.capabilities import LowPrecisionHeads
 from tokenspace.models.onnx_export import export_module, missing_runtime, session
-from tokenspace.searcher import COLLECTION_FILE, row_fields, write_dense_collection
 from tokenspace.sparse import SparseBatch
 
 log = logging.getLogger("tokenspace.encode")
@@ -760,7 +761,7 @@ def _raw_rows(collection, jpeg_bytes: bool):
 
 def _row_metadata(collection, extra: dict[str, dict] | None = None) -> Callable[[list[str]], list[dict]]:
     """ids -> each row's metadata: what the collection knows of it (caption; for files also the image,
-    label and source: searcher.row_fields) and the caller's own fields (``extra``: id -> fields, they win)."""
+    label and source: index/folder.py: row_fields) and the caller's own fields (``extra``: id -> fields, they win)."""
     where = {k: i for i, k in enumerate(collection.keys)}
     extra = extra or {}
 
@@ -780,11 +781,15 @@ def encode_to_index(model, collection, index_dir, work_dir, part_size: int = 819
                     workers: int | None = None, tower: str = "torch", progress: bool = False,
                     decode: str = "auto", precision: str = "fp32", profile: dict | None = None,
                     jpeg: str = "nvjpeg", *, info: dict | None = None, metadata: dict[str, dict] | None = None,
-                    top_n: int | None = None):
+                    top_n: int | None = None, ranking: ModelRanking | None = None, home=None):
     """Encode and ingest incrementally (see the module doc); returns the InvertedIndex. ``index_dir``
     must be new, empty or an index (``check_index_dir``). Each row carries its caption (and, from image
     files, its image, label and source) plus ``metadata[id]``; the index records ``info`` (the model that
     encoded it, its ranking: searcher.py reads both). ``top_n``: each row keeps its n heaviest tokens.
+    ``ranking``: the index's ranking (a model's ranking.json, as `index build` applies it): recorded in
+    ``info`` and its hub prior given to the index before the first part, so each part's rows get their
+    hubness as they are added (the bank's captions: ``hub_bank_queries``, from ``home``'s data). A
+    generic share needs the whole collection (``build_index``): not applied here, and said so.
     ``decode``, ``precision``, ``profile``, ``jpeg``: as for ``encode_parts``."""
     index_dir = Path(index_dir)
     check_index_dir(index_dir)
@@ -792,8 +797,16 @@ def encode_to_index(model, collection, index_dir, work_dir, part_size: int = 819
         index = InvertedIndex.load(index_dir, verify=False)
     else:
         index = InvertedIndex(len(model.vocab), model.vocab)
+    info = _ranked_info(info, ranking)
     if info:
         index.info = dict(info)
+    if ranking is not None and ranking.generic_share:
+        log.warning("generic_share %g: down-weighting generic tokens needs the whole collection at once "
+                    "(`tokenspace index build`); this index keeps its rows as encoded", ranking.generic_share)
+    if ranking is not None and ranking.hub is not None and index.hub_prior is None:
+        _hub_prior(index, model, ranking, home, progress)
+        if len(index):  # rows ingested before the prior was asked for: their hubness is saved now
+            index.save(index_dir)
     present = set(index.ids())
     fields = _row_metadata(collection, metadata)
 
@@ -820,15 +833,18 @@ def build_index(model, collection, index_dir, work_dir, part_size: int = 8192, b
                 precision: str = "fp32", jpeg: str = "nvjpeg", info: dict | None = None,
                 metadata: dict[str, dict] | None = None, top_n: int | None = None, reorder: bool = False,
                 impact_heads: bool = True, generic_share: float | None = None,
-                finish: Callable[[InvertedIndex], None] | None = None, keep_parts: bool = False):
+                finish: Callable[[InvertedIndex], None] | None = None, keep_parts: bool = False,
+                ranking: ModelRanking | None = None, home=None):
     """The index of a whole collection at once (`tokenspace index build`, the demo): the rows are encoded
     into parts in ``work_dir`` exactly as ``encode_to_index`` encodes them (resumable: a killed build rerun
     reuses every part on disk), then built in one go, which the options that see the whole collection
     need (``reorder``, ``generic_share``: InvertedIndex.build; ``finish(index)`` runs before the save,
     e.g. a hub prior), and saved in ``index_dir`` (one atomic commit: an index that was there is replaced
     whole, never mixed). Parts in ``work_dir`` from another collection or model are encoded again. Rows and ``info`` as for ``encode_to_index``. The parts are removed after the
-    save unless ``keep_parts``; ``index_dir`` None: nothing saved. Returns the index (None when no image
-    of the collection could be read)."""
+    save unless ``keep_parts``; ``index_dir`` None: nothing saved. ``ranking``: the index's ranking (a
+    model's ranking.json, changed by a user's flags): recorded in ``info``, its generic share and hub
+    prior applied (the bank's captions: ``hub_bank_queries``, from ``home``'s data). Returns the index
+    (None when no image of the collection could be read)."""
     parts: dict[int, tuple[SparseBatch, list[str]]] = {}
     encode_parts(model, collection, work_dir, part_size, batch_size, workers=workers, tower=tower,
                  progress=progress, decode=decode, precision=precision, jpeg=jpeg, replace_stale=True,
@@ -843,11 +859,15 @@ def build_index(model, collection, index_dir, work_dir, part_size: int = 8192, b
         return _dense_index(vectors, ids, index_dir, info, Path(work_dir), keep_parts)
     if top_n:
         vectors = vectors.prune_topk(top_n)
+    if ranking is not None and generic_share is None:
+        generic_share = ranking.generic_share
     index = InvertedIndex.build(vectors, ids, metadata=_row_metadata(collection, metadata)(ids), reorder=reorder,
                                 impact_heads=impact_heads, generic_share=generic_share)
+    if ranking is not None and ranking.hub is not None:
+        _hub_prior(index, model, ranking, home, progress)
     if finish is not None:
         finish(index)
-    index.info = dict(info or {})
+    index.info = _ranked_info(info, ranking)
     if index_dir is not None:
         index.save(index_dir)
         # an older build's collection.json: a second copy of what the index now records itself
@@ -855,6 +875,52 @@ def build_index(model, collection, index_dir, work_dir, part_size: int = 8192, b
     if not keep_parts:
         _remove_parts(Path(work_dir))
     return index
+
+
+# ------------------------------------------------------------------------------------ the index's ranking
+HUB_BANKS = "hub-banks"  # under the asset home: a model's encoded hub bank captions, one file per bank
+
+
+def hub_bank_queries(model, bank: HubBank, ranking: Ranking, home=None, progress: bool = False) -> SparseBatch:
+    """``bank``'s captions encoded and shaped as ``ranking``'s queries, computed once and kept in
+    ``<home>/hub-banks/`` under a key of the model (``model_fingerprint``: its config and weights), the
+    captions and the shaping: a later index of any collection with the same model and bank reads them
+    back, so its prior costs one sparse product (a release model's 8,000 captions took ~2 minutes to
+    encode on a CPU, each build). A damaged cache file is encoded again."""
+    texts = bank.texts(home)
+    key = json.dumps({"model": model_fingerprint(model), "expansion": ranking.expansion,
+                      "floor": ranking.expansion_floor,
+                      "texts": hashlib.sha256("\n".join(texts).encode("utf-8")).hexdigest()}, sort_keys=True)
+    path = home_dir(home) / HUB_BANKS / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.npz"
+    if path.is_file():
+        try:
+            queries = SparseBatch.load(path, vocab=model.vocab)
+            if len(queries) == len(texts):
+                return queries
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile):
+            pass  # written by a run that was killed, or by hand: encoded again below
+    queries = encode_bank(model, texts, ranking, progress=progress)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    queries.save(path)  # atomic (SparseBatch.save): a reader never sees half a bank
+    return queries
+
+
+def _hub_prior(index: InvertedIndex, model, ranking: ModelRanking, home, progress: bool) -> None:
+    """The hub prior of ``ranking``'s bank on ``index`` (its rows' hubness: a sparse product with the
+    bank's encoded captions), at the weight the ranking records."""
+    queries = hub_bank_queries(model, ranking.hub, ranking.search, home, progress)
+    started = time.perf_counter()
+    index.set_hub_prior(queries, k=ranking.hub.k, weight=ranking.hub.weight)
+    log.info("hub prior: %d rows against %d bank captions in %.1fs", len(index), len(queries),
+             time.perf_counter() - started)
+
+
+def _ranked_info(info: dict | None, ranking: ModelRanking | None) -> dict:
+    """``info`` with ``ranking``'s search levers recorded (what a search of the index starts from)."""
+    out = dict(info or {})
+    if ranking is not None:
+        out["ranking"] = ranking.search.to_dict()
+    return out
 
 
 def _dense_index(vectors: np.ndarray, ids: list[str], index_dir, info: dict | None, work: Path, keep_parts: bool):

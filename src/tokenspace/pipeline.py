@@ -78,10 +78,7 @@ def write_collection_meta(index_dir, records: Sequence[Record], model_path=None,
 
 
 def read_collection_meta(index_dir) -> dict:
-    """An older index folder's collection.json (searcher.read_collection_json: the reader lives with the
-    search session)."""
-    from tokenspace.searcher import (
-        read_collection_json,  # start-up: torch; importing the pipeline stays torch-free
-    )
+    """An older index folder's collection.json (index/folder.py: read_collection_json)."""
+    from tokenspace.index.folder import read_collection_json  # start-up: the index package loads numba
 
     return read_collection_json(index_dir)

@@ -1,29 +1,29 @@
 """One search session over an index folder: the model, the index, the collection's metadata, the dense
-half of a hybrid search and the explanations, in one object.
+half of a hybrid search and the ranking, in one object.
 
     from tokenspace import Searcher
 
     s = Searcher.open("indexes/emoji")                 # the model the index records, its ranking
-    res = s.search("a red heart", k=5, filter={"source": "emoji"}, steer={"red": 2.0})
+    res = s.search("a red heart", k=5, filter={"source": "emoji"}, steer={"red": 2.0}, prior_weight=0)
     for h in res.hits:
         print(h.id, h.score, h.item.get("text"), [(c.token, c.contribution) for c in h.parts[:3]])
 
-`tokenspace search`, the HTTP service (serve/service.py) and the demo are callers of this class; none
-of them assembles a search of its own.
+``Searcher.open`` is the one way a session starts: `tokenspace search`, `tokenspace serve` (the HTTP
+service wraps the Searcher it is given), the demo and the library call it; none of them assembles a
+search of its own.
 
-What an index folder records about its collection is read here, in one place (``Collection``):
-- an index written by `tokenspace index build` or `tokenspace encode` (manifest version 6) holds it all:
-  the manifest's ``info`` names the model that encoded the rows and the default ranking, and each row's
-  metadata carries its caption (``caption``), ``source``, ``label`` and image file (``image``);
-- an older index keeps these in a ``collection.json`` beside it ({model, ranking, items: id -> {image,
-  text, label, source}}), still read when the manifest records no info.
+The ranking is resolved here, once: the index's stored ranking (its manifest's info; a stored null
+prior weight is the weight of the index's hub prior) changed by what the caller gives (flags, HTTP
+fields, the page's inputs: None keeps a lever) becomes one Ranking whose every lever is a number (0:
+off). The query is then encoded and shaped (expansion, floor), steered and weighed by idf (index.weigh,
+the one place idf is applied), and that one vector is what the index scores, the explanation splits and
+the results show; the prior's weight goes to the index's kernels as given, 0 included.
 
-A dense index folder (`index build` with a dense model) has no manifest: its ``collection.json`` names
-the model that encodes its queries (``dense_model_of``).
+What an index folder records about its collection is read here, in one place (``Collection``); where
+each file is, is index/folder.py's.
 """
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections import OrderedDict
@@ -31,21 +31,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tokenspace import atomic
 from tokenspace.explain.hits import Contribution
 from tokenspace.explain.ranking import Ranking, encode_queries
 from tokenspace.explain.search import explained_search, search_options
 from tokenspace.explain.steer import steer as steer_query
 from tokenspace.index import InvertedIndex
-from tokenspace.index import manifest as _manifest
 from tokenspace.index.dense import DenseIndex  # faiss itself loads only when a dense index is opened
+from tokenspace.index.folder import COLLECTION_FILE, DENSE_IDS, MANIFEST, index_model, read_collection_json
 from tokenspace.index.hybrid import DEPTH, hybrid_search
-from tokenspace.index.storage import MANIFEST
 from tokenspace.models import registry  # the explain modules above import the models already
+from tokenspace.models.capabilities import MissingCapability, require_vectors
 from tokenspace.sparse import SparseBatch
 
-COLLECTION_FILE = "collection.json"  # an older index's collection metadata, beside it
-DENSE_IDS = "ids.json"  # what a DenseIndex folder holds beside flat.faiss (index/dense.py)
+dense_model_of = index_model  # a dense index folder names its model in its collection.json
 
 
 class SearchError(ValueError):
@@ -54,51 +52,6 @@ class SearchError(ValueError):
 
 
 # ------------------------------------------------------------------------------------------ collection
-def row_fields(*, image=None, text=None, label=None, source=None) -> dict:
-    """The metadata fields an index row carries about its item (the ones a search shows and filters on):
-    ``caption`` (the text), ``source``, ``label``, ``image`` (its file), each only when it has a value."""
-    return {k: v for k, v in (("source", source), ("caption", text), ("label", label), ("image", image))
-            if v not in (None, "")}
-
-
-def read_collection_json(index_dir) -> dict:
-    """An older index folder's collection.json ({model, items: id -> {image, text, ...}, ranking}); an
-    empty one when the folder has none. A damaged file is a ValueError naming it."""
-    path = Path(index_dir) / COLLECTION_FILE
-    if not path.exists():
-        return {"model": None, "items": {}}
-    try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path}: not readable JSON ({e}); write it again with `tokenspace index build`") from None
-    items = meta.get("items", {}) if isinstance(meta, dict) else None
-    if (not isinstance(items, dict) or not isinstance(meta.get("model"), (str, type(None)))
-            or not all(isinstance(v, dict) for v in items.values())):
-        shape = '{"model": a path or null, "items": {id: {"image": ..., "text": ...}}}'
-        raise ValueError(f"{path}: expected {shape}; write it again with `tokenspace index build`")
-    return {"model": None, **meta, "items": items}
-
-
-def write_dense_collection(index_dir, model_ref) -> None:
-    """A dense index folder's collection.json: the model that encodes its queries (it has no manifest)."""
-    doc = {"model": str(model_ref) if model_ref else None, "items": {}}
-    atomic.write_text(Path(index_dir) / COLLECTION_FILE, json.dumps(doc))
-
-
-def index_model(index_dir) -> str | None:
-    """The model reference an index folder records (its manifest's info, else its collection.json);
-    None when it names none. Reads the manifest only: the index itself is not opened."""
-    root = Path(index_dir)
-    if (root / MANIFEST).exists():
-        info = _manifest.read(root).info or {}
-        if info:
-            return info.get("model")
-    return read_collection_json(root).get("model")
-
-
-dense_model_of = index_model  # a dense index folder names its model in its collection.json
-
-
 class Collection:
     """What an index records about its collection: the model that encoded it (``model``), its default
     ranking (``ranking``) and each row's item ({image, text, label, source}) to show beside a hit. From
@@ -111,7 +64,10 @@ class Collection:
         self.legacy = None if info or legacy is None else dict(legacy)
         src = info if self.legacy is None else self.legacy
         self.model: str | None = src.get("model")
-        self.ranking = Ranking.from_dict(src.get("ranking"))
+        # a stored null prior weight (indexes written before every lever was a number) is the weight
+        # the index keeps with its hub prior (0 without one)
+        stored = index.prior_weight() if hasattr(index, "prior_weight") else 0.0
+        self.ranking = Ranking.from_dict(src.get("ranking"), prior_weight=stored)
         if items is None and self.legacy is not None:
             items = self.legacy.get("items") or {}
         self._items = None if items is None else dict(items)
@@ -175,31 +131,47 @@ class Results:
 @dataclass(frozen=True)
 class DenseHalf:
     """The dense half of a hybrid search: a DenseIndex of the same images and the dense model that
-    encodes its queries."""
+    encodes its queries. ``DenseHalf.open`` makes one."""
 
     model: object
     index: object
+
+    @classmethod
+    def open(cls, index, model=None, device: str = "cpu") -> DenseHalf:
+        """The dense half of a DenseIndex folder (`index build` with a dense model), or of a DenseIndex
+        given in code; ``model``: its dense model, a model or a folder or release name (default: the one
+        the folder records). SearchError (``dense_index: ...`` / ``dense_model: ...``) for a folder
+        without a dense index or a model that is not dense."""
+        folder = index if isinstance(index, (str, Path)) else None
+        if folder is not None:
+            index = load_dense_index(folder)
+            if model is None:
+                model = dense_model_of(folder)
+                if not model:
+                    raise SearchError(f"dense_model: the dense index at {folder} does not name its model; give one")
+        if model is None:
+            raise SearchError("dense_model: a dense index given in code needs its dense model")
+        ref = model if isinstance(model, (str, Path)) else None
+        model = _load(model, device)
+        try:
+            require_vectors(model, False, f"dense_model {ref}" if ref is not None else "dense_model")
+        except MissingCapability as e:
+            raise SearchError(str(e)) from None
+        return DenseHalf(model, index)
 
 
 # ------------------------------------------------------------------------------------------ session
 class Searcher:
     """A search session: a sparse model (to encode queries), an index (to search), its Collection (to
-    show hits), a default Ranking and optionally a dense half (hybrid search)."""
+    show hits), the session's Ranking (resolved: every lever a number) and optionally a dense half
+    (hybrid search). Start one with ``Searcher.open``."""
 
-    def __init__(self, model, index, *, collection: Collection | None = None, base_dir=None,
-                 dense: DenseHalf | None = None, ranking: Ranking | None = None, cache_size: int = 1024):
-        if not getattr(model, "sparse", True):
-            raise TypeError(f"{model.family} models produce dense vectors: a token search needs a sparse model")
+    def __init__(self, model, index, collection: Collection, ranking: Ranking, *, dense: DenseHalf | None = None,
+                 base_dir=None, cache_size: int = 1024):
+        # the parts as Searcher.open checked them: the one constructor callers use is open
         self.model, self.index, self.vocab = model, index, model.vocab
-        self.collection = collection if collection is not None else Collection.of(index, base_dir)
+        self.collection, self.ranking, self.dense = collection, ranking, dense
         self.base_dir = Path(base_dir) if base_dir is not None else None
-        self.ranking = ranking or self.collection.ranking
-        if self.ranking.prior_weight is not None:  # a prior weight needs an index with a hub prior
-            self.index.prior_weight(self.ranking.prior_weight)
-        if dense is not None and len(dense.index) != len(index):
-            raise ValueError(f"the dense index holds {len(dense.index)} images and the index {len(index)}: "
-                             "index the same collection with both models")
-        self.dense = dense
         # one model call at a time: the CPU is the bottleneck, and torch's own threads already use every
         # core, so concurrent calls would only thrash (the index itself is read-only and lock-free)
         self.model_lock = threading.Lock()
@@ -207,40 +179,63 @@ class Searcher:
         self._cache_size = cache_size
 
     @classmethod
-    def open(cls, index_dir, model=None, dense_index=None, *, dense_model=None, device: str = "cpu",
-             ranking: Ranking | None = None, verify: bool = True, **kwargs) -> Searcher:
-        """The session over the index saved in ``index_dir``. ``model``: a model, or a folder or release
-        name (default: the model the index records). ``dense_index``: a DenseIndex, or the folder of one
-        (`index build` with a dense model), for hybrid search; ``dense_model``: its model (default: the one
-        its folder records). ``ranking``: the default ranking (default: the index's)."""
-        index = InvertedIndex.load(index_dir, verify=verify)
-        collection = Collection.of(index, index_dir)
+    def open(cls, index, model=None, dense=None, ranking: Ranking | Mapping | None = None, *, device: str = "cpu",
+             verify: bool = True, items: Mapping | None = None, cache_size: int = 1024) -> Searcher:
+        """The session over ``index``: an index folder (`tokenspace index build` / `encode`), or an
+        index opened in code. ``model``: a model, or a folder or release name (default: the model the
+        index records). ``dense``: the dense half of a hybrid search: a DenseHalf, or the folder of a
+        dense index of the same images (its model: the one the folder records). ``ranking``: the
+        session's ranking, a Ranking, or {lever: value} changing the index's stored one (None keeps a
+        lever). ``items``: id -> {image, text, label, source} shown beside hits instead of what the
+        index records. Checked in the order a user's wait asks for: the index and the ranking, the dense
+        half, then the model; SearchError (``<option>: ...``) for what it refuses."""
+        base_dir = None
+        if isinstance(index, (str, Path)):
+            base_dir, index = index, _load_index(index, verify)
+        try:
+            collection = Collection.of(index, base_dir, items)
+            resolved = ranking if isinstance(ranking, Ranking) else collection.ranking.with_(**dict(ranking or {}))
+            _check_prior(index, resolved.prior_weight)
+        except SearchError:
+            raise
+        except (TypeError, ValueError) as e:
+            raise SearchError(str(e)) from None
+        if dense is not None:
+            if not isinstance(dense, DenseHalf):
+                dense = DenseHalf.open(dense, device=device)
+            if len(dense.index) != len(index):
+                raise SearchError(f"dense_index: it holds {len(dense.index)} images and the index {len(index)}: "
+                                  "index the same collection with the sparse and the dense model")
         if model is None:
             model = collection.model
             if not model:
-                raise SearchError(f"model: the index at {index_dir} does not name its model; give one")
+                where = f"the index at {base_dir}" if base_dir is not None else "the index"
+                raise SearchError(f"model: {where} does not name its model; give one")
+        ref = model if isinstance(model, (str, Path)) else None
         model = _load(model, device)
-        dense = None
-        if dense_index is not None:
-            if isinstance(dense_index, (str, Path)):
-                if dense_model is None:
-                    dense_model = dense_model_of(dense_index)
-                    if not dense_model:
-                        raise SearchError(f"dense_model: the dense index at {dense_index} does not name its model")
-                dense_index = load_dense_index(dense_index)
-            if dense_model is None:
-                raise SearchError("dense_model: a dense index given in code needs its dense model")
-            dense_model = _load(dense_model, device)
-            if getattr(dense_model, "sparse", True):
-                raise SearchError(f"dense_model: a sparse model ({dense_model.family}); the dense index needs its "
-                                  "dense model")
-            dense = DenseHalf(dense_model, dense_index)
-        return cls(model, index, collection=collection, base_dir=index_dir, dense=dense, ranking=ranking, **kwargs)
+        try:
+            require_vectors(model, True, f"model {ref}" if ref is not None else "model",
+                            "search with a sparse model (a dense one is the dense half of a hybrid search: "
+                            "--dense-model with --dense-index)")
+        except MissingCapability as e:
+            raise SearchError(str(e)) from None
+        return cls(model, index, collection, resolved, dense=dense, base_dir=base_dir, cache_size=cache_size)
+
+    # ------------------------------------------------------------------ ranking
+    def resolve(self, **changes) -> Ranking:
+        """The session's ranking changed by a search's levers (None keeps one): checked, every lever a
+        number. SearchError naming the lever."""
+        try:
+            chosen = self.ranking.with_(**changes)
+            _check_prior(self.index, chosen.prior_weight)
+        except (TypeError, ValueError) as e:
+            raise SearchError(str(e)) from None
+        return chosen
 
     # ------------------------------------------------------------------ encoding
     def encode_text(self, text: str, ranking: Ranking | None = None) -> SparseBatch:
-        """The query vector of a text (one row) shaped by ``ranking`` (default: the session's), cached by
-        text and shaping."""
+        """The model's vector of a text (one row) shaped by ``ranking``'s expansion and floor (default:
+        the session's), cached by text and shaping."""
         text = text.strip()
         if not text:
             raise SearchError("the query text is empty")
@@ -271,6 +266,19 @@ class Searcher:
         except ValueError as e:
             raise SearchError(f"steer: {e}") from None
 
+    def query_vector(self, query, ranking: Ranking | None = None, steer: Mapping[str, float] | None = None) -> SparseBatch:
+        """The vector the index scores for ``query`` (a text, or an image: PIL or a ``pathlib.Path``):
+        encoded, shaped, steered and weighed by ``ranking``'s idf (default: the session's ranking). What
+        an engine outside tokenspace is given to rank as this session does (index/qdrant.py)."""
+        ranking = ranking or self.ranking
+        if isinstance(query, str):
+            q = self.steer(self.encode_text(query, ranking), steer)
+        else:
+            if steer:
+                raise SearchError("steer: reweighs a text query's tokens; give a text, not an image")
+            q = self.encode_image(query)
+        return self.index.weigh(q, ranking.idf) if ranking.idf else q  # idf: here, and nowhere else
+
     # ------------------------------------------------------------------ search
     def search(self, query, k: int = 10, *, filter: Mapping | None = None, where: str | None = None,
                must: Sequence[str] = (), must_not: Sequence[str] = (), steer: Mapping[str, float] | None = None,
@@ -281,37 +289,29 @@ class Searcher:
         by token. ``filter``: on the rows' metadata (index/metadata.py), ``where`` / ``must`` /
         ``must_not``: on their tokens, all applied by the index before top-k. ``steer``: {token: factor}
         reweighs a text query. ``idf``, ``prior_weight``, ``expansion``, ``expansion_floor``: change the
-        session's ranking for this search (None keeps it). ``fusion`` ("rrf" or "weighted") fuses the
-        dense half's ranking in (``weight``: the sparse side's share); the tokens then explain the sparse
-        side's dot product. ``explain=False``: no contributions (the hits' ``parts`` are empty).
-        SearchError (one line naming the option) for anything it refuses."""
+        session's ranking for this search (None keeps a lever; 0 turns it off). ``fusion`` ("rrf" or
+        "weighted") fuses the dense half's ranking in (``weight``: the sparse side's share); the tokens
+        then explain the sparse side's score. ``explain=False``: no contributions (the hits' ``parts`` are
+        empty). SearchError (one line naming the option) for anything it refuses."""
         t0 = time.perf_counter()
-        is_text = isinstance(query, str)
+        chosen = self.resolve(idf=idf, prior_weight=prior_weight, expansion=expansion, expansion_floor=expansion_floor)
         try:
             options = search_options(self.index, self.vocab, must=must, must_not=must_not, where=where, meta=filter)
-            chosen = self.ranking.with_(idf=idf, prior_weight=prior_weight, expansion=expansion,
-                                        expansion_floor=expansion_floor)
-            if chosen.prior_weight is not None:
-                self.index.prior_weight(chosen.prior_weight)  # refused when the index has no hub prior
         except (TypeError, ValueError) as e:
             raise SearchError(str(e)) from None
-        if is_text:
-            q = self.steer(self.encode_text(query, chosen), steer)
+        q = self.query_vector(query, chosen, steer)
+        fused = self._fused(query, q, k, options, fusion, weight, chosen) if fusion is not None else None
+        if explain:
+            found = explained_search(self.index, q, k, hits=fused, vocab=self.vocab,
+                                     prior_weight=chosen.prior_weight, **options)
+            hits = [Hit(h.id, h.score, h.parts, h.penalty, self.item(h.id) or {}) for h in found]
         else:
-            if steer:
-                raise SearchError("steer: reweighs a text query's tokens; give a text, not an image")
-            q = self.encode_image(query)
-        if fusion is not None:  # hybrid search (index/hybrid.py): the scores are the fused ones
-            fused = self._fused(query, q, k, options, fusion, weight)
-            hits = self._explained(q, k, hits=fused, explain=explain)
-            shown = q
-        else:
-            ranked = {"idf": chosen.idf, **chosen.index_options()}
-            hits = self._explained(q, k, explain=explain, **ranked, **options)
-            shown = self.index.weigh(q, chosen.idf) if chosen.idf else q  # the weights the hits were scored with
-        return Results(self.vocab.decode(shown, top_k=None)[0], hits, fusion, (time.perf_counter() - t0) * 1000.0)
+            if fused is None:
+                fused = self.index.search(q, k=k, **_prior(self.index, chosen), **options)[0] if q.nnz else []
+            hits = [Hit(h.id, float(h.score), [], 0.0, self.item(h.id) or {}) for h in fused]
+        return Results(self.vocab.decode(q, top_k=None)[0], hits, fusion, (time.perf_counter() - t0) * 1000.0)
 
-    def _fused(self, query, q: SparseBatch, k: int, options: dict, fusion: str, weight: float):
+    def _fused(self, query, q: SparseBatch, k: int, options: dict, fusion: str, weight: float, ranking: Ranking):
         if self.dense is None:
             raise SearchError("fusion: this search has no dense index (open it with a dense index of the same images)")
         if options:
@@ -322,19 +322,9 @@ class Searcher:
                        else self.dense.model.encode_image([query]))
         try:
             return hybrid_search(self.index, q, self.dense.index, dense_q, k, fusion=fusion, weight=weight,
-                                 depth=DEPTH)[0]
+                                 depth=DEPTH, sparse_options=_prior(self.index, ranking))[0]
         except ValueError as e:
             raise SearchError(f"fusion: {e}") from None
-
-    def _explained(self, q: SparseBatch, k: int, *, explain: bool, hits=None, **options) -> list[Hit]:
-        if explain:
-            found = explained_search(self.index, q, k, hits=hits, vocab=self.vocab, **options)
-            return [Hit(h.id, h.score, h.parts, h.penalty, self.item(h.id) or {}) for h in found]
-        if hits is None:
-            idf = options.pop("idf", 0.0)
-            qq = self.index.weigh(q, idf) if idf else q
-            hits = self.index.search(qq, k=k, **options)[0] if qq.nnz else []
-        return [Hit(h.id, float(h.score), [], 0.0, self.item(h.id) or {}) for h in hits]
 
     # ------------------------------------------------------------------ items
     def item(self, doc_id: str) -> dict | None:
@@ -363,6 +353,19 @@ class Searcher:
         return len(idx), self.vocab.decode(row, top_k=top_k)[0]
 
 
+def _check_prior(index, weight: float) -> None:
+    """A prior weight above 0 needs an index with a hub prior (ValueError ``prior_weight: ...``)."""
+    if hasattr(index, "prior_weight"):
+        index.prior_weight(weight)
+    elif weight:
+        raise ValueError(f"prior_weight: a {type(index).__name__} has no hub prior")
+
+
+def _prior(index, ranking: Ranking) -> dict:
+    """The prior's keyword for the index's search, 0 included (an engine without hub priors takes none)."""
+    return ranking.index_options() if hasattr(index, "prior_weight") else {}
+
+
 def _load(model, device: str):
     """A model object as given; a folder or release name loaded (on ``device``)."""
     if not isinstance(model, (str, Path)):
@@ -371,14 +374,28 @@ def _load(model, device: str):
     return loaded.to(device) if device != "cpu" else loaded
 
 
+def _load_index(path, verify: bool) -> InvertedIndex:
+    """The InvertedIndex saved at ``path``; SearchError (``index: no index at ...``) when there is none."""
+    p = Path(path)
+    if not (p / MANIFEST).exists():
+        what = "the folder holds no index" if p.is_dir() else "a file, not a folder" if p.exists() else "no such folder"
+        raise SearchError(f"index: no index at {path} ({what}; build one with `tokenspace index build`)")
+    return InvertedIndex.load(p, verify=verify)
+
+
 def load_dense_index(path):
     """The DenseIndex saved at ``path`` (by `tokenspace index build --model DENSE_MODEL`); SearchError when
     the folder holds none."""
     p = Path(path)
     if not (p / DENSE_IDS).exists():
         what = "no dense index in the folder" if p.is_dir() else "a file, not a folder" if p.exists() else "no such folder"
-        raise SearchError(f"no dense index at {path} ({what}; build one with `tokenspace index build --model DENSE_MODEL`)")
+        raise SearchError(f"dense_index: no dense index at {path} ({what}; build one with `tokenspace index build "
+                          "--model DENSE_MODEL`)")
     try:
         return DenseIndex.load(p)
     except (ImportError, ValueError, RuntimeError) as e:
         raise SearchError(f"dense_index {path}: {' '.join(str(e).split())}") from None
+
+
+__all__ = ["COLLECTION_FILE", "Collection", "DenseHalf", "Hit", "Results", "SearchError", "Searcher",
+           "read_collection_json"]

@@ -56,7 +56,7 @@ def test_explanations_show_idf_weighted_contributions_and_the_hub_penalty(tiny_v
     bank = SparseBatch.from_dicts([{"red": 1.0}, {"red": 0.7, "dog": 0.7}], vocab=tiny_vocab)
     index.set_hub_prior(bank, k=1, weight=0.5)
     q = SparseBatch.from_dicts([{"red": 0.7, "cat": 0.7}], vocab=tiny_vocab)
-    found = explained_search(index, q, k=4, idf=1.0)
+    found = explained_search(index, index.weigh(q, 1.0), k=4, prior_weight=0.5)  # the Searcher's one idf
     idf = index.idf()
     qw = q.to_dense()[0] * idf
     r = np.max(docs.to_dense() @ bank.to_dense().T, axis=1)
@@ -70,5 +70,8 @@ def test_explanations_show_idf_weighted_contributions_and_the_hub_penalty(tiny_v
         assert h.score == pytest.approx(sum(c.contribution for c in h.parts) - h.penalty, rel=1e-5, abs=1e-6)
         for c in h.parts:  # each contribution is the idf-weighted query weight x the image's
             assert c.query_weight == pytest.approx(qw[tiny_vocab.id(c.token)], rel=1e-5)
-    plain = explained_search(index, q, k=4, prior_weight=0)
+    plain = explained_search(index, q, k=4, prior_weight=0)  # 0 is off, not "the index's weight"
     assert all(h.penalty == 0 for h in plain)
+    dots = docs.to_dense() @ q.to_dense()[0]
+    assert [(h.id, h.score) for h in plain] == [(ids[i], pytest.approx(dots[i], rel=1e-5))
+                                                for i in np.argsort(-dots, kind="stable") if dots[i] > 0]

@@ -30,6 +30,7 @@ def served(make_model, tiny_pairs, tmp_path):
     """(service, model, records, index_dir) over the tiny collection."""
     from tokenspace.data.manifest import Record
     from tokenspace.pipeline import write_collection_meta
+    from tokenspace.searcher import Searcher
     from tokenspace.serve.service import SearchService
 
     model = make_model("stair")
@@ -41,7 +42,7 @@ def served(make_model, tiny_pairs, tmp_path):
     index_dir.mkdir()
     build_index(vectors, [r.id for r in records], index_dir)
     write_collection_meta(index_dir, records)
-    return SearchService.from_dir(model, index_dir), model, records, index_dir
+    return SearchService(Searcher.open(index_dir, model)), model, records, index_dir
 
 
 @pytest.fixture

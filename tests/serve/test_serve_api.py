@@ -173,9 +173,10 @@ def test_image_serves_only_indexed_ids(client, served, tmp_path):
 
 
 def test_service_without_metadata_still_searches(served):
+    from tokenspace.searcher import Searcher
     from tokenspace.serve.service import SearchService
 
-    service = SearchService(served[1], served[0].index, items={})
+    service = SearchService(Searcher.open(served[0].index, served[1], items={}))
     out = service.search_text("a red dog", k=3)
     assert out["hits"] and all(h["image_url"] is None for h in out["hits"])
     assert np.isfinite(out["took_ms"])

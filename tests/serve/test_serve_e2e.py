@@ -53,6 +53,7 @@ def live_server(served, tmp_path):
 
     from tokenspace.index import InvertedIndex
     from tokenspace.pipeline import write_collection_meta
+    from tokenspace.searcher import Searcher
     from tokenspace.serve.app import build_app
     from tokenspace.serve.service import SearchService
 
@@ -61,7 +62,7 @@ def live_server(served, tmp_path):
     InvertedIndex.build(InvertedIndex.load(index_dir).get(ids), ids,
                         metadata=[{"caption": r.text} for r in records]).save(tmp_path / "with-metadata")
     write_collection_meta(tmp_path / "with-metadata", records)
-    service = SearchService.from_dir(model, tmp_path / "with-metadata")
+    service = SearchService(Searcher.open(tmp_path / "with-metadata", model))
 
     port = _free_port()
     server = uvicorn.Server(uvicorn.Config(build_app(service), host="127.0.0.1", port=port, log_level="warning"))

@@ -14,6 +14,7 @@ def client_with_metadata(served, tmp_path):
 
     from tokenspace.index import InvertedIndex
     from tokenspace.pipeline import write_collection_meta
+    from tokenspace.searcher import Searcher
     from tokenspace.serve.app import build_app
     from tokenspace.serve.service import SearchService
 
@@ -23,7 +24,7 @@ def client_with_metadata(served, tmp_path):
     meta = [{"caption": r.text, "source": "odd" if i % 2 else "even", "n": i} for i, r in enumerate(records)]
     InvertedIndex.build(plain.get(ids), ids, metadata=meta).save(tmp_path / "i")
     write_collection_meta(tmp_path / "i", records)
-    with TestClient(build_app(SearchService.from_dir(model, tmp_path / "i"))) as c:
+    with TestClient(build_app(SearchService(Searcher.open(tmp_path / "i", model)))) as c:
         yield c, records, meta
 
 

@@ -15,6 +15,7 @@ def hybrid(served, make_model):
     from PIL import Image
 
     from tokenspace.index.dense import DenseIndex
+    from tokenspace.searcher import DenseHalf, Searcher
     from tokenspace.serve.app import build_app
     from tokenspace.serve.service import SearchService
 
@@ -22,7 +23,7 @@ def hybrid(served, make_model):
     dense_model = make_model("dense", seed=1)
     dense_index = DenseIndex.build(dense_model.encode_image([Image.open(r.image) for r in records]),
                                    [r.id for r in records])
-    hybrid_service = SearchService.from_dir(model, index_dir, dense_model=dense_model, dense_index=dense_index)
+    hybrid_service = SearchService(Searcher.open(index_dir, model, DenseHalf.open(dense_index, dense_model)))
     with TestClient(build_app(hybrid_service)) as c:
         yield c, hybrid_service, dense_model, dense_index
 
@@ -74,9 +75,9 @@ def test_indexes_of_different_collections_are_refused(served, make_model):
     import numpy as np
 
     from tokenspace.index.dense import DenseIndex
-    from tokenspace.serve.service import SearchService
+    from tokenspace.searcher import DenseHalf, Searcher
 
     service, model, records, index_dir = served
     small = DenseIndex.build(np.eye(2, 8, dtype=np.float32), ["x", "y"])
     with pytest.raises(ValueError, match="holds 2 images and the index 12"):
-        SearchService.from_dir(model, index_dir, dense_model=make_model("dense"), dense_index=small)
+        Searcher.open(index_dir, model, DenseHalf.open(small, make_model("dense")))

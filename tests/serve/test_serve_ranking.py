@@ -38,6 +38,7 @@ def test_bad_ranking_fields_are_refused_in_one_line(client):
 def test_a_hub_prior_shows_in_every_hit_and_the_index_s_ranking_is_the_default(served, tmp_path):
     from fastapi.testclient import TestClient
 
+    from tokenspace.searcher import Searcher
     from tokenspace.serve.app import build_app
     from tokenspace.serve.service import SearchService
 
@@ -49,7 +50,7 @@ def test_a_hub_prior_shows_in_every_hit_and_the_index_s_ranking_is_the_default(s
     meta = json.loads((index_dir / "collection.json").read_text())
     meta["ranking"] = {"idf": 0.5}
     (index_dir / "collection.json").write_text(json.dumps(meta))
-    service = SearchService.from_dir(model, index_dir)
+    service = SearchService(Searcher.open(index_dir, model))
     with TestClient(build_app(service)) as c:
         stats = c.get("/stats").json()
         assert stats["ranking"]["idf"] == 0.5 and stats["index"]["hub_prior"]["k"] == 2

@@ -151,6 +151,19 @@ def add_ranking_arguments(s: argparse.ArgumentParser, stored: str) -> None:
                    help="drop added tokens below F x the query's top weight (the query's own words always stay)")
 
 
+def add_ingestion_ranking_arguments(s: argparse.ArgumentParser) -> None:
+    """The ranking `index build` and `encode` record and apply (one road: the model's ranking.json, then
+    these flags): the search levers and the hub prior's bank."""
+    add_ranking_arguments(s, "the model's ranking.json, chosen on validation data (none: the dot product)")
+    s.add_argument("--hub-bank", action="append", default=None, metavar="SPEC",
+                   help="a hub prior from these TRAINING captions (DATASET:SPLIT specs, repeatable; never test "
+                        "captions): each image's mean top-k dot product with them is subtracted at --prior-weight "
+                        "(default: the model's ranking.json's bank, if any; its encoded captions are kept in "
+                        "the asset cache, once per model)")
+    s.add_argument("--hub-k", type=positive_int, default=None, help="the hub prior's k nearest bank captions (default 10)")
+    s.add_argument("--no-hub-prior", action="store_true", help="no hub prior, even where the model's ranking has one")
+
+
 def ranking_changes(args) -> dict:
     """The ranking fields the user gave (None: not given)."""
     return {f: getattr(args, f) for f in RANKING_FIELDS}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from tokenspace.cli.common import DEVICE_HELP, add_encoding_arguments
+from tokenspace.cli.common import DEVICE_HELP, add_encoding_arguments, add_ingestion_ranking_arguments
 
 INDEX_HELP = ("index folder: created; a rerun with the same --shards, --part-size and model resumes; one "
               "whose --shards add shards after the first run's extends it; other reruns are refused")
@@ -20,4 +20,5 @@ def add_arguments(en: argparse.ArgumentParser) -> None:
                          "and model they come from (default INDEX.parts)")
     en.add_argument("--device", default="cpu", help=DEVICE_HELP)
     add_encoding_arguments(en)
+    add_ingestion_ranking_arguments(en)
 

@@ -1,25 +1,18 @@
 """The dense half of a hybrid search on the command line: `index build` with a dense model writes a
-DenseIndex folder, `search` / `serve --dense-index DIR` open it with its model for searcher.py's
-Searcher, which fuses its hits with the sparse index's (index/hybrid.py). The arguments are in
-cli/search.py and cli/serve.py."""
+DenseIndex folder; `search` / `serve --dense-index DIR` hand the folder to Searcher.open (searcher.py's
+DenseHalf.open opens it with its model), which fuses its hits with the sparse index's
+(index/hybrid.py). The arguments are in cli/search.py and cli/serve.py."""
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
 from tokenspace.cli.common import CLIError, UsageError
-from tokenspace.cli.model_loading import load_model, model_reference
+from tokenspace.cli.model_loading import model_reference
 from tokenspace.encode import FileCollection, build_index
-from tokenspace.index.storage import MANIFEST
-from tokenspace.searcher import (
-    DENSE_IDS,
-    DenseHalf,
-    SearchError,
-    dense_model_of,
-    load_dense_index,
-)
+from tokenspace.index.folder import DENSE_IDS, MANIFEST
 
-__all__ = ["DENSE_IDS", "build_dense_index", "check_dense_args", "open_dense"]
+__all__ = ["DENSE_IDS", "build_dense_index", "check_dense_args"]
 
 
 def check_dense_args(args) -> None:
@@ -37,26 +30,6 @@ def check_dense_args(args) -> None:
     if given:
         raise UsageError(f"{', '.join(given)} filters on the sparse index's tokens or metadata, which a dense "
                          "index lacks: not with --dense-index")
-
-
-def open_dense(index_dir: str, model_ref: str | None = None, device: str = "cpu", *, index=None,
-               where: str = "--index") -> DenseHalf:
-    """The dense half of --dense-index and --dense-model (default: the model the dense index was built
-    with); ``index``: the sparse index it must match (the same images)."""
-    try:
-        dense_index = load_dense_index(index_dir)
-    except SearchError as e:
-        raise CLIError(str(e).replace("dense_index ", "--dense-index ", 1)) from None
-    if index is not None and len(dense_index) != len(index):
-        raise CLIError(f"--dense-index holds {len(dense_index)} images and {where} {len(index)}: "
-                       "index the same collection with the sparse and the dense model")
-    ref = model_ref or dense_model_of(index_dir)
-    if not ref:
-        raise CLIError(f"no --dense-model given and the dense index at {index_dir} does not name one")
-    model = load_model(ref, device)
-    if getattr(model, "sparse", True):
-        raise CLIError(f"--dense-model {ref}: a sparse model ({model.family}); the dense index needs its dense model")
-    return DenseHalf(model, dense_index)
 
 
 def build_dense_index(args, model) -> int:

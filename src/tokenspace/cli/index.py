@@ -8,7 +8,7 @@ import argparse
 from tokenspace.cli.common import (
     DEVICE_HELP,
     add_encoding_arguments,
-    add_ranking_arguments,
+    add_ingestion_ranking_arguments,
     positive_float,
     positive_int,
 )
@@ -32,13 +32,7 @@ def add_arguments(i: argparse.ArgumentParser) -> None:
     ib.add_argument("--metadata", default=None, metavar="FILE.jsonl",
                     help='fields of your own per image, one JSON object a line: {"id": IMAGE_ID, "field": value, ...} '
                          "(each row already carries its source and caption); search filters on them with --filter")
-    add_ranking_arguments(ib, "the model's ranking.json, chosen on validation data (none: the dot product)")
-    ib.add_argument("--hub-bank", action="append", default=None, metavar="SPEC",
-                    help="a hub prior from these TRAINING captions (DATASET:SPLIT specs, repeatable; never test "
-                         "captions): each image's mean top-k dot product with them is subtracted at --prior-weight "
-                         "(default: the model's ranking.json's bank, if any)")
-    ib.add_argument("--hub-k", type=positive_int, default=None, help="the hub prior's k nearest bank captions (default 10)")
-    ib.add_argument("--no-hub-prior", action="store_true", help="no hub prior, even where the model's ranking has one")
+    add_ingestion_ranking_arguments(ib)
     ib.add_argument("--generic-share", type=positive_float, default=None, metavar="S",
                     help="down-weight generic image tokens: one held by more than this share (0..1] of the images "
                          "keeps S / its share of its weight, rows normalised again (default: the model's "

@@ -7,9 +7,9 @@
 ``search_options`` turns what a user typed (token names, a boolean query on tokens, a metadata filter)
 into the index's search options, with one-line ValueErrors that name the option; ``explained_search``
 runs the search, reads the hits' rows and splits each score into per-token contributions (they sum to
-it, less the hit's hub penalty when the index has a hub prior). ``idf`` and ``prior_weight`` are the
-index-side levers of explain/ranking.py: the contributions are those of the idf-weighted query. A hybrid
-search (index/hybrid.py) brings its fused ranking as ``hits``: only the explanation runs.
+it, less the hit's hub penalty when the index has a hub prior). The query comes as the index scores it
+(the Searcher shapes, steers and weighs it by idf, once); ``prior_weight`` is a number, 0 included. A
+hybrid search (index/hybrid.py) brings its fused ranking as ``hits``: only the explanation runs.
 """
 from __future__ import annotations
 
@@ -61,26 +61,27 @@ def search_options(index, vocab, *, must: Sequence[str] = (), must_not: Sequence
     return options
 
 
-def explained_search(index, query: SparseBatch, k: int = 10, *, hits=None, vocab=None, idf: float = 0.0,
-                     prior_weight: float | None = None, **options) -> list[ExplainedHit]:
+def explained_search(index, query: SparseBatch, k: int = 10, *, hits=None, vocab=None, prior_weight: float = 0.0,
+                     **options) -> list[ExplainedHit]:
     """The top ``k`` hits of one query row, each with its score split into per-token contributions.
-    ``hits``: an already ranked list (a hybrid search's), explained as given. ``vocab`` names the rows'
-    dimensions when the index stores none. An empty query matches nothing: no hits. ``idf`` /
-    ``prior_weight``: as InvertedIndex.search takes them (an index without them refuses them)."""
+    ``query``: the vector the index scores, as it is (shaped, steered and idf-weighted by the caller:
+    the contributions are its weights times the rows'). ``prior_weight``: the hub prior's weight, a
+    number (0: the plain dot product), given to the index as it is. ``hits``: an already ranked list (a
+    hybrid search's), explained as given. ``vocab`` names the rows' dimensions when the index stores
+    none. An empty query matches nothing: no hits."""
     if len(query) != 1:
         raise ValueError("explained_search takes a single query row")
     ranked = hits is None
-    if idf:
-        query = index.weigh(query, idf)
-    weight = index.prior_weight(prior_weight) if hasattr(index, "prior_weight") else 0.0
+    has_prior = hasattr(index, "prior_weight")  # an engine without hub priors takes no weight
     if ranked:
-        extra = {"prior_weight": weight} if weight else {}
+        extra = {"prior_weight": float(prior_weight)} if has_prior else {}
         hits = index.search(query, k=k, **extra, **options)[0] if query.nnz else []
     if not hits:
         return []
     docs = index.get([h.id for h in hits])
     if vocab is not None:
         docs = docs.with_vocab(vocab)
-    penalty = weight * index.hubness([h.id for h in hits]) if ranked and weight else np.zeros(len(hits))
+    penalty = (prior_weight * index.hubness([h.id for h in hits]) if ranked and prior_weight and has_prior
+               else np.zeros(len(hits)))
     return [ExplainedHit(h.id, float(h.score), parts, float(p))
             for h, parts, p in zip(hits, contributions(query, docs), penalty)]

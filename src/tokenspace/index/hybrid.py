@@ -45,11 +45,12 @@ def fuse(sparse_hits: Sequence[Hit], dense_hits: Sequence[Hit], k: int, fusion: 
 
 def hybrid_search(sparse_index, sparse_queries, dense_index, dense_queries, k: int = 10, *,
                   fusion: str = "rrf", weight: float = 0.5, depth: int = DEPTH, rrf_k: int = RRF_K,
-                  threads: int | None = None) -> list[list[Hit]]:
+                  threads: int | None = None, sparse_options: dict | None = None) -> list[list[Hit]]:
     """Top ``k`` per query of ``sparse_index`` (any SparseIndex; queries a SparseBatch) and
     ``dense_index`` (a DenseIndex; queries float32 rows ``[n, d]``) fused (see the module docstring).
     Row i of both query sets is the same query, encoded by each index's model. Token and metadata
-    filters are not taken: a dense index has neither, so its hits could not honour them."""
+    filters are not taken: a dense index has neither, so its hits could not honour them.
+    ``sparse_options``: the sparse side's ranking keywords (``prior_weight``), as its search takes them."""
     _check(k, fusion, weight, rrf_k)
     if not isinstance(depth, int) or depth < 1:
         raise ValueError(f"depth must be a positive int, got {depth!r}")
@@ -59,7 +60,7 @@ def hybrid_search(sparse_index, sparse_queries, dense_index, dense_queries, k: i
         raise ValueError(f"got {n_sparse} sparse and {n_dense} dense query rows; give both for each query")
     depth = max(depth, k)
     extra = {} if threads is None else {"threads": threads}
-    sparse = sparse_index.search(sparse_queries, k=depth, **extra)
+    sparse = sparse_index.search(sparse_queries, k=depth, **extra, **dict(sparse_options or {}))
     dense = dense_index.search(dense_queries, k=depth, **extra)
     return [fuse(s, d, k, fusion, weight, rrf_k) for s, d in zip(sparse, dense)]
 

@@ -84,3 +84,17 @@ def require(model: Any, capability: type, needed_by: str) -> None:
     who = getattr(model, "family", "") or type(model).__name__
     what = " ".join(capability.__doc__.split())  # the docstring says what the capability does
     raise MissingCapability(f"{needed_by} needs a model that {what}; {who!r} models cannot")
+
+
+def require_vectors(model: Any, sparse: bool, who: str = "the model", hint: str = "") -> None:
+    """Raise MissingCapability unless ``model`` gives the kind of vectors asked for: token vectors
+    (``sparse``: what an inverted index holds and a token search encodes queries with) or dense ones
+    (the dense half of a hybrid search). The one refusal every command, the search session and the
+    service give: "<who>: a <family> model gives dense vectors, not the token vectors an index holds".
+    ``who`` names the model as the caller's user gave it (``--model M``); ``hint`` says what to do."""
+    if bool(getattr(model, "sparse", True)) == sparse:
+        return
+    family = getattr(model, "family", "") or type(model).__name__
+    why = (f"a {family} model gives dense vectors, not the token vectors an index holds" if sparse
+           else f"a sparse model ({family}); a dense index needs its dense model")
+    raise MissingCapability(f"{who}: {why}" + (f": {hint}" if hint else ""))

@@ -22,7 +22,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from tokenspace.models.registry import load as load_model  # loaded with the service's searcher anyway
+from tokenspace.searcher import Searcher
 from tokenspace.serve import schemas
 from tokenspace.serve.body_limit import BodyLimit
 from tokenspace.serve.body_timeout import BODY_TIMEOUT, BodyTimeout
@@ -51,20 +51,11 @@ MULTIPART_SLACK = 64 * 1024  # bytes of multipart framing (boundaries, part head
 UPLOAD_PATH = "/search/image"
 
 
-def create_app(model, index_dir=None, *, index=None, items=None, dense=None,
-               upload_pixels: int = UPLOAD_PIXEL_BUDGET) -> FastAPI:
-    """The app over a model (object or path) and an index folder written by `tokenspace index build`
-    (``index``/``items`` inject an already-open index and metadata instead, e.g. in tests); ``dense``:
-    (a dense model, a DenseIndex of the same images) turns on hybrid search (the ``fusion`` field);
-    ``upload_pixels``: the decoded pixels of image uploads in flight at once (build_app)."""
-    dense_kw = {} if dense is None else {"dense_model": dense[0], "dense_index": dense[1]}
-    if isinstance(model, (str, Path)):
-        model = load_model(model)
-    if index is None:
-        service = SearchService.from_dir(model, index_dir, **dense_kw)
-    else:  # items None: what the index (or an older index's folder) records
-        service = SearchService(model, index, items, base_dir=index_dir, **dense_kw)
-    return build_app(service, upload_pixels=upload_pixels)
+def create_app(searcher: Searcher, *, upload_pixels: int = UPLOAD_PIXEL_BUDGET) -> FastAPI:
+    """The app over a search session (``Searcher.open``: an index folder written by `tokenspace index
+    build`, its model, a dense half for hybrid search: the ``fusion`` field); ``upload_pixels``: the
+    decoded pixels of image uploads in flight at once (build_app)."""
+    return build_app(SearchService(searcher), upload_pixels=upload_pixels)
 
 
 def build_app(service: SearchService, max_upload_bytes: int = MAX_UPLOAD_BYTES,
@@ -196,11 +187,11 @@ def server_settings(header_timeout: float = HEADER_TIMEOUT) -> dict:
     return {"http": with_header_timeout(header_timeout), "log_level": "warning"}
 
 
-def run(model, index, host: str = "127.0.0.1", port: int = 8000, dense=None,
+def run(searcher: Searcher, host: str = "127.0.0.1", port: int = 8000,
         upload_pixels: int = UPLOAD_PIXEL_BUDGET) -> None:
-    """Serve the API and page with uvicorn (what `tokenspace serve` calls)."""
-    _check_port_free(host, port)  # before loading anything: uvicorn would log "serving", then fail
-    app = create_app(model, index, dense=dense, upload_pixels=upload_pixels)
+    """Serve the API and page over a search session with uvicorn (what `tokenspace serve` calls)."""
+    _check_port_free(host, port)
+    app = create_app(searcher, upload_pixels=upload_pixels)
     logging.getLogger(__name__).info("serving %d images on http://%s:%d  (API docs at /docs)",
                                      app.state.service.stats()["size"], host, port)
     uvicorn.run(app, host=host, port=port, **server_settings())

@@ -15,8 +15,7 @@ import numpy as np
 from tokenspace.data.images import ImageLoadError, load_image
 from tokenspace.explain.heatmap import has_cell_scores, heatmap_png
 from tokenspace.explain.ranking import Ranking
-from tokenspace.index import InvertedIndex
-from tokenspace.searcher import Collection, DenseHalf, Results, Searcher, SearchError
+from tokenspace.searcher import Results, Searcher, SearchError
 from tokenspace.sparse import SparseBatch
 
 
@@ -52,28 +51,16 @@ class SearchService:
     """The HTTP API's calls over one search session (searcher.py: the model, the index, the collection's
     metadata, the dense half); this class only shapes requests and responses and names errors."""
 
-    def __init__(self, model, index, items: Mapping[str, Mapping] | None = None, base_dir=None,
-                 model_name: str | None = None, cache_size: int = 1024, dense_model=None, dense_index=None,
-                 ranking: Ranking | None = None):
-        """``items``: an older index's id -> {image, text, label} given in code (default: what the index
-        and its folder record). ``dense_model`` / ``dense_index``: a dense model and a DenseIndex of the
-        same images, for hybrid search (``fusion``); without them a request that asks for fusion is
-        refused. ``ranking``: the default ranking of a search (default: the index's; a request may change
-        each field)."""
-        if not getattr(model, "sparse", True):
-            raise TypeError(f"{model.family} models produce dense vectors: the token API needs a sparse model")
-        if (dense_model is None) != (dense_index is None):
-            raise ValueError("hybrid search needs both a dense model and a dense index")
-        dense = None if dense_index is None else DenseHalf(dense_model, dense_index)
-        self.searcher = Searcher(model, index, collection=Collection.of(index, base_dir, items), base_dir=base_dir,
-                                 dense=dense, ranking=ranking, cache_size=cache_size)
+    def __init__(self, searcher: Searcher, model_name: str | None = None):
+        """The service over ``searcher`` (``Searcher.open``: the model, the index, the collection, the
+        dense half, the default ranking; a request may change each lever of it). A searcher without a
+        dense half refuses a request that asks for fusion."""
+        if not isinstance(searcher, Searcher):
+            raise TypeError(f"SearchService wraps a Searcher (Searcher.open), got {type(searcher).__name__}")
+        self.searcher = searcher
+        model = searcher.model
         self.model_name = model_name or getattr(getattr(model, "config", None), "name", None) or "model"
         self._nnz: int | None = None
-
-    @classmethod
-    def from_dir(cls, model, index_dir, **kwargs) -> SearchService:
-        """The service over the index saved in ``index_dir`` (``kwargs``: the constructor's other options)."""
-        return cls(model, InvertedIndex.load(index_dir), base_dir=index_dir, **kwargs)
 
     @property
     def model(self):

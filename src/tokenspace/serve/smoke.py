@@ -12,6 +12,7 @@ import urllib.request
 
 import uvicorn
 
+from tokenspace.searcher import Searcher
 from tokenspace.serve.app import create_app
 
 
@@ -26,7 +27,7 @@ def check(model, index_dir, query: str, k: int = 3, timeout: float = 60.0) -> di
     {"url", "page_bytes", "hits": [(id, score, top matched tokens)]}. Raises RuntimeError if the
     server does not come up or a request fails."""
     port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(model, index_dir), host="127.0.0.1", port=port,
+    server = uvicorn.Server(uvicorn.Config(create_app(Searcher.open(index_dir, model)), host="127.0.0.1", port=port,
                                            log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -6,7 +6,8 @@ from pathlib import Path
 from tokenspace import demo
 from tokenspace.cli.common import UsageError
 from tokenspace.cli.run.serve import web_app
-from tokenspace.searcher import index_model
+from tokenspace.index.folder import index_model
+from tokenspace.searcher import Searcher
 
 
 def run(args) -> int:
@@ -18,5 +19,5 @@ def run(args) -> int:
     if app is not None:
         # the model that built the index (the release model, or the STAIR trained here without one)
         model = index_model(out / "index") or out / "stair-emoji" / "model"
-        app.run(model=model, index=out / "index", host="127.0.0.1", port=args.port or 8000)
+        app.run(Searcher.open(out / "index", model), host="127.0.0.1", port=args.port or 8000)
     return 0

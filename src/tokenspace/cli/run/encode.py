@@ -7,8 +7,9 @@ from pathlib import Path
 
 from tokenspace.cli.common import CLIError
 from tokenspace.cli.model_loading import load_model, model_reference
+from tokenspace.cli.run.index import build_ranking
 from tokenspace.encode import check_index_dir, encode_to_index, open_shards
-from tokenspace.explain.ranking import read_model_ranking
+from tokenspace.models.capabilities import require_vectors
 
 
 def run(args) -> int:
@@ -23,17 +24,14 @@ def run(args) -> int:
     check_index_dir(args.index)  # before the model loads and a part is encoded
     if work.exists() and not work.is_dir():
         raise CLIError(f"--work {work} is a file; give a folder for the encoded parts")
+    ranking = build_ranking(args)  # the same ranking `index build` records and applies, hub prior included
     model = load_model(args.model, args.device)
-    if not getattr(model, "sparse", True):
-        raise CLIError(f"--model {args.model}: a {model.family} model gives dense vectors, not the token vectors an "
-                       "index holds: build its dense index with `tokenspace index build --model MODEL --data ...`")
-    # what a search needs besides the rows: the model, and its ranking without a hub prior (a prior is
-    # computed over a whole collection: `index build --hub-bank`)
-    info = {"model": model_reference(args.model),
-            "ranking": read_model_ranking(args.model).search.with_(prior_weight=0.0).to_dict()}
+    require_vectors(model, True, f"--model {args.model}", "build its dense index with `tokenspace index build "
+                    "--model MODEL --data ...`")
     try:
         index = encode_to_index(model, collection, args.index, work, args.part_size, args.batch_size,
-                                workers=args.workers, tower=args.tower, progress=True, info=info)
+                                workers=args.workers, tower=args.tower, progress=True,
+                                info={"model": model_reference(args.model)}, ranking=ranking, home=args.home)
     except KeyboardInterrupt:  # the parts on disk and the index's whole parts stay: a rerun goes on from there
         print(f"tokenspace encode: interrupted; rerun the same command to resume (parts in {work})", file=sys.stderr)
         return 130

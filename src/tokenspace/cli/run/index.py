@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import re
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
 
@@ -13,11 +12,12 @@ from tokenspace.cli.hybrid import DENSE_IDS, build_dense_index
 from tokenspace.cli.index_loading import load_index
 from tokenspace.cli.model_loading import load_model, model_reference
 from tokenspace.encode import FileCollection, build_index
-from tokenspace.explain.ranking import HubBank, add_hub_prior, read_model_ranking
+from tokenspace.explain.ranking import ModelRanking, read_model_ranking
 from tokenspace.index import export, qdrant
+from tokenspace.index.folder import index_model
 from tokenspace.index.metadata import read_jsonl as read_metadata_jsonl
 from tokenspace.index.storage import MANIFEST
-from tokenspace.searcher import index_model
+from tokenspace.models.capabilities import require_vectors
 
 OPENSEARCH_QUERIES = "queries.msearch.ndjson"  # the _msearch file an OpenSearch export holds with --queries
 # the formats that write a folder: the file that marks a folder as a previous export of the format (only
@@ -77,7 +77,7 @@ def _build(args) -> int:
             user = read_metadata_jsonl(args.metadata)
         except ValueError as e:
             raise CLIError(f"--metadata {e}") from None
-    ranking, hub, share = _ranking(args)  # also before the encoding: a bad bank spec is found at once
+    ranking = build_ranking(args)  # also before the encoding: a bad bank spec is found at once
     model = load_model(args.model, args.device)
     if not getattr(model, "sparse", True):  # float rows: the dense half of a hybrid search
         return build_dense_index(args, model)
@@ -87,12 +87,11 @@ def _build(args) -> int:
         raise CLIError(f"--metadata {args.metadata}: {len(unknown)} id(s) are not images of this collection, "
                        f"e.g. {unknown[0]!r} (ids are what `tokenspace search` prints)")
     work = Path(f"{args.out}.parts")  # the encoded parts of a build that was stopped: a rerun goes on from them
-    finish = None if hub is None else (lambda index: add_hub_prior(index, model, ranking, hub, args.home))
-    info = {"model": model_reference(args.model), "ranking": ranking.to_dict()}  # what a search needs
-    try:
+    try:  # the index records its model and ranking: what a search needs besides the rows
         index = build_index(model, collection, args.out, work, args.part_size, args.batch_size,
-                            workers=args.workers, tower=args.tower, progress=True, info=info, metadata=user, top_n=args.top_n, reorder=args.reorder, impact_heads=args.impact_heads,
-                            generic_share=share, finish=finish)
+                            workers=args.workers, tower=args.tower, progress=True,
+                            info={"model": model_reference(args.model)}, metadata=user, top_n=args.top_n,
+                            reorder=args.reorder, impact_heads=args.impact_heads, ranking=ranking, home=args.home)
     except KeyboardInterrupt:  # the parts on disk stay: a rerun encodes only what is missing
         print(f"tokenspace index build: interrupted; rerun the same command to go on (parts in {work})",
               file=sys.stderr)
@@ -103,33 +102,17 @@ def _build(args) -> int:
     return 0
 
 
-def _ranking(args):
-    """(Ranking, HubBank or None, generic share or None) of a build: the model's ranking.json changed by
-    the flags given."""
+def build_ranking(args) -> ModelRanking:
+    """The ranking an ingestion command (`index build`, `encode`) records and applies: the model's
+    ranking.json changed by the flags given; the bank's data is loaded once here, so a typo in a spec
+    fails before any encoding."""
     try:
-        chosen = read_model_ranking(args.model)
-        ranking, hub = chosen.search.with_(**ranking_changes(args)), chosen.hub
-        share = args.generic_share if args.generic_share is not None else chosen.generic_share
-        if share is not None and not 0 < share <= 1:
-            raise ValueError(f"--generic-share must be in (0, 1], got {share:g}")
-        share = None if share == 1 else share
-        if args.no_hub_prior:
-            if args.hub_bank or args.hub_k:
-                raise ValueError("--no-hub-prior: not with --hub-bank or --hub-k")
-            return ranking.with_(prior_weight=0.0), None, share
-        if args.hub_bank or (hub is not None and args.hub_k):
-            hub = replace(hub or HubBank(tuple(args.hub_bank)), specs=tuple(args.hub_bank or hub.specs),
-                          k=args.hub_k or (hub.k if hub else HubBank.k))
-        elif args.hub_k:
-            raise ValueError("--hub-k: give --hub-bank (this model's ranking has no hub bank)")
-        if hub is None:
-            if ranking.prior_weight:
-                raise ValueError("--prior-weight: give --hub-bank SPEC (training captions) for a hub prior")
-            return ranking.with_(prior_weight=0.0), None, share
-        if ranking.prior_weight is not None:  # the weight stored with the index
-            hub = replace(hub, weight=ranking.prior_weight)
-        hub.texts(args.home)  # the bank's data must load (a typo in a spec fails here, before the encoding)
-        return ranking, hub, share
+        chosen = read_model_ranking(args.model).changed(
+            ranking=ranking_changes(args), hub_bank=getattr(args, "hub_bank", None), hub_k=getattr(args, "hub_k", None),
+            no_hub_prior=getattr(args, "no_hub_prior", False), generic_share=getattr(args, "generic_share", None))
+        if chosen.hub is not None:
+            chosen.hub.texts(args.home)
+        return chosen
     except (ValueError, KeyError, FileNotFoundError) as e:
         raise CLIError(str(e).strip("'\"")) from None
 
@@ -313,9 +296,8 @@ def _export_queries(args, path: Path):
     if not model_ref:
         raise CLIError(f"--queries needs --model: the index at {args.index} does not name its model")
     model = load_model(model_ref)
-    if not getattr(model, "sparse", True):
-        raise CLIError(f"--model {model_ref}: a {model.family} model gives dense vectors, not the token vectors "
-                       "the index holds: encode the queries with a sparse model (by default the index's own)")
+    require_vectors(model, True, f"--model {model_ref}", "encode the queries with a sparse model (by default the "
+                    "index's own)")
     queries = model.encode_text(texts)
     qids = [f"q{n}" for n in range(1, len(texts) + 1)]
     if args.format == "jsonl":

@@ -6,12 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from tokenspace.cli.common import CLIError, UsageError, ranking_changes
-from tokenspace.cli.hybrid import check_dense_args, open_dense
-from tokenspace.cli.index_loading import load_index
-from tokenspace.cli.model_loading import load_model, one_thread
+from tokenspace.cli.hybrid import check_dense_args
+from tokenspace.cli.model_loading import one_thread
 from tokenspace.explain.hits import format_hit
 from tokenspace.index.metadata import parse_cli as parse_filters
-from tokenspace.searcher import Collection, Searcher, SearchError
+from tokenspace.searcher import DenseHalf, Searcher, SearchError
 
 SHOWN_TOKENS = 8  # the query's heaviest tokens printed above its hits
 
@@ -28,34 +27,23 @@ def run(args) -> int:
     if args.where is not None and not args.where.strip():  # it was dropped: a search with no filter at all
         raise UsageError("--where is empty: give a boolean query on tokens, or leave --where out")
     check_dense_args(args)
-    index = load_index(args.index)
-    try:
-        collection = Collection.of(index, args.index)
-        ranking = collection.ranking.with_(**ranking_changes(args))
-        index.prior_weight(ranking.prior_weight)  # refused here when the index has no hub prior
-    except ValueError as e:
-        raise CLIError(str(e).replace("prior_weight:", "--prior-weight:", 1)) from None
-    dense = open_dense(args.dense_index, args.dense_model, index=index, where=f"--index {args.index}") \
-        if args.dense_index is not None else None
-    model_ref = args.model or collection.model
-    if not model_ref:
-        raise CLIError(f"no --model given and the index at {args.index} does not name one")
     if not args.image:
         one_thread()  # the model loads and encodes a few short texts: no work worth a second thread
-    model = load_model(model_ref)
-    if not getattr(model, "sparse", True):
-        raise CLIError(f"--model {model_ref}: a {model.family} model gives dense vectors, not the token vectors the "
-                       "index holds: search with a sparse model, or pass it as --dense-model with --dense-index")
-    searcher = Searcher(model, index, collection=collection, base_dir=args.index, dense=dense, ranking=ranking)
+    try:  # the index, the ranking (a flag left out keeps the index's), the dense half, then the model
+        searcher = Searcher.open(args.index, args.model, dense_half(args), ranking_changes(args))
+    except SearchError as e:
+        raise CLIError(as_typed(e)) from None
+    if len(searcher.index) == 0:
+        raise CLIError(f"the index at {args.index} is empty")
+    dense = searcher.dense
     fusion = (args.fusion or "rrf") if dense is not None else None
     options = dict(filter=meta_filter, where=args.where, must=args.must or (), must_not=args.must_not or (),
                    steer=dict(args.steer or []), fusion=fusion, weight=0.5 if args.weight is None else args.weight)
     for query in args.query or [Path(args.image)]:  # a Path is an image file, a str a text
         try:
             res = searcher.search(query, args.k, **options)
-        except SearchError as e:  # the option as typed
-            text = str(e).replace("must_not:", "must-not:", 1).replace("prior_weight:", "prior-weight:", 1)
-            raise CLIError("--" + text.replace("give a text, not an image", "give query texts, not --image")) from None
+        except SearchError as e:
+            raise CLIError(as_typed(e).replace("give a text, not an image", "give query texts, not --image")) from None
         print(f"\nquery: {query}" + (f"  (hybrid, {fusion} fusion)" if fusion else ""))
         print("  query tokens: " + ", ".join(f"{t} {w:.2f}" for t, w in res.query[:SHOWN_TOKENS]))
         if not res.hits:
@@ -63,3 +51,26 @@ def run(args) -> int:
         for rank, h in enumerate(res.hits, 1):
             print(format_hit(rank, h.id, h.score, h.parts, h.item.get("text"), penalty=h.penalty))
     return 0
+
+
+# the Searcher's option names, as the command line spells them
+OPTIONS = {"index": "--index", "model": "--model", "dense_index": "--dense-index", "dense_model": "--dense-model",
+           "idf": "--idf", "prior_weight": "--prior-weight", "expansion": "--expansion",
+           "expansion_floor": "--expansion-floor", "must": "--must", "must_not": "--must-not", "where": "--where",
+           "filter": "--filter", "steer": "--steer", "fusion": "--fusion", "weight": "--weight"}
+
+
+def as_typed(e: Exception) -> str:
+    """A SearchError ("<option> [what]: why") with its option as the command line spells it
+    (``must_not: ...`` -> ``--must-not: ...``)."""
+    text = str(e)
+    first, sep, rest = text.partition(" ") if text.find(" ") < text.find(":") else text.partition(":")
+    return OPTIONS[first] + sep + rest if sep and first in OPTIONS else text
+
+
+def dense_half(args, device: str = "cpu"):
+    """--dense-index (and --dense-model) as Searcher.open takes them: the folder, whose own record names
+    its model, or the half opened with the model given."""
+    if args.dense_index is None or args.dense_model is None:
+        return args.dense_index
+    return DenseHalf.open(args.dense_index, args.dense_model, device)

@@ -5,10 +5,11 @@ import socket
 from pathlib import Path
 
 from tokenspace.cli.common import CLIError, UsageError
-from tokenspace.cli.hybrid import open_dense
-from tokenspace.cli.model_loading import device_named, load_model
+from tokenspace.cli.model_loading import device_named
+from tokenspace.cli.run.search import as_typed, dense_half
+from tokenspace.index.folder import index_model
 from tokenspace.models.registry import DEFAULT_RELEASE, release_path
-from tokenspace.searcher import index_model
+from tokenspace.searcher import Searcher, SearchError
 
 
 def run(args) -> int:
@@ -25,15 +26,11 @@ def run(args) -> int:
                        "model is installed")
     if args.dense_model and not args.dense_index:
         raise UsageError("--dense-model: only with --dense-index (hybrid search)")
-    # hybrid search; the service checks that both indexes hold the same number of images
-    half = open_dense(args.dense_index, args.dense_model, args.device) if args.dense_index else None
-    dense = (half.model, half.index) if half is not None else None
-    model = load_model(model_ref, args.device)
-    if not getattr(model, "sparse", True):  # the service's own refusal is a TypeError, shown with its name
-        raise CLIError(f"--model {model_ref}: a {model.family} model gives dense vectors, not the token vectors the "
-                       "index holds: serve a sparse model, and this one as --dense-model with --dense-index")
-    app.run(model=model, index=args.index, host=args.host, port=args.port, dense=dense,
-            upload_pixels=args.upload_pixels)
+    try:  # the index, its ranking, the dense half (hybrid search), then the model: one session
+        searcher = Searcher.open(args.index, model_ref, dense_half(args, args.device), device=args.device)
+    except SearchError as e:
+        raise CLIError(as_typed(e)) from None
+    app.run(searcher, host=args.host, port=args.port, upload_pixels=args.upload_pixels)
     return 0
 
 
