@@ -11,13 +11,15 @@ from tokenspace.cli.common import CLIError, UsageError, check_writable_place, ra
 from tokenspace.cli.hybrid import DENSE_IDS, build_dense_index
 from tokenspace.cli.index_loading import load_index
 from tokenspace.cli.model_loading import load_model, model_reference
+from tokenspace.cli.run.search import as_typed
 from tokenspace.encode import FileCollection, build_index
 from tokenspace.explain.ranking import ModelRanking, read_model_ranking
 from tokenspace.index import export, qdrant
 from tokenspace.index.folder import index_model
 from tokenspace.index.metadata import read_jsonl as read_metadata_jsonl
 from tokenspace.index.storage import MANIFEST
-from tokenspace.models.capabilities import require_vectors
+from tokenspace.searcher import Searcher, SearchError
+from tokenspace.sparse import SparseBatch
 
 OPENSEARCH_QUERIES = "queries.msearch.ndjson"  # the _msearch file an OpenSearch export holds with --queries
 # the formats that write a folder: the file that marks a folder as a previous export of the format (only
@@ -295,10 +297,15 @@ def _export_queries(args, path: Path):
     model_ref = args.model or index_model(args.index)
     if not model_ref:
         raise CLIError(f"--queries needs --model: the index at {args.index} does not name its model")
-    model = load_model(model_ref)
-    require_vectors(model, True, f"--model {model_ref}", "encode the queries with a sparse model (by default the "
-                    "index's own)")
-    queries = model.encode_text(texts)
+    # the vectors `tokenspace search` scores (shaped, and weighed by the index's idf unless Qdrant's IDF
+    # modifier applies it), so the engine ranks as the command does; the hub prior is a per-image
+    # penalty no engine's sparse query can carry: left out
+    changes = {"prior_weight": 0.0, **({"idf": 0.0} if getattr(args, "qdrant_idf", False) else {})}
+    try:
+        searcher = Searcher.open(args.index, model_ref, ranking=changes)
+        queries = SparseBatch.concat([searcher.query_vector(t) for t in texts])
+    except SearchError as e:
+        raise CLIError(as_typed(e)) from None
     qids = [f"q{n}" for n in range(1, len(texts) + 1)]
     if args.format == "jsonl":
         export.write_queries_jsonl(queries, qids, path)
@@ -309,5 +316,7 @@ def _export_queries(args, path: Path):
         qdrant.write_queries(queries, path, k=args.k or 10, vector_name=args.qdrant_vector)
     else:
         export.write_queries_tsv(queries, qids, path, scale=args.scale)
-    print(f"wrote {len(texts)} queries (q1..q{len(texts)}, in file order) to {path}")
+    shaped = ", ".join(f"{f} {v:g}" for f, v in searcher.ranking.to_dict().items() if f != "prior_weight")
+    print(f"wrote {len(texts)} queries (q1..q{len(texts)}, in file order) to {path}, as `tokenspace search` "
+          f"scores them ({shaped}; no hub prior)")
     return queries
