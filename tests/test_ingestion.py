@@ -106,3 +106,37 @@ def test_a_build_over_another_build_s_parts_encodes_again(sources, tmp_path):
     encode.encode_parts(load(str(model)), stale, tmp_path / "idx.parts", part_size=4, workers=0)
     assert build(sources, tmp_path / "idx") == 0
     assert len(InvertedIndex.load(tmp_path / "idx")) == 12 and not (tmp_path / "idx.parts").exists()
+
+
+def test_both_commands_record_and_apply_the_model_s_ranking_with_its_hub_prior(sources, tmp_path, monkeypatch):
+    """The model's ranking.json (here: a floor and a hub prior from the manifest's captions) is what both
+    commands record and apply: `encode` dropped the hub prior that `index build` applied. The bank's
+    encoded captions are computed once per model and bank and kept in the asset cache: the second command
+    reads them back, encoding no caption."""
+    import json
+
+    from tokenspace.explain import ranking as ranking_module
+
+    model, spec, _ = sources
+    (model / "ranking.json").write_text(json.dumps({
+        "search": {"idf": 0.0, "prior_weight": 0.25, "expansion": 1.0, "expansion_floor": 0.1},
+        "hub_prior": {"specs": [spec], "size": 8, "k": 2, "weight": 0.25}}))
+    encoded = []
+    real = ranking_module.encode_queries
+    monkeypatch.setattr(ranking_module, "encode_queries", lambda m, texts, r=None: encoded.append(len(texts)) or real(m, texts, r))
+    assert build(sources, tmp_path / "built") == 0
+    assert sum(encoded) == 8  # the bank, once
+    assert encode_shards(sources, tmp_path / "encoded") == 0
+    assert sum(encoded) == 8  # read back from the cache
+    assert len(list((tmp_path / "home" / encode.HUB_BANKS).glob("*.npz"))) == 1
+    x, y = InvertedIndex.load(tmp_path / "built"), InvertedIndex.load(tmp_path / "encoded")
+    assert x.info["ranking"] == y.info["ranking"] == {"idf": 0.0, "prior_weight": 0.25, "expansion": 1.0,
+                                                      "expansion_floor": 0.1}
+    assert x.hub_prior == y.hub_prior == {"k": 2, "weight": 0.25, "bank_size": 8, "ordered": True}
+    ids = sorted(x.ids())
+    np.testing.assert_allclose(x.hubness(ids), y.hubness(ids), rtol=1e-5)
+    assert x.hubness(ids).max() > 0
+    # --no-hub-prior: neither command gives one, and both record the prior off
+    assert encode_shards(sources, tmp_path / "plain", "--no-hub-prior") == 0
+    assert InvertedIndex.load(tmp_path / "plain").hub_prior is None
+    assert InvertedIndex.load(tmp_path / "plain").info["ranking"]["prior_weight"] == 0.0
