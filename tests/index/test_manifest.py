@@ -132,7 +132,7 @@ def test_manifest_a_folder(saved, tmp_path):
     with pytest.raises(IndexCorruptError, match="unreadable manifest"):
         InvertedIndex.load(root, verify=False)
     with pytest.raises(IndexCorruptError, match="unreadable manifest"):
-        InvertedIndex(30).save(root)  # save reads the old manifest for its segment numbers
+        InvertedIndex(30).save(root)  # no commit could replace it: nothing is written
 
 
 def test_round_trip_keeps_the_schema(saved):

@@ -284,7 +284,7 @@ def test_non_utf8_vocab_or_ids_is_index_corrupt(tmp_path, data, what):
     ids = [f"doc-é-{i}" for i in range(len(ids))]
     InvertedIndex.build(docs, ids).save(tmp_path / "idx")
     if what == "vocab":
-        p = tmp_path / "idx" / "vocab.txt"
+        p = next((tmp_path / "idx").glob("vocab-*.txt"))
         p.write_bytes(b"\xff" + p.read_bytes()[1:])
     else:
         p = tmp_path / "idx" / "seg-000001" / "ids_blob.npy"

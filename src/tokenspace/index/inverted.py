@@ -15,7 +15,9 @@ one dim with the query) are returned, hence a hit list may be shorter than k.
 from __future__ import annotations
 
 import os
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
+from itertools import repeat
 from pathlib import Path
 from typing import Sequence
 
@@ -81,6 +83,7 @@ class InvertedIndex:
         self._priors: list[np.ndarray | None] = []
         self._prior_files: list[FileEntry | None] = []
         self._hub_files: dict[str, FileEntry] | None = None  # the bank's committed files
+        self._vocab_file: FileEntry | None = None  # the vocabulary's committed file at _path
         self._df: np.ndarray | None = None  # live document frequencies (doc_freq), cached
         self._idf_pow: tuple[float, np.ndarray] | None = None  # (power, idf ** power) of the cached df
         # what the index records about its collection (manifest.INFO_FIELDS: the model that encoded the
@@ -408,48 +411,69 @@ class InvertedIndex:
             raise TypeError(f"search takes a SparseBatch of queries, got {type(queries).__name__}")
         if queries.dim != self.dim:
             raise ValueError(f"queries have dim {queries.dim}, the index has dim {self.dim}")
-        if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
-            raise ValueError(f"k must be a positive int, got {k!r}")
-        if not isinstance(threads, (int, np.integer)) or isinstance(threads, bool) or threads < 1:
-            raise ValueError(f"threads must be a positive int, got {threads!r}")
+        if type(threads) is not int or threads < 1:  # the common case (a plain int) in one test
+            if not isinstance(threads, (int, np.integer)) or isinstance(threads, bool) or threads < 1:
+                raise ValueError(f"threads must be a positive int, got {threads!r}")
+        if must is None and must_not is None and where is None and subset is None and meta is None:
+            plan = self._cached_plan(mode, k, query_mass, alpha, rerank, impact_floor, prior_weight, idf)
+        else:  # a filter's masks belong to this search: worked out each time, never kept
+            plan = self._plan(mode, k, query_mass, alpha, rerank, impact_floor, prior_weight, idf,
+                              (must, must_not, where, subset, meta))
+        k = int(k)
+        if len(queries.indptr) == 2:
+            # one query (a SparseBatch's single row is all of its arrays, already int32 / float32 and in
+            # range): search_arrays' road, one jitted call per segment that checks, cuts and searches it
+            per_seg = self._query(plan, queries.indices, queries.values, "query row 0")
+            if len(per_seg) == 1:
+                _, seg, od, os_, m = per_seg[0]
+                return [_hits(os_[:m].tolist(), seg.ids_of(od[:m].tolist()))]
+            return [self._merge([(b, seg, od[None], os_[None], (m,)) for b, seg, od, os_, m in per_seg], 0, k)]
         bad = kernels.check_rows(queries.indptr, queries.indices, queries.values)
         if bad >= 0:
             raise ValueError(f"query row {bad} must have strictly increasing dims and finite weights >= 0")
-        qm, al, rr, fl = self._knobs(mode, k, query_mass, alpha, rerank, impact_floor)
-        weights = self._idf_table(idf)  # applied inside the kernels (weigh() gives the same weighted rows)
-        pw = self.prior_weight(prior_weight)
-        if fl > 0 and not all(seg.has_heads for seg in self._segments):
-            raise ValueError("impact_floor needs impact heads, and this index was built with "
-                             "impact_heads=False")
-        masks = self._masks(must, must_not, where, subset, meta)
-        per_seg = self._score(queries, k, mode, qm, al, rr, fl, weights, pw, masks, threads)
-        return [self._merge(per_seg, r, int(k)) for r in range(len(queries))]
+        per_seg = self._score(queries, plan, threads)
+        return [self._merge(per_seg, r, k) for r in range(len(queries))]
 
     def search_arrays(self, indices, values, k: int = 10, *, mode: str = "exact", query_mass: float | None = None,
                       alpha: float | None = None, rerank: int | None = None, impact_floor: float | None = None,
                       prior_weight: float | None = None) -> tuple[list[str], np.ndarray]:
         """One query given as its dims and weights (sorted unique dims, weights >= 0): the same top-k as
-        ``search`` (same knobs, no filters or idf), as (ids best first, float32 scores). For callers
-        that search one query at a time from arrays: it skips building a SparseBatch and the Hit
-        objects, ~20% of a one-query search's time on real-text-100K (~10 us of ~70 us)."""
+        ``search`` (same knobs, no filters or idf), as (ids best first, float32 scores), for callers
+        that hold one query as arrays. ``search`` with a one-row SparseBatch takes the same road (the
+        checked arguments kept per setting, one jitted call per segment) and costs about as much."""
         indices = np.ascontiguousarray(indices, dtype=np.int32)
         values = np.ascontiguousarray(values, dtype=np.float32)
         if indices.ndim != 1 or indices.shape != values.shape:
             raise ValueError(f"indices and values must be 1-D and alike, got shapes {indices.shape} and {values.shape}")
-        key = (mode, k, query_mass, alpha, rerank, impact_floor, prior_weight)
+        plan = self._cached_plan(mode, k, query_mass, alpha, rerank, impact_floor, prior_weight, 0.0)
+        per_seg = self._query(plan, indices, values, "the query")
+        if len(per_seg) == 1:
+            _, seg, od, os_, m = per_seg[0]
+            return seg.ids_of(od[:m].tolist()), os_[:m].copy()
+        hits = self._merge([(b, seg, od[None], os_[None], (m,)) for b, seg, od, os_, m in per_seg], 0, int(k))
+        return [h.id for h in hits], np.array([h.score for h in hits], np.float32)
+
+    def _cached_plan(self, mode, k, query_mass, alpha, rerank, impact_floor, prior_weight, idf) -> list[tuple]:
+        """_plan's answer for an unfiltered search, kept per argument combination until the index changes
+        (_changed): working it out was ~2 us of a one-query search."""
+        key = (mode, k, query_mass, alpha, rerank, impact_floor, prior_weight, idf)
         try:  # the key holds each argument's type (1, 1.0 and True are equal keys) and the defaults a None takes
             key = (*key, *map(type, key), *APPROX_DEFAULTS.values())
             plan = self._plans.get(key)
         except TypeError:  # an unhashable argument: checked (and refused) by _plan
             key = plan = None
         if plan is None:
-            plan = self._plan(mode, k, query_mass, alpha, rerank, impact_floor, prior_weight)
+            plan = self._plan(mode, k, query_mass, alpha, rerank, impact_floor, prior_weight, idf)
             if key is not None and len(self._plans) < _PLANS_KEPT:
                 self._plans[key] = plan
+        return plan
+
+    def _query(self, plan, indices, values, what: str) -> list[tuple]:
+        """One query (int32 dims, float32 weights) over every segment of ``plan``: per segment (first doc
+        number, segment, local docs, scores, hit count). ``what`` names the query in an error."""
         work = kernels.scratch(self.dim)
         per_seg, checked = [], False
         for base, seg, kt, opt, kk in plan:
-            # one query, one jitted call: it checks the query, cuts it and searches (kernels.search_query)
             out_docs = np.empty(kk, np.int64)
             out_scores = np.empty(kk, np.float32)
             m = 0
@@ -462,56 +486,55 @@ class InvertedIndex:
                 if m == kernels.QUERY_OUT_OF_RANGE:
                     raise ValueError(f"indices out of range [0, {self.dim})")
                 if m == kernels.BAD_QUERY:
-                    raise ValueError("the query must have strictly increasing dims and finite weights >= 0")
+                    raise ValueError(f"{what} must have strictly increasing dims and finite weights >= 0")
                 checked = True
-            per_seg.append((base, seg, out_docs, out_scores, (m,)))
+            per_seg.append((base, seg, out_docs, out_scores, m))
         if not checked:  # no segment searched (none yet, or every doc filtered out): the query is still checked
             if len(indices) and indices.view(np.uint32).max() >= self.dim:  # a negative dim reads as >= 2**31
                 raise ValueError(f"indices out of range [0, {self.dim})")
             if kernels.check_rows(np.array([0, len(indices)], np.int64), indices, values) >= 0:
-                raise ValueError("the query must have strictly increasing dims and finite weights >= 0")
-        if len(per_seg) == 1:
-            _, seg, od, os_, (m,) = per_seg[0]
-            return seg.ids_of(od[:m].tolist()), os_[:m].copy()
-        hits = self._merge([(b, seg, od[None], os_[None], oc) for b, seg, od, os_, oc in per_seg], 0, int(k))
-        return [h.id for h in hits], np.array([h.score for h in hits], np.float32)
+                raise ValueError(f"{what} must have strictly increasing dims and finite weights >= 0")
+        return per_seg
 
-    def _plan(self, mode, k, query_mass, alpha, rerank, impact_floor, prior_weight) -> list[tuple]:
-        """What search_arrays runs for these arguments, checked: per segment (first doc number, segment,
-        its kernel arrays, tuple(SearchOptions) or None when no document of it may be returned, its hit
-        count). Kept per argument combination until the index changes (_changed): working it out was
-        ~2 us of a one-query search."""
+    def _plan(self, mode, k, query_mass, alpha, rerank, impact_floor, prior_weight, idf=0.0,
+              filters: tuple | None = None) -> list[tuple]:
+        """What a search runs for these arguments, checked: per segment (first doc number, segment, its
+        kernel arrays, tuple(SearchOptions) or None when no document of it may be returned, its hit
+        count). filters: (must, must_not, where, subset, meta), or None for none (deleted documents are
+        left out either way)."""
         if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
             raise ValueError(f"k must be a positive int, got {k!r}")
         k = int(k)
         qm, al, rr, fl = self._knobs(mode, k, query_mass, alpha, rerank, impact_floor)
+        weights = self._idf_table(idf)  # applied inside the kernels (weigh() gives the same weighted rows)
         pw = self.prior_weight(prior_weight)
         if fl > 0 and not all(seg.has_heads for seg in self._segments):
             raise ValueError("impact_floor needs impact heads, and this index was built with "
                              "impact_heads=False")
-        masks = self._masks(None, None, None, None)
+        masks = self._masks(*(filters or (None, None, None, None)))
         plan, base = [], 0
         for si, seg in enumerate(self._segments):
             kk = min(k, seg.n)
             mask = masks[si]
             opt = None
             if mask is None or mask.any():
-                opt = self._options(si, kk, min(rr, seg.n), mode == "exact", al, qm, mask, fl, pw)
+                opt = self._options(si, kk, min(rr, seg.n), mode == "exact", al, qm, mask, fl, pw, weights)
             plan.append((base, seg, seg.kernel_tuple(), opt, kk))
             base += seg.n
         return plan
 
     def _changed(self) -> None:
-        """The segments, tombstones, hub prior or arrays changed: search_arrays' plans are out of date."""
+        """The segments, tombstones, document frequencies, hub prior or arrays changed: the kept plans
+        are out of date."""
         self._plans.clear()
 
-    def _options(self, si, k, rerank, exact, alpha, query_mass, mask, impact_floor, pw) -> tuple:
+    def _options(self, si, k, rerank, exact, alpha, query_mass, mask, impact_floor, pw, weights=None) -> tuple:
         """tuple(SearchOptions) of segment si for one query, as search_query takes it; the unfiltered ones
-        without a prior kept per segment (a sweep has a few), since building one cost ~1 us a query."""
-        if mask is not None or pw > 0:
+        without a prior or idf kept per segment (a sweep has a few), since building one cost ~1 us a query."""
+        if mask is not None or pw > 0 or weights is not None:
             penalty, pmax, minima = self._penalty(si, pw) if pw > 0 else (None, None, None)
             return tuple(kernels.search_options(k, rerank, exact, alpha, query_mass, mask, impact_floor, penalty,
-                                                pmax, minima))
+                                                pmax, minima, weights))
         cache = self._segments[si].__dict__.setdefault("_options", {})
         key = (k, rerank, exact, alpha, query_mass, impact_floor)
         opt = cache.get(key)
@@ -520,25 +543,18 @@ class InvertedIndex:
                                                             impact_floor=impact_floor))
         return opt
 
-    def _score(self, queries, k, mode, qm, al, rr, fl, weights, pw, masks, threads) -> list[tuple]:
+    def _score(self, queries, plan, threads) -> list[tuple]:
         """Every segment's top-k of every query row: (first doc number, segment, docs, scores, counts)."""
         nq = len(queries)
         per_seg = []
-        base = 0
-        for si, seg in enumerate(self._segments):
-            kk = min(int(k), seg.n)
+        for base, seg, kt, opt, kk in plan:
             # only the first out_count[r] entries of a row are written and read: empty is enough there
             out_docs = np.empty((nq, kk), np.int64)
             out_scores = np.empty((nq, kk), np.float32)
             out_count = np.zeros(nq, np.int64)
-            mask = masks[si]
-            if mask is None or mask.any():
-                penalty, pmax, minima = self._penalty(si, pw) if pw > 0 else (None, None, None)
-                options = kernels.search_options(kk, min(rr, seg.n), mode == "exact", al, qm, mask, fl, penalty,
-                                                 pmax, minima, weights)
-                self._run(seg, queries, options, out_docs, out_scores, out_count, threads)
+            if opt is not None:
+                _run(kt, opt, queries, out_docs, out_scores, out_count, threads, self.dim)
             per_seg.append((base, seg, out_docs, out_scores, out_count))
-            base += seg.n
         return per_seg
 
     def _knobs(self, mode, k, query_mass, alpha, rerank, impact_floor):
@@ -576,16 +592,6 @@ class InvertedIndex:
         return cached[2], cached[3], cached[4]
 
     @staticmethod
-    def _run(seg, queries, options, out_docs, out_scores, out_count, threads):
-        rows = np.arange(len(queries), dtype=np.int64)
-        if threads == 1 or len(rows) < 2:
-            seg.search(queries, rows, options, out_docs, out_scores, out_count)
-            return
-        parts = [p for p in np.array_split(rows, min(threads, len(rows))) if len(p)]
-        with ThreadPoolExecutor(max_workers=len(parts)) as pool:
-            list(pool.map(lambda p: seg.search(queries, p, options, out_docs, out_scores, out_count), parts))
-
-    @staticmethod
     def _merge(per_seg, r, k) -> list[Hit]:
         if not per_seg:  # an index with no segment yet
             return []
@@ -593,7 +599,7 @@ class InvertedIndex:
             _, seg, od, os_, oc = per_seg[0]
             m = int(oc[r])
             # tolist: python floats/ints at once, cheaper than per-element numpy scalars
-            return [Hit(s, i) for s, i in zip(os_[r, :m].tolist(), seg.ids_of(od[r, :m].tolist()))]
+            return _hits(os_[r, :m].tolist(), seg.ids_of(od[r, :m].tolist()))
         d = np.concatenate([od[r, :int(oc[r])] + base for base, _, od, _, oc in per_seg])
         s = np.concatenate([os_[r, :int(oc[r])] for _, _, _, os_, oc in per_seg])
         order = np.lexsort((d, -s))[:k]
@@ -601,8 +607,8 @@ class InvertedIndex:
         # the next one, which then wins)
         bases = np.array([base for base, *_ in per_seg])
         which = np.searchsorted(bases, d[order], side="right") - 1
-        return [Hit(sc, per_seg[w][1].ids_of([g - per_seg[w][0]])[0])
-                for sc, g, w in zip(s[order].tolist(), d[order].tolist(), which.tolist())]
+        return _hits(s[order].tolist(), [per_seg[w][1].ids_of([g - per_seg[w][0]])[0]
+                                         for g, w in zip(d[order].tolist(), which.tolist())])
 
     # ----------------------------------------------------------------- filters
     def _masks(self, must, must_not, where, subset, meta=None) -> list[np.ndarray | None]:
@@ -736,10 +742,11 @@ class InvertedIndex:
         root.mkdir(parents=True, exist_ok=True)
         same = self._path is not None and root.resolve() == self._path.resolve()
         if not same:
-            if (root / storage.MANIFEST).exists():
-                old = manifest.read(root)
-                self._next_seg = max(self._next_seg, old.next_segment)
-                self._generation = max(self._generation, old.generation)
+            # names above every one in the folder, whatever it holds (another index, one this code cannot
+            # read): no file of the old state is replaced before the manifest's rename commits the new one
+            seg_used, gen_used = storage.numbers_in_use(root)
+            self._next_seg = max(self._next_seg, seg_used + 1)
+            self._generation = max(self._generation, gen_used)
             names = [None] * len(self._segments)
             del_files = [None] * len(self._segments)
             prior_files, hub_files = [None] * len(self._segments), None
@@ -790,10 +797,11 @@ class InvertedIndex:
                     written = storage.write_array(root / rel, getattr(bank, a))
                     hub_files[a] = FileEntry(rel, written["bytes"], written["crc32"])
             hub = HubPrior(self._hub["k"], self._hub["weight"], hub_files, self._hub["ordered"])
-        vocab = None
-        if self.vocab is not None:
-            written = storage.write_text(root / storage.VOCAB, "\n".join(self.vocab.tokens) + "\n")
-            vocab = FileEntry(storage.VOCAB, written["bytes"], written["crc32"])
+        vocab = self._vocab_file if same else None  # the index's vocabulary never changes: kept in place
+        if self.vocab is not None and vocab is None:
+            rel = storage.vocab_file(gen)  # a new name: the committed one stays until the manifest swaps
+            written = storage.write_text(root / rel, "\n".join(self.vocab.tokens) + "\n")
+            vocab = FileEntry(rel, written["bytes"], written["crc32"])
         body = Manifest(
             dim=self.dim, n=self._total(), dense_fraction=self.dense_fraction, top_n=self.approx_top_n,
             generation=gen, next_segment=self._next_seg, segments=tuple(segments), vocab=vocab,
@@ -802,13 +810,13 @@ class InvertedIndex:
             info=info, approx_mass=self.approx_mass)
         storage.write_manifest(root, body.to_dict())
         keep = {s.name for s in segments} | {s.tombstones.file for s in segments if s.tombstones} | {
-            s.prior.file for s in segments if s.prior}
+            s.prior.file for s in segments if s.prior} | ({vocab.file} if vocab else set())
         storage.remove_unreferenced(root, keep)
         for p in root.glob("hub-*.npy"):  # an earlier bank (set_hub_prior again, or cleared)
             if hub is None or p.name not in {e.file for e in hub.bank.values()}:
                 p.unlink(missing_ok=True)
         self._path, self._seg_names, self._del_files, self._generation = root, names, del_files, gen
-        self._prior_files, self._hub_files = prior_files, hub_files
+        self._prior_files, self._hub_files, self._vocab_file = prior_files, hub_files, vocab
         self._changed()  # remap: the segments read other arrays
 
     @classmethod
@@ -844,6 +852,7 @@ class InvertedIndex:
             index._hub = {"bank": _load_bank(root, man.hub_prior.bank, man.dim), "k": man.hub_prior.k,
                           "weight": man.hub_prior.weight, "ordered": man.hub_prior.ordered}
             index._hub_files = man.hub_prior.bank
+        index._vocab_file = man.vocab
         for s in man.segments:
             arrays = {a: storage.load_array(root / f"{s.name}/{a}.npy", mmap) for a in ARRAYS
                       if f"{s.name}/{a}.npy" in s.files}
@@ -894,6 +903,42 @@ class InvertedIndex:
 
     def __repr__(self) -> str:
         return f"InvertedIndex(docs={len(self)}, dim={self.dim}, segments={len(self._segments)})"
+
+
+# Hits made without Hit.__init__: that of a frozen slotted dataclass sets each field with object.__setattr__
+# from Python, and a query's ten hits that way were ~5% of a one-query search on real-text-100K; an
+# object.__new__ and the slots' own setters, mapped from C, make the same objects in about half the time
+# (tests/index/test_search_call.py checks them equal to Hit(score, id))
+_new_hit, _set_score, _set_id = object.__new__, Hit.score.__set__, Hit.id.__set__
+
+
+def _hits(scores: list, ids: list) -> list[Hit]:
+    """[Hit(s, i) for s, i in zip(scores, ids)] (python floats and strs), built faster."""
+    hits = list(map(_new_hit, repeat(Hit, len(ids))))
+    deque(map(_set_score, hits, scores), 0)
+    deque(map(_set_id, hits, ids), 0)
+    return hits
+
+
+def _run(kt, opt, queries, out_docs, out_scores, out_count, threads: int, dim: int) -> None:
+    """kernels.search_batch over every row of ``queries`` (kt, opt: a plan's kernel arrays and options),
+    split over ``threads`` threads (the kernels release the GIL)."""
+    rows = np.arange(len(queries), dtype=np.int64)
+    if threads == 1 or len(rows) < 2:
+        _rows(kt, opt, queries, rows, out_docs, out_scores, out_count, dim)
+        return
+    parts = [p for p in np.array_split(rows, min(threads, len(rows))) if len(p)]
+    with ThreadPoolExecutor(max_workers=len(parts)) as pool:
+        list(pool.map(lambda p: _rows(kt, opt, queries, p, out_docs, out_scores, out_count, dim), parts))
+
+
+def _rows(kt, opt, queries, rows, out_docs, out_scores, out_count, dim: int) -> None:
+    try:
+        kernels.search_batch(kt, opt, queries.indptr, queries.indices, queries.values, rows, out_docs, out_scores,
+                             out_count, kernels.scratch(dim))
+    except BaseException:  # the buffers may be left dirty: the next search gets fresh ones
+        kernels.drop_scratch()
+        raise
 
 
 def _check_weight(weight, name: str) -> float:

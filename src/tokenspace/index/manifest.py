@@ -196,7 +196,10 @@ def parse(doc, path: Path) -> Manifest:
     vocab, vocab_name = None, None
     if doc["vocab"] is not None:
         v = f.obj(doc["vocab"], "vocab", {"file", "bytes", "crc32", "name"})
-        vocab = f.entry({k: v[k] for k in ("file", "bytes", "crc32")}, "vocab", file=storage.VOCAB)
+        # versions before 8 name it vocab.txt; from 8 each generation's own name, or an older index's
+        # vocab.txt that an in-place save kept
+        vocab = f.entry({k: v[k] for k in ("file", "bytes", "crc32")}, "vocab",
+                        **({"pattern": storage.VOCAB_FILE} if version >= 8 else {"file": storage.VOCAB}))
         vocab_name = f.str_(v["name"], "vocab.name")
     token_filter = _token_filter(f, doc["token_filter"], dim, version)
     segs = doc["segments"]

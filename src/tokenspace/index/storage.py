@@ -1,17 +1,20 @@
 """On-disk format of the inverted index: immutable segment folders, tombstone files, a manifest.
 
-Layout of an index folder (format version 4: chunked uint16 posting doc ids and impact heads, see segment.py; the
+Layout of an index folder (format version 8: chunked uint16 posting doc ids and impact heads, see segment.py; the
 manifest's schema is manifest.py)::
 
     MANIFEST.json            the commit point: lists the live files with their size and crc32
-    vocab.txt                optional, one token per line (names the dims; needed for where= strings)
+    vocab-000007.txt         optional, one token per line (names the dims; needed for where= strings),
+                             written at generation 7 (before version 8: vocab.txt)
     seg-000001/<array>.npy   one .npy per segment array (see segment.ARRAYS), never rewritten
     seg-000001/metadata.jsonl  optional: one JSON object (the row's fields) a line (metadata.py)
     seg-000001.del-000007.npy  uint8[n] tombstones of segment 1, written at generation 7
 
 Commit protocol (a crash at any point leaves the previous or the new index, never a mix):
-new segment folders are written under a temporary name, every file fsync'ed, then renamed; tombstone
-files get a fresh name per generation; finally MANIFEST.json is written to a temporary file, fsync'ed
+new segment folders are written under a temporary name, every file fsync'ed, then renamed; tombstone,
+prior, hub bank and vocabulary files get a fresh name per generation (no file the old manifest names is
+ever replaced, whatever index the folder held: ``numbers_in_use`` picks names above every one there);
+finally MANIFEST.json is written to a temporary file, fsync'ed
 and atomically renamed over the old one, and the folder fsync'ed. Files the manifest does not name
 (older tombstones, half-written temporaries) are removed after the commit and ignored on load.
 
@@ -38,10 +41,13 @@ FORMAT = "tokenspace-inverted"
 # 3: the document count n and per-segment row metadata (manifest.py); 4: the impact heads (segment.HEADS;
 # an older segment gets them computed at load); 5: the optional hub prior (a query bank and each segment's
 # per-document prior, manifest.HubPrior); 6: the optional collection info (the model that encoded the rows
-# and the default ranking, manifest.Manifest.info); 2 to 5 are still read
-VERSION = 7
-READABLE = (2, 3, 4, 5, 6, 7)
-VOCAB = "vocab.txt"
+# and the default ranking, manifest.Manifest.info); 7: approx_mass; 8: the vocabulary file named per
+# generation (vocab-NNNNNN.txt: a save over another index never replaces the vocab.txt its manifest names
+# before the commit); 2 to 7 are still read
+VERSION = 8
+READABLE = (2, 3, 4, 5, 6, 7, 8)
+VOCAB = "vocab.txt"  # the vocabulary file of versions 2 to 7 (an in-place save of one keeps it)
+VOCAB_FILE = re.compile(r"vocab(-[0-9]{6})?\.txt")
 # what changed in each version, for the error that asks to rebuild an older index
 _OLDER = {1: "int32 posting doc ids and forward term ids, before the compressed postings of version 2"}
 MANIFEST = "MANIFEST.json"
@@ -116,6 +122,36 @@ def write_segment(root: Path, name: str, arrays: dict[str, np.ndarray], texts: d
 def write_text(path: Path, text: str) -> dict:
     atomic.write_text(path, text)
     return {"bytes": path.stat().st_size, "crc32": file_crc32(path)}
+
+
+def vocab_file(generation: int) -> str:
+    """The name of the vocabulary file written at ``generation``."""
+    return f"vocab-{generation:06d}.txt"
+
+
+_SEG_NUMBER = re.compile(r"(?:\.tmp-)?seg-([0-9]+)")
+_GEN_NUMBER = re.compile(r"(?:seg-[0-9]+\.(?:del|prior)|hub|vocab)-([0-9]+)")
+
+
+def numbers_in_use(root: Path) -> tuple[int, int]:
+    """The highest segment number and the highest generation any entry of ``root`` carries (0 when none):
+    a save into a folder it did not load picks names above both, so it never writes over a file the
+    folder's manifest names, whatever index (another vocabulary, dimension or format version, or a
+    manifest it cannot read) is there. IndexCorruptError when a folder stands where the manifest goes: no
+    commit could replace it, so nothing is written."""
+    if (root / MANIFEST).is_dir():
+        raise IndexCorruptError(f"{root / MANIFEST}: unreadable manifest (a folder): remove it to save here")
+    seg = gen = 0
+    try:
+        names = [p.name for p in root.iterdir()]
+    except FileNotFoundError:
+        return 0, 0
+    for name in names:
+        if m := _SEG_NUMBER.match(name):
+            seg = max(seg, int(m[1]))
+        if m := _GEN_NUMBER.match(name):
+            gen = max(gen, int(m[1]))
+    return seg, gen
 
 
 # ----------------------------------------------------------------------------- manifest
@@ -202,13 +238,14 @@ def load_array(path: Path, mmap: bool) -> np.ndarray:
 
 
 def remove_unreferenced(root: Path, keep: set[str]) -> None:
-    """Delete segment folders, tombstones and temporaries the manifest does not name."""
+    """Delete segment folders, tombstones, vocabulary files and temporaries the manifest does not name."""
     for p in root.iterdir():
-        if p.name in (MANIFEST, VOCAB) or p.name in keep:
+        if p.name == MANIFEST or p.name in keep:
             continue
         # temporaries: segment folders (.tmp-*), tokenspace.atomic's files (.<stem>.*.tmp<suffix>) and
-        # the older <name>.tmp
-        if p.name.startswith((".tmp-", "seg-")) or p.name.endswith(".tmp") or _atomic_temp(p.name):
+        # the older <name>.tmp; an earlier generation's vocabulary (or a version 7 index's vocab.txt)
+        if (p.name.startswith((".tmp-", "seg-")) or p.name.endswith(".tmp") or _atomic_temp(p.name)
+                or VOCAB_FILE.fullmatch(p.name)):
             if p.is_dir():
                 shutil.rmtree(p, ignore_errors=True)
             else:
