@@ -56,6 +56,7 @@ def client(served):
 
 
 HEADER_TIMEOUT = 1.0  # seconds: short, so the slow-header tests wait little
+LINGER = 1.0  # seconds of lingering read after a refused body: short, so the closing tests wait little
 
 
 @pytest.fixture
@@ -67,7 +68,7 @@ def header_timeout() -> float:
 @pytest.fixture
 def live_server(served):
     """The app under a real uvicorn server on a free port (a slow body needs a real socket), with the
-    settings `tokenspace serve` uses and 1 s body and header timeouts; yields the port."""
+    settings `tokenspace serve` uses, 1 s body and header timeouts and 1 s of lingering read; yields the port."""
     import socket
     import threading
     import time
@@ -80,7 +81,7 @@ def live_server(served):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     server = uvicorn.Server(uvicorn.Config(build_app(served[0], body_timeout=1.0), host="127.0.0.1", port=port,
-                                           **server_settings(header_timeout=HEADER_TIMEOUT)))
+                                           **server_settings(header_timeout=HEADER_TIMEOUT, linger=LINGER)))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 60

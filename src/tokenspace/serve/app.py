@@ -28,6 +28,7 @@ from tokenspace.serve.body_limit import BodyLimit
 from tokenspace.serve.body_timeout import BODY_TIMEOUT, BodyTimeout
 from tokenspace.serve.head import HeadAsGet
 from tokenspace.serve.header_timeout import HEADER_TIMEOUT, with_header_timeout
+from tokenspace.serve.lingering import LINGER
 from tokenspace.serve.service import SearchService, ServiceError
 from tokenspace.serve.uploads import (
     MAX_UPLOAD_BYTES,
@@ -180,11 +181,12 @@ def _check_port_free(host: str, port: int) -> None:
                       "server may hold it; pick another --port") from None
 
 
-def server_settings(header_timeout: float = HEADER_TIMEOUT) -> dict:
+def server_settings(header_timeout: float = HEADER_TIMEOUT, linger: float = LINGER) -> dict:
     """uvicorn's settings for the app (``uvicorn.run(app, host=..., port=..., **server_settings())``): its
     h11 protocol with a deadline on each request's headers (serve/header_timeout.py; the body has its
-    own, serve/body_timeout.py)."""
-    return {"http": with_header_timeout(header_timeout), "log_level": "warning"}
+    own, serve/body_timeout.py), which closes a connection whose body was refused unread after at most
+    ``linger`` seconds of lingering read (serve/lingering.py)."""
+    return {"http": with_header_timeout(header_timeout, linger), "log_level": "warning"}
 
 
 def run(searcher: Searcher, host: str = "127.0.0.1", port: int = 8000,

@@ -4,7 +4,9 @@ parsed or stored.
 Without it a 30 MB JSON body was parsed in full (seconds of the one event loop, ~0.8 GB of memory)
 before the schema's limits refused it, and an upload was written to a temporary file in full before
 the upload cap was checked. A declared Content-Length over the cap is refused before any byte is read;
-a body without one (chunked) is counted chunk by chunk and refused as soon as it passes the cap.
+a body without one (chunked) is counted chunk by chunk and refused as soon as it passes the cap. Both
+413s say ``Connection: close``: the server then closes the connection after a lingering read, so the
+client, still sending, can read the 413 (serve/lingering.py) instead of getting a TCP reset.
 """
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ from collections.abc import Callable
 
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
+
+from tokenspace.serve.body_timeout import CLOSE
 
 
 class BodyLimit:
@@ -27,7 +31,7 @@ class BodyLimit:
         if declared is not None and declared > limit:
             # refused before reading: the connection closes, its unread body is never received
             response = JSONResponse({"detail": _message(declared, limit)}, status_code=413,
-                                    headers={"Connection": "close"})
+                                    headers=CLOSE)
             return await response(scope, receive, send)
         seen = 0
 
@@ -37,7 +41,7 @@ class BodyLimit:
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > limit:
-                    raise HTTPException(413, _message(seen, limit, so_far=True))
+                    raise HTTPException(413, _message(seen, limit, so_far=True), headers=CLOSE)
             return message
 
         return await self.app(scope, counted_receive, send)

@@ -9,7 +9,8 @@ protocol with one timer: armed when a connection opens and when the first byte o
 kept-alive connection arrives, cancelled once the headers are complete (the body then has the app's own
 deadline, body_timeout.py). The deadline is for the whole header block, not per byte, so trickling
 bytes does not extend it. ``server_config`` always names this protocol, so installing httptools (which
-uvicorn's "auto" would pick) cannot drop the timeout.
+uvicorn's "auto" would pick) cannot drop the timeout. The protocol also closes a connection whose body
+was refused unread, after a lingering read (serve/lingering.py).
 """
 from __future__ import annotations
 
@@ -18,19 +19,27 @@ import asyncio
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from tokenspace.serve.lingering import LINGER, LingeringClose
+
 HEADER_TIMEOUT = 10.0  # seconds from a request's first byte (or the connection) to its last header
 _MESSAGE = b"the request headers did not arrive in time\n"
 TIMEOUT_RESPONSE = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\nconnection: close\r\n"
                     b"content-length: %d\r\n\r\n%s" % (len(_MESSAGE), _MESSAGE))
 
 
-def with_header_timeout(seconds: float = HEADER_TIMEOUT) -> type[H11Protocol]:
-    """uvicorn's h11 protocol with a ``seconds`` deadline on each request's headers (pass it as ``http=``)."""
+def with_header_timeout(seconds: float = HEADER_TIMEOUT, linger: float = LINGER) -> type[H11Protocol]:
+    """uvicorn's h11 protocol with a ``seconds`` deadline on each request's headers (pass it as ``http=``),
+    lingering at most ``linger`` seconds when it closes a connection whose body is still arriving."""
     if not seconds > 0:
         raise ValueError(f"the header timeout must be > 0 seconds, got {seconds}")
+    if not linger > 0:
+        raise ValueError(f"the linger time must be > 0 seconds, got {linger}")
 
-    class HeaderTimeoutH11(H11Protocol):
+    linger_s = linger
+
+    class HeaderTimeoutH11(LingeringClose):
         header_timeout = float(seconds)
+        linger = float(linger_s)
         _header_timer: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport) -> None:
