@@ -1,0 +1,154 @@
+"""The public call against the raw one: InvertedIndex.search (a SparseBatch in, Hit objects out) against
+search_arrays (arrays in, ids and scores out), per query, on one pinned core, with every answer hashed.
+
+    python -m benchmarks.search_call --corpus-dir bench-data/real-text-100K --name real-text-100K
+
+Arms, each timed one query at a time (or per query of a batch) in interleaved passes, by CPU time:
+``arrays`` search_arrays(dims, weights); ``search`` search() of the query's one-row SparseBatch, made
+before the timer as a model's encoder hands it over; ``search+batch`` the same with the one-row
+SparseBatch built from the arrays inside the timer (what a caller holding arrays pays); ``search-batch``
+search() over batches of --batch queries on one thread, per query. The ratio of each arm to ``arrays``
+is taken per pass, then the median over passes. Every arm's answers (ids and float32 scores of every
+query) are hashed: the arms must agree, and the hashes in the JSON let a run at another commit show
+that a change left every answer as it was (--expect OLD.json checks that here).
+
+Writes benchmarks/results/search_call-<name>.json (with the run record) and prints the table.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.common import corpus_size, load_corpus, run_record, write_json
+from tokenspace.index import InvertedIndex
+from tokenspace.sparse import SparseBatch
+
+ROOT = Path(__file__).resolve().parents[1]
+K = 10
+# the settings that won the real-text-100K race at recall 0.95 and 0.99 and exact mode
+# (docs/benchmarks.md), on the builds they won with
+BUILDS = {"plain": {"impact_heads": False}, "mass80": {"impact_heads": False, "approx_mass": 0.8}}
+SETTINGS = [("plain", "exact", {"mode": "exact"}),
+            ("mass80", "qm=0.8 a=1.0 rerank=20", {"mode": "approx", "query_mass": 0.8, "alpha": 1.0, "rerank": 20}),
+            ("plain", "qm=0.9 a=1.0 rerank=20", {"mode": "approx", "query_mass": 0.9, "alpha": 1.0, "rerank": 20})]
+ARMS = ("arrays", "search", "search+batch", "search-batch")
+
+
+def digest(answers) -> str:
+    """sha256 over every query's ids and float32 scores, in order."""
+    h = hashlib.sha256()
+    for ids, scores in answers:
+        h.update("\x1f".join(ids).encode() + b"\x1e")
+        h.update(np.asarray(scores, np.float32).tobytes() + b"\x1d")
+    return h.hexdigest()
+
+
+def run_arm(arm, index, qrows, qbatches, dim, setting):
+    """(CPU seconds, answers) of one pass of one arm over the queries."""
+    out = []
+    if arm == "arrays":
+        c = time.process_time()
+        for idx, val in qrows:
+            out.append(index.search_arrays(idx, val, K, **setting))
+        cpu = time.process_time() - c
+        return cpu, [(ids, s) for ids, s in out]
+    if arm == "search":
+        ones = [SparseBatch(np.array([0, len(idx)]), idx, val, dim) for idx, val in qrows]
+        c = time.process_time()
+        for q in ones:
+            out.append(index.search(q, K, **setting)[0])
+        cpu = time.process_time() - c
+    elif arm == "search+batch":
+        c = time.process_time()
+        for idx, val in qrows:
+            out.append(index.search(SparseBatch(np.array([0, len(idx)]), idx, val, dim), K, **setting)[0])
+        cpu = time.process_time() - c
+    else:
+        c = time.process_time()
+        for b in qbatches:
+            out.extend(index.search(b, K, **setting))
+        cpu = time.process_time() - c
+    return cpu, [([h.id for h in hits], [h.score for h in hits]) for hits in out]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--corpus-dir", type=Path, required=True)
+    ap.add_argument("--name", default=None)
+    ap.add_argument("--queries", type=int, default=2000)
+    ap.add_argument("--passes", type=int, default=7)
+    ap.add_argument("--batch", type=int, default=100, help="queries per search() call in the search-batch arm")
+    ap.add_argument("--pin-core", type=int, default=None, help="default: the lowest core this process may use")
+    ap.add_argument("--expect", type=Path, default=None,
+                    help="a search_call JSON of another commit: every answer hash must equal its")
+    ap.add_argument("--out", type=Path, default=None)
+    a = ap.parse_args(argv)
+    record = run_record(__file__, argv)
+    n = corpus_size(a.corpus_dir)
+    corpus = load_corpus(a.corpus_dir, n)
+    dim = corpus.dim
+    docs, qs = corpus.batches()
+    nq = min(a.queries, len(qs))
+    qrows = [corpus.query(r) for r in range(nq)]
+    qbatches = [qs[s:min(s + a.batch, nq)] for s in range(0, nq, a.batch)]
+    ids = list(map(str, range(n)))
+    indexes = {name: InvertedIndex.build(docs, ids, **opts) for name, opts in BUILDS.items()}
+    allowed = sorted(os.sched_getaffinity(0))
+    core = allowed[0] if a.pin_core is None else a.pin_core
+    os.sched_setaffinity(0, {core})
+    rows = []
+    try:
+        for build, label, setting in SETTINGS:
+            index = indexes[build]
+            for arm in ARMS:  # warm-up: numba's first calls, the kept plans
+                run_arm(arm, index, qrows[:50], qbatches[:1], dim, setting)
+            cpu = {arm: [] for arm in ARMS}
+            hashes = {}
+            for rep in range(a.passes):
+                order = ARMS[rep % len(ARMS):] + ARMS[:rep % len(ARMS)]  # rotate which arm goes first
+                for arm in order:
+                    sec, answers = run_arm(arm, index, qrows, qbatches, dim, setting)
+                    cpu[arm].append(sec / nq * 1e6)
+                    hashes.setdefault(arm, digest(answers))
+            if len(set(hashes.values())) != 1:
+                raise SystemExit(f"{build} {label}: the arms' answers differ: {hashes}")
+            row = {"build": build, "setting": label, "options": setting, "answers_sha256": hashes["arrays"],
+                   "us_per_query_passes": {arm: [round(x, 2) for x in v] for arm, v in cpu.items()},
+                   "us_per_query": {arm: round(float(np.median(v)), 2) for arm, v in cpu.items()}}
+            row["ratio_to_arrays"] = {arm: round(float(np.median([x / y for x, y in zip(cpu[arm], cpu["arrays"])])), 4)
+                                      for arm in ARMS[1:]}
+            rows.append(row)
+            print(f"{build} {label}: " + ", ".join(f"{arm} {row['us_per_query'][arm]:.1f} us" for arm in ARMS)
+                  + " | ratios " + ", ".join(f"{arm} {r:.3f}" for arm, r in row["ratio_to_arrays"].items()),
+                  file=sys.stderr, flush=True)
+    finally:
+        os.sched_setaffinity(0, set(allowed))
+    mismatch = []
+    if a.expect:
+        old = {(r["build"], r["setting"]): r["answers_sha256"] for r in json.loads(a.expect.read_text())["rows"]}
+        mismatch = [f"{r['build']} {r['setting']}" for r in rows
+                    if (r["build"], r["setting"]) in old and old[(r["build"], r["setting"])] != r["answers_sha256"]]
+    report = {"corpus": a.name or a.corpus_dir.name, "n_docs": n, "k": K, "queries": nq, "passes": a.passes,
+              "batch": a.batch, "pinned_core": core, "load_avg_1min_end": os.getloadavg()[0],
+              "expect": str(a.expect) if a.expect else None, "answers_differ_from_expect": mismatch, "rows": rows}
+    print("| build | setting | search_arrays us/query | search() | ratio | search() + SparseBatch | ratio | "
+          f"search() in batches of {a.batch} | ratio |\n|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        us, rt = r["us_per_query"], r["ratio_to_arrays"]
+        print(f"| {r['build']} | {r['setting']} | {us['arrays']:.1f} | {us['search']:.1f} | {rt['search']:.3f} | "
+              f"{us['search+batch']:.1f} | {rt['search+batch']:.3f} | {us['search-batch']:.1f} | {rt['search-batch']:.3f} |")
+    out = write_json(a.out or ROOT / "benchmarks/results" / f"search_call-{report['corpus']}.json", report, record)
+    print(f"wrote {out}")
+    if mismatch:
+        raise SystemExit(f"answers differ from {a.expect}: {', '.join(mismatch)}")
+
+
+if __name__ == "__main__":
+    main()

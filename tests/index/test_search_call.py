@@ -1,0 +1,164 @@
+"""search(), the call a user makes, against a slow exact reference (scipy's sparse dot product) on many
+random tiny indexes: one query at a time and in batches, on one thread and two, over several segments,
+deletions, idf weights and a hub prior; its one-query road agrees with search_arrays, and the hits it
+builds without Hit.__init__ are Hit objects like any other."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from _inverted_data import ids_for, random_batch
+
+from tokenspace.index import InvertedIndex
+from tokenspace.index import inverted as inv
+from tokenspace.index.base import Hit
+from tokenspace.sparse import SparseBatch
+
+
+def csr(b: SparseBatch) -> sp.csr_matrix:
+    return sp.csr_matrix((b.values.astype(np.float64), b.indices, b.indptr), shape=(len(b), b.dim))
+
+
+def reference(docs: SparseBatch, ids: list[str], qs: SparseBatch, k: int, live=None, penalty=None):
+    """Per query: [(score, id)] of the exact top-k by float64 dot product (minus penalty), positive dot
+    products only, ties by insertion order."""
+    scores = (csr(qs) @ csr(docs).T).toarray()
+    out = []
+    for r in range(len(qs)):
+        dot = scores[r]
+        s = dot - (0.0 if penalty is None else penalty)
+        ok = dot > 0 if live is None else (dot > 0) & live
+        cand = np.nonzero(ok)[0]
+        order = cand[np.lexsort((cand, -s[cand]))][:k]
+        out.append([(float(s[j]), ids[j]) for j in order])
+    return out
+
+
+def check(got: list[list[Hit]], want, tol=1e-4):
+    """Same ids in order, scores within float32 rounding; ids may swap only where scores nearly tie."""
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert len(g) == len(w), (g, w)
+        for h, (s, i) in zip(g, w):
+            assert type(h) is Hit
+            assert abs(h.score - s) <= tol * max(1.0, abs(s)), (g, w)
+            if h.id != i:
+                assert any(abs(s2 - s) <= tol * max(1.0, abs(s)) for s2, i2 in w if i2 == h.id), (g, w)
+
+
+def rows(qs: SparseBatch) -> list[SparseBatch]:
+    return [qs[r:r + 1] for r in range(len(qs))]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_search_equals_scipy_on_random_tiny_indexes(seed):
+    rng = np.random.default_rng(seed)
+    n, dim = int(rng.integers(1, 400)), int(rng.integers(5, 120))
+    docs = random_batch(n, dim, float(rng.uniform(0.03, 0.3)), seed=seed, zipf=bool(seed % 2),
+                        grid=0.25 if seed % 3 == 0 else None)
+    qs = random_batch(12, dim, float(rng.uniform(0.05, 0.3)), seed=100 + seed, zipf=bool(seed % 2))
+    ids = ids_for(n)
+    k = int(rng.integers(1, 15))
+    index = InvertedIndex.build(docs, ids, impact_heads=bool(seed % 2), dense_fraction=(0.05, 0.125, 2.0)[seed % 3])
+    want = reference(docs, ids, qs, k)
+    check(index.search(qs, k), want)  # a batch
+    check(index.search(qs, k, threads=2), want)
+    check([index.search(q, k)[0] for q in rows(qs)], want)  # one query at a time
+    # approx with no cut, no skipping and a rerank past every doc is exact
+    full = {"mode": "approx", "query_mass": 1.0, "alpha": 1.0, "rerank": max(k, n)}
+    check([index.search(q, k, **full)[0] for q in rows(qs)], want)
+    check(index.search(qs, k, **full), want)
+
+
+def test_segments_deletions_idf_and_a_hub_prior_against_scipy():
+    docs = random_batch(600, 80, 0.12, seed=7, zipf=True)
+    qs = random_batch(15, 80, 0.1, seed=8, zipf=True)
+    ids = ids_for(600)
+    index = InvertedIndex.build(docs[:250], ids[:250])
+    index.add(docs[250:], ids[250:])
+    gone = set(ids[:600:7])
+    index.delete(sorted(gone))
+    live = np.array([i not in gone for i in ids])
+    want = reference(docs, ids, qs, 10, live)
+    check([index.search(q, 10)[0] for q in rows(qs)], want)
+    check(index.search(qs, 10), want)
+    # idf: the same as scoring the weighted queries (weigh), one at a time and in a batch
+    weighted = index.weigh(qs, 0.5)
+    want = reference(docs, ids, weighted, 10, live)
+    check([index.search(q, 10, idf=0.5)[0] for q in rows(qs)], want)
+    check(index.search(qs, 10, idf=0.5), want)
+    # a hub prior: dot product - weight x r_D, with the stored weight and with another one
+    index.set_hub_prior(qs, k=3, weight=0.5, order=False)
+    r_d = index.hubness([i for i in ids if i not in gone])
+    penalty = np.zeros(600)
+    penalty[live] = r_d
+    for w in (0.5, 0.2):
+        want = reference(docs, ids, qs, 10, live, w * penalty)
+        check([index.search(q, 10, prior_weight=w)[0] for q in rows(qs)], want, tol=1e-3)
+        check(index.search(qs, 10, prior_weight=w), want, tol=1e-3)
+
+
+def test_one_query_road_is_search_arrays_answer_and_filters_still_apply():
+    docs = random_batch(800, 100, 0.08, seed=3, zipf=True)
+    qs = random_batch(20, 100, 0.08, seed=4, zipf=True)
+    ids = ids_for(800)
+    index = InvertedIndex.build(docs, ids, approx_mass=0.8)
+    for opts in ({}, {"mode": "approx", "query_mass": 0.8, "alpha": 0.9, "rerank": 20}):
+        for _ in range(2):  # the second time from the kept plan
+            for q in rows(qs):
+                got = index.search(q, 10, **opts)[0]
+                a_ids, a_scores = index.search_arrays(q.indices, q.values, 10, **opts)
+                assert [h.id for h in got] == a_ids
+                assert [h.score for h in got] == a_scores.tolist()
+    # a filter is this search's own: a later unfiltered search is not restricted by it
+    q = qs[0:1]
+    plain = index.search(q, 10)[0]
+    some = [h.id for h in plain[:3]]
+    assert [h.id for h in index.search(q, 10, subset=some)[0]] == some
+    assert index.search(q, 10)[0] == plain
+    top = index.search(q, 1)[0][0].id
+    assert top not in [h.id for h in index.search(q, 10, subset=[i for i in ids if i != top])[0]]
+
+
+def test_bad_queries_and_arguments_are_refused_on_the_one_query_road():
+    docs = random_batch(50, 30, 0.2, seed=5)
+    index = InvertedIndex.build(docs, ids_for(50))
+    unsorted = SparseBatch(np.array([0, 2]), np.array([5, 3]), np.array([1.0, 1.0], np.float32), 30)
+    with pytest.raises(ValueError, match="query row 0 must have strictly increasing dims"):
+        index.search(unsorted, 5)
+    nan = SparseBatch(np.array([0, 1]), np.array([5]), np.array([np.nan], np.float32), 30)
+    with pytest.raises(ValueError, match="query row 0"):
+        index.search(nan, 5)
+    with pytest.raises(ValueError, match="query row 0"):  # no segment to search: still checked
+        InvertedIndex(30).search(unsorted, 5)
+    q = docs[0:1]
+    with pytest.raises(ValueError, match="k must be"):
+        index.search(q, 0)
+    with pytest.raises(ValueError, match="threads must be"):
+        index.search(q, 5, threads=True)
+    with pytest.raises(ValueError, match="threads must be"):
+        index.search(q, 5, threads=0)
+    with pytest.raises(ValueError, match="only apply to mode='approx'"):
+        index.search(q, 5, rerank=20)
+    with pytest.raises(ValueError, match="idf must be"):
+        index.search(q, 5, idf=-1)
+    assert index.search(SparseBatch.empty(1, 30), 5) == [[]]
+    assert index.search(SparseBatch.empty(0, 30), 5) == []
+    # 1, 1.0 and True are equal dict keys: each is checked as itself, never answered from another's plan
+    assert index.search(q, 5, mode="approx", alpha=1)[0] == index.search(q, 5, mode="approx", alpha=1.0)[0]
+    with pytest.raises(ValueError, match="impact_floor"):
+        index.search(q, 5, mode="approx", impact_floor=True)
+
+
+def test_hits_built_without_init_are_hits():
+    assert [f.name for f in dataclasses.fields(Hit)] == ["score", "id"]  # what inverted._hits sets
+    assert not hasattr(Hit, "__post_init__")
+    made = inv._hits([0.5, 2.0], ["a", "b"])
+    assert made == [Hit(0.5, "a"), Hit(2.0, "b")]
+    assert [hash(h) for h in made] == [hash(Hit(0.5, "a")), hash(Hit(2.0, "b"))]
+    assert made[0] < made[1] and made[0].to_dict() == {"id": "a", "score": 0.5}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made[0].score = 1.0
+    assert inv._hits([], []) == []
