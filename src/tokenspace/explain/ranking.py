@@ -25,6 +25,7 @@ means the same whatever the shaping. None of these is in the three papers: resul
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -183,11 +184,18 @@ class HubBank:
 
     def texts(self, home=None) -> list[str]:
         """The bank's captions: distinct, non-empty, ``size`` of them drawn with a fixed seed."""
-        texts = sorted({r.text.strip() for r in load_data(list(self.specs), home) if r.text and r.text.strip()})
-        if not texts:
-            raise ValueError(f"the hub bank's data ({', '.join(self.specs)}) holds no captions")
-        keep = np.random.default_rng(0).choice(len(texts), size=min(self.size, len(texts)), replace=False)
-        return [texts[i] for i in sorted(keep)]
+        return list(_bank_texts(self.specs, self.size, None if home is None else str(home)))
+
+
+@functools.lru_cache(maxsize=4)
+def _bank_texts(specs: tuple[str, ...], size: int, home: str | None) -> tuple[str, ...]:
+    # kept for the process: an ingestion command reads them to check the specs before it encodes, and
+    # again to build the prior (a release bank's four data sets take ~8 s to read)
+    texts = sorted({r.text.strip() for r in load_data(list(specs), home) if r.text and r.text.strip()})
+    if not texts:
+        raise ValueError(f"the hub bank's data ({', '.join(specs)}) holds no captions")
+    keep = np.random.default_rng(0).choice(len(texts), size=min(size, len(texts)), replace=False)
+    return tuple(texts[i] for i in sorted(keep))
 
 
 def model_folder(ref) -> Path | None:
