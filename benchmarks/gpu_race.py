@@ -51,7 +51,7 @@ PEERS_FILE = ROOT / "benchmarks/peers/race_lsr.json"
 PEER_PACKAGES = ("pyvsag", "bmp", "kannolo", "pyseismic-lsr")
 PLATFORMS = ("manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux_2_27_x86_64", "manylinux_2_28_x86_64",
              "manylinux_2_31_x86_64", "manylinux_2_34_x86_64", "manylinux_2_35_x86_64")
-SKIP_FULL = ("kannolo-m32", "bmp-b32", "tokenspace-mass80", "tokenspace-mass90-search")
+SKIP_FULL = ("kannolo-m32", "bmp-b32", "tokenspace-mass80", "tokenspace-mass90-arrays")
 
 
 # ----------------------------------------------------------------------------- here

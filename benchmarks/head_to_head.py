@@ -20,9 +20,14 @@ family: the family ratios take, per pass, the fastest setting of any build of ea
 pinned to one core (--pin-core; builds may use them all), so one query at a time is one core's work.
 --screen N first times every setting once on N queries and keeps for the timed passes only the settings
 no other setting of the same engine beats by 15% in speed at an equal or higher recall on those queries
-(a wide grid costs one short pass, the race is run on the front). --batch-threads T then times each
-kept setting's batch call (the engine's own batch API, or a thread pool where it has none) over
---batch-queries queries on T threads (unpinned). Writes benchmarks/results/head_to_head-<name>.json
+(a wide grid costs one short pass, the race is run on the front). Each engine searches its queries in the
+form its search call takes, made before the timer (Peer.prepare_queries: tokenspace's `search()` gets a
+one-row SparseBatch, as from a model's encoder). --batch-threads T then times each kept setting's batch
+call (the engine's own multi-threaded batch search; SINDI, which has none, in T forked worker processes)
+over --batch-queries queries on T threads (unpinned), in --batch-passes interleaved passes with the
+engines' order rotated, and reports the batch QPS ratios at each recall target by wall time
+(batch_family_ratios); --batch-only runs that race alone (no one-query passes).
+Writes benchmarks/results/head_to_head-<name>.json
 (starting with the run record: date, commit, machine, command), the recall-vs-QPS plot
 benchmarks/results/head_to_head-<name>.png, and prints the table.
 """
@@ -123,22 +128,40 @@ def race(peers: list, corpus, gt, n_single: int, passes: int, cells: list | None
     return list(out.values())
 
 
-def batch_times(cells, corpus, gt, n_queries: int, threads: int, batch_size: int = 250) -> dict:
-    """Each cell's batch call over the first ``n_queries`` queries on ``threads`` threads: QPS and recall."""
+def batch_race(peers, cells, corpus, gt, n_queries: int, threads: int, passes: int = 1, batch_size: int = 250,
+               deadline: float | None = None) -> dict:
+    """Each cell's batch call over the first ``n_queries`` queries, ``batch_size`` at a time on ``threads``
+    threads, in ``passes`` interleaved passes (the engines' order rotated): per cell its QPS per pass (wall
+    time: the work is spread over threads or processes), their median and the recall."""
     rows = np.arange(min(n_queries, len(corpus.q_indptr) - 1))
-    out = {}
+    out, live = {}, []
     for p, label, setting in cells:
-        try:
-            p.search_batch(corpus, rows[:min(len(rows), batch_size)], K, threads, **setting)  # warm-up
+        try:  # warm-up: a first call's compilations, pools and plans are not timed
+            p.search_batch(corpus, rows[:min(len(rows), batch_size)], K, threads, **setting)
+        except NotImplementedError:
+            continue
+        live.append((p, label, setting))
+        out[(p.name, label)] = {"batch_qps_passes": [], "batch_threads": threads, "batch_queries": len(rows),
+                                "batch_size": batch_size}
+    for rep in range(passes):
+        if rep and deadline is not None and time.monotonic() > deadline:
+            print(f"deadline: {rep} of {passes} batch passes run", file=sys.stderr, flush=True)
+            break
+        shift = rep % len(peers)
+        order = [c for p in peers[shift:] + peers[:shift] for c in live if c[0] is p]
+        for p, label, setting in order:
             res = []
             t0 = time.perf_counter()
             for s in range(0, len(rows), batch_size):
                 res.extend(p.search_batch(corpus, rows[s:s + batch_size], K, threads, **setting))
             dt_ = time.perf_counter() - t0
-        except NotImplementedError:
-            continue
-        out[(p.name, label)] = {"batch_qps": round(len(rows) / dt_, 1), "batch_recall": recall_at(res, gt[rows], K),
-                                "batch_threads": threads, "batch_queries": len(rows)}
+            row = out[(p.name, label)]
+            row["batch_qps_passes"].append(round(len(rows) / dt_, 1))
+            if "batch_recall" not in row:
+                row["batch_recall"] = recall_at(res, gt[rows], K)
+        print(f"batch pass {rep + 1}/{passes} done", file=sys.stderr, flush=True)
+    for row in out.values():
+        row["batch_qps"] = float(np.median(row["batch_qps_passes"]))
     return out
 
 
@@ -196,17 +219,27 @@ def plot(report: dict, path: Path) -> None:
     from benchmarks.real_engines import pareto, recall_qps_axes
 
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    batch = not report["single_queries"]  # --batch-only: the batch race's QPS
+    q, qp = ("batch_qps", "batch_qps_passes") if batch else ("qps", "qps_passes")
     for engine in dict.fromkeys(r["engine"] for r in report["rows"]):
-        rows = [r for r in report["rows"] if r["engine"] == engine]
-        xs, ys = [r["recall"] for r in rows], [r["qps"] for r in rows]
-        lo = [r["qps"] - min(r["qps_passes"]) for r in rows]
-        hi = [max(r["qps_passes"]) - r["qps"] for r in rows]
+        rows = [r for r in report["rows"] if r["engine"] == engine and q in r]
+        if not rows:
+            continue
+        xs, ys = [r["recall"] for r in rows], [r[q] for r in rows]
+        lo = [r[q] - min(r[qp]) for r in rows]
+        hi = [max(r[qp]) - r[q] for r in rows]
         bars = ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o", ms=3, alpha=0.35, elinewidth=0.8)
-        front = pareto([(r["recall"], r["qps"], r["setting"]) for r in rows])
+        front = pareto([(r["recall"], r[q], r["setting"]) for r in rows])
         ax.plot([f[0] for f in front], [f[1] for f in front], "-o", ms=3, color=bars[0].get_color(), label=engine)
-    recall_qps_axes(ax, 0.8, "queries / s, one at a time on one core")
-    ax.set_title(f"{report['corpus']}: {report['n_docs']:,} docs, {report['single_queries']:,} queries, "
-                 f"{report['passes']} interleaved passes ({report['date']})", fontsize=9)
+    if batch:
+        b = report["batch"]
+        recall_qps_axes(ax, 0.8, f"queries / s, batches of {b['size']} on {b['threads']} threads")
+        ax.set_title(f"{report['corpus']}: {report['n_docs']:,} docs, {b['queries']:,} queries, "
+                     f"{b['passes']} interleaved passes ({report['date']})", fontsize=9)
+    else:
+        recall_qps_axes(ax, 0.8, "queries / s, one at a time on one core")
+        ax.set_title(f"{report['corpus']}: {report['n_docs']:,} docs, {report['single_queries']:,} queries, "
+                     f"{report['passes']} interleaved passes ({report['date']})", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -232,9 +265,15 @@ def main(argv=None):
     ap.add_argument("--screen", type=int, default=0, help="screen the settings on this many queries first (0: no)")
     ap.add_argument("--batch-threads", type=int, default=0, help="also time each setting's batch call (0: no)")
     ap.add_argument("--batch-queries", type=int, default=2000)
+    ap.add_argument("--batch-passes", type=int, default=1, help="interleaved passes of the batch race")
+    ap.add_argument("--batch-size", type=int, default=250, help="queries per batch call")
+    ap.add_argument("--batch-only", action="store_true",
+                    help="race the batch calls alone (needs --batch-threads): no one-query passes")
     ap.add_argument("--deadline", type=float, default=None,
                     help="seconds from the start after which no further timed pass begins (a lent machine's time)")
     a = ap.parse_args(argv)
+    if a.batch_only and not a.batch_threads:
+        ap.error("--batch-only needs --batch-threads")
     deadline = None if a.deadline is None else time.monotonic() + a.deadline
     record = run_record(__file__, argv)
     if not (a.corpus_dir / "d_indptr.npy").exists():
@@ -279,6 +318,7 @@ def main(argv=None):
                 peer.build(corpus, workdir / str(i))
             builds.append({"engine": peer.name, "options": opts.get("build", {}), "build_s": t.seconds,
                            "index_bytes": peer.index_bytes(workdir / str(i))})
+            peer.prepare_queries(corpus)
             print(f"built {peer.name} in {t.seconds:.0f} s", file=sys.stderr, flush=True)
             peers.append(peer)
         core = allowed[0] if a.pin_core is None else a.pin_core
@@ -289,11 +329,20 @@ def main(argv=None):
         if a.screen:
             cells, screened = screen(cells, corpus, gt, a.screen)
             print(f"screened: {len(cells)} settings race", file=sys.stderr, flush=True)
-        rows = race(peers, corpus, gt, a.single, a.passes, cells, deadline)
+        if a.batch_only:
+            rows = [{"engine": p.name, "family": getattr(p, "family", p.name), "setting": label}
+                    for p, label, _ in cells]
+        else:
+            rows = race(peers, corpus, gt, a.single, a.passes, cells, deadline)
         if a.batch_threads:
             os.sched_setaffinity(0, set(allowed))
-            for (engine, label), b in batch_times(cells, corpus, gt, a.batch_queries, a.batch_threads).items():
-                next(r for r in rows if (r["engine"], r["setting"]) == (engine, label)).update(b)
+            batch = batch_race(peers, cells, corpus, gt, a.batch_queries, a.batch_threads, a.batch_passes,
+                               a.batch_size, deadline)
+            for row in rows:
+                row.update(batch.get((row["engine"], row["setting"]), {}))
+                if a.batch_only:
+                    row["recall"] = row.get("batch_recall", float("nan"))
+            rows = [r for r in rows if "recall" in r]
     finally:
         os.sched_setaffinity(0, set(allowed))  # main() also runs inside tests: give the cores back
         for p in peers:
@@ -304,7 +353,8 @@ def main(argv=None):
     firsts = [p.name for p, (engine, _) in zip(peers, specs) if engine == specs[0][0]]
     others = [p.name for p, (engine, _) in zip(peers, specs) if engine != specs[0][0]]
     fams = list(dict.fromkeys(getattr(p, "family", p.name) for p in peers))
-    report = {"corpus": name, "n_docs": n, "k": K, "passes": len(rows[0]["qps_passes"]), "single_queries": a.single,
+    report = {"corpus": name, "n_docs": n, "k": K, "passes": len(rows[0].get("qps_passes", [])),
+              "single_queries": 0 if a.batch_only else a.single,
               "pinned_core": core, "load_avg_1min_end": os.getloadavg()[0], "builds": builds, "rows": rows,
               "screen": screened,
               "ratios": {f"{first}/{o} @{t if t else 'exact'}": ratios(rows, first, o, t)
@@ -314,19 +364,36 @@ def main(argv=None):
               "family_ratios_cpu": {f"{fams[0]}/{o} @{t if t else 'exact'}": ratios(rows, fams[0], o, t, "family",
                                                                                     "cpu_qps_passes")
                                     for o in fams[1:] for t in (*FAMILY_TARGETS, None)}}
-    print("| engine | setting | recall@10 | QPS (median pass) | CPU-time QPS | passes |\n|---|---|---|---|---|---|")
+    if a.batch_threads:
+        report["batch"] = {"threads": a.batch_threads, "queries": a.batch_queries, "passes": a.batch_passes,
+                           "size": a.batch_size}
+        report["batch_family_ratios"] = {
+            f"{fams[0]}/{o} @{t if t else 'exact'}": ratios(rows, fams[0], o, t, "family", "batch_qps_passes")
+            for o in fams[1:] for t in (*FAMILY_TARGETS, None)}
+    if a.batch_only:  # no one-query passes: the one-query ratios are empty
+        for key in ("ratios", "family_ratios", "family_ratios_cpu"):
+            report[key] = {}
+    print("| engine | setting | recall@10 | QPS (median pass) | CPU-time QPS | passes | batch QPS | batch passes |\n"
+          "|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['engine']} | {r['setting']} | {r['recall']:.3f} | {r['qps']:,.0f} | {r['cpu_qps']:,.0f} | "
-              f"{' / '.join(f'{q:,.0f}' for q in r['qps_passes'])} |")
+        one = (f"{r['qps']:,.0f} | {r['cpu_qps']:,.0f} | {' / '.join(f'{q:,.0f}' for q in r['qps_passes'])}"
+               if "qps" in r else "- | - | -")
+        bat = (f"{r['batch_qps']:,.0f} | {' / '.join(f'{q:,.0f}' for q in r['batch_qps_passes'])}"
+               if "batch_qps" in r else "- | -")
+        print(f"| {r['engine']} | {r['setting']} | {r['recall']:.3f} | {one} | {bat} |")
     for b in builds:
         print(f"built {b['engine']}: {b['build_s']:.1f} s, {(b['index_bytes'] or 0) / 2**20:,.1f} MB")
     for key, val in report["family_ratios"].items():
         if val:
             print(f"{key}: median {val['median']:.2f}x (passes {', '.join(f'{x:.2f}' for x in val['per_pass'])}; "
                   f"{val['a']['setting']} vs {val['b']['setting']})")
-    report["verdict"] = verdict(report)
-    report["verdict_cpu"] = verdict(report, "family_ratios_cpu")
-    print("by wall time:\n" + report["verdict"] + "\nby CPU time:\n" + report["verdict_cpu"])
+    if not a.batch_only:
+        report["verdict"] = verdict(report)
+        report["verdict_cpu"] = verdict(report, "family_ratios_cpu")
+        print("by wall time:\n" + report["verdict"] + "\nby CPU time:\n" + report["verdict_cpu"])
+    if a.batch_threads:
+        report["verdict_batch"] = verdict(report, "batch_family_ratios")
+        print(f"batches of {a.batch_size} on {a.batch_threads} threads, by wall time:\n" + report["verdict_batch"])
     out = write_json(ROOT / "benchmarks/results" / f"head_to_head-{name}.json", report, record)
     png = out.with_suffix(".png")
     plot({**record, **report}, png)

