@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tokenspace.models.options import FRAGMENT_RULES
+
 SYNSETS_FILE = "imagenet_synsets.txt"  # one wnid per line, in classifier order
 LEMMAS_FILE = "imagenet_synset_to_lemma.txt"  # wnid<TAB>lemma, lemma, ...
 HYPERNYM_POINTERS = ("@", "@i")  # hypernym and instance hypernym (wndb(5))
@@ -115,20 +117,55 @@ def emitted_mask(tokens: tuple[str, ...]) -> np.ndarray:
     return mask
 
 
-def token_table(words: Sequence[dict[str, int]], tokenizer, decay: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+
+
+def word_groups(tokens: Sequence[str], ids: Sequence[int]) -> list[list[tuple[str, int]]]:
+    """A text's word pieces grouped by word: a piece without ``##`` starts a word, ``##`` pieces continue
+    it. A group of one piece is a word the vocabulary holds whole; a longer group is a word it only has
+    as fragments (``Cypriniformes`` -> cy ##pr ##ini ##form ##es)."""
+    groups: list[list[tuple[str, int]]] = []
+    for tok, tid in zip(tokens, ids):
+        if tok.startswith("##") and groups:
+            groups[-1].append((tok, tid))
+        else:
+            groups.append([(tok, tid)])
+    return groups
+
+
+def token_table(words: Sequence[dict[str, int]], tokenizer, decay: float = 1.0, fragments: str = "keep",
+                fragment_weight: float = 1.0, specificity: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
     """Classes' words -> (token_ids [U], weights [classes, U]) over the tokens any class uses.
 
-    weights[c, u] = decay ** (the lowest level of a word of class c that contains token u), else 0.
+    weights[c, u] = decay ** (the lowest level of a word of class c that gives token u), then:
+    - ``fragments``: what a word the vocabulary holds only as pieces gives. ``keep``: its pieces, as
+      whole words (the first tagger's rule: "tench" rows carried ``cy, ##d, ##ini, ##form`` from the
+      hypernym Cypriniformes, and those pieces matched hundreds of unrelated classes). ``lemma``: the
+      pieces of the class's own names only (level 0: a query for "tench" is tokenized into the same
+      pieces), times ``fragment_weight``; a hypernym's pieces are dropped. ``drop``: whole words only.
+    - ``specificity`` s: each token's weight times (log(N / df) / log(N)) ** s, df = the number of the N
+      classes holding it. A word shared by hundreds of classes ("animal", "device") says little about
+      which one is in the picture, and a class's own name (df = 1) keeps its full weight. 0: off.
     ``tokenizer`` is a WordPieceTokenizer (``tokenize`` / ``token_ids`` without specials)."""
     if not 0 < decay <= 1:
         raise ValueError(f"hypernym decay must be in (0, 1], not {decay}")
+    if fragments not in FRAGMENT_RULES:
+        raise ValueError(f"fragments must be one of {FRAGMENT_RULES}, not {fragments!r}")
+    if not 0 <= fragment_weight <= 1 or specificity < 0:
+        raise ValueError(f"fragment_weight must be in [0, 1] and specificity >= 0, not {fragment_weight}, "
+                         f"{specificity}")
     per_class: list[dict[int, float]] = []
     for ws in words:
         best: dict[int, float] = {}
         for word, level in ws.items():
-            for tok, tid in zip(tokenizer.tokenize(word), tokenizer.token_ids(word)):
-                if emitted(tok):
-                    best[tid] = max(best.get(tid, 0.0), decay ** level)
+            for group in word_groups(tokenizer.tokenize(word), tokenizer.token_ids(word)):
+                w = decay ** level
+                if len(group) > 1 and fragments != "keep":
+                    if fragments == "drop" or level > 0:
+                        continue
+                    w *= fragment_weight
+                for tok, tid in group:
+                    if emitted(tok) and w > 0:
+                        best[tid] = max(best.get(tid, 0.0), w)
         per_class.append(best)
     token_ids = np.array(sorted({t for b in per_class for t in b}), dtype=np.int64)
     col = {t: j for j, t in enumerate(token_ids)}
@@ -136,4 +173,9 @@ def token_table(words: Sequence[dict[str, int]], tokenizer, decay: float = 1.0) 
     for c, best in enumerate(per_class):
         for t, w in best.items():
             table[c, col[t]] = w
+    if specificity and len(words) > 1:
+        df = (table > 0).sum(axis=0)
+        table *= (np.log(len(words) / np.maximum(df, 1)) / np.log(len(words))).astype(np.float32) ** specificity
+        used = table.any(axis=0)  # a token every class holds weighs 0 now: not a column
+        token_ids, table = token_ids[used], np.ascontiguousarray(table[:, used])
     return token_ids, table

@@ -34,6 +34,7 @@ from tokenspace.models.classwords import emitted_mask
 from tokenspace.models.config import ModelConfig
 from tokenspace.models.dual import DualEncoder
 from tokenspace.models.options import FusedOptions
+from tokenspace.models.query_filter import on_topic
 from tokenspace.models.registry import inner_model
 
 
@@ -87,6 +88,10 @@ class FusedModel(DualEncoder):
         self._cells: dict[int, tuple[int, int]] | None = None if len(self.sizes) > 1 else {}
         keep = torch.tensor(emitted_mask(tuple(self.tokenizer.vocab.tokens)))
         self.register_buffer("content", keep, persistent=False)  # which ids count as content words
+        self.related_min = opts.related_min
+        if self.related_min is not None:  # filled by models/query_filter.fit_query_filter, stored with the weights
+            self.register_buffer("expansion_drop", torch.zeros(len(vocab)))  # 1: a query hub, never added
+            self.register_buffer("related", torch.zeros(len(vocab), opts.related_dim, dtype=torch.float16))
 
     def _share_image_tower(self, check: list[bool]) -> None:
         """One tower for all: the first part's weights in the fused model's tower (its image size), then
@@ -164,11 +169,15 @@ class FusedModel(DualEncoder):
         return out.scatter_reduce(1, input_ids, valid, reduce="amax", include_self=True)
 
     def text_embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        out = self.anchor * _unit(self.bag(input_ids, attention_mask))
+        own = self.bag(input_ids, attention_mask)
+        expansion = 0.0
         for w, part in zip(self.text_weights, self.parts):
             if w:
-                out = out + w * _unit(part.text_embed(input_ids, attention_mask))
-        return out
+                expansion = expansion + w * _unit(part.text_embed(input_ids, attention_mask))
+        if self.related_min is not None and isinstance(expansion, torch.Tensor):
+            expansion = expansion * on_topic(own, input_ids, attention_mask.bool() & self.content[input_ids],
+                                             self.related, self.expansion_drop, self.related_min)
+        return self.anchor * _unit(own) + expansion
 
     def image_scores(self, grid: torch.Tensor) -> torch.Tensor:
         """Per-cell scores for heatmaps: the first part that has them (see the module doc)."""
@@ -194,7 +203,7 @@ class FusedModel(DualEncoder):
                  for part, a, t, s in zip(self.parts, self.image_weights, self.text_weights, sizes)]
         # the weights as they are now (a sweep sets them on a built model), not as the config was built
         cfg.extra = {**cfg.extra, "parts": parts, "anchor": self.anchor, "image_top_n": self.image_top_n,
-                     "text_top_n": self.text_top_n}
+                     "text_top_n": self.text_top_n, "related_min": self.related_min}
         return cfg
 
 

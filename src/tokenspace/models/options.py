@@ -154,6 +154,7 @@ class VisualSpartaOptions(FamilyOptions):
 
 
 TAGGER_POOLS = ("cells", "image", "both")
+FRAGMENT_RULES = ("keep", "lemma", "drop")  # models/classwords.token_table
 TAGGER_TEXT_SIDES = ("splade", "bag")
 
 
@@ -167,6 +168,9 @@ class TaggerOptions(FamilyOptions):
     classifier: str | None = None  # where the classifier head is read from
     hypernym_levels: int = 2
     hypernym_decay: float = 1.0
+    fragments: str = "keep"  # keep | lemma | drop: what a word held only as word pieces gives (classwords)
+    fragment_weight: float = 1.0  # the pieces' weight under ``lemma``
+    specificity: float = 0.0  # weights times (log(N / df) / log(N)) ** specificity; 0: off
     pool: str = "cells"  # cells | image | both
     top_classes: int = 5
     scale: float = 1.0
@@ -177,6 +181,12 @@ class TaggerOptions(FamilyOptions):
     def __post_init__(self):
         self._set("hypernym_levels", _number(self.hypernym_levels, "hypernym_levels", int))
         self._set("hypernym_decay", _number(self.hypernym_decay, "hypernym_decay"))
+        self._set("fragment_weight", _number(self.fragment_weight, "fragment_weight"))
+        self._set("specificity", _number(self.specificity, "specificity"))
+        if self.fragments not in FRAGMENT_RULES:
+            raise ValueError(f"tagger fragments must be one of {FRAGMENT_RULES}, not {self.fragments!r}")
+        if not 0 <= self.fragment_weight <= 1 or self.specificity < 0:
+            raise ValueError("tagger fragment_weight must be in [0, 1] and specificity >= 0")
         self._set("top_classes", _number(self.top_classes, "top_classes", int))
         self._set("scale", _number(self.scale, "scale"))
         if self.pool not in TAGGER_POOLS:
@@ -207,6 +217,11 @@ class FusedOptions(FamilyOptions):
     anchor: float = 0.0
     image_top_n: int | None = None
     text_top_n: int | None = None
+    # query expansion that stays on topic (models/query_filter.py): an expanded token is kept only when it
+    # is no query hub and its relatedness to one of the query's own words is at least ``related_min``
+    # (None: expansion as the parts give it). ``related_dim``: the width of the stored token vectors
+    related_min: float | None = None
+    related_dim: int = 64
 
     def __post_init__(self):
         parts = self.parts
@@ -228,6 +243,10 @@ class FusedOptions(FamilyOptions):
             checked.append({"model": part["model"], **w, "image_size": size})
         self._set("parts", tuple(checked))
         self._set("anchor", _number(self.anchor, "anchor"))
+        self._set("related_min", _number(self.related_min, "related_min", allow_none=True))
+        self._set("related_dim", _number(self.related_dim, "related_dim", int))
+        if self.related_dim < 1:
+            raise ValueError(f"option related_dim must be a positive integer, not {self.related_dim}")
         if self.anchor < 0:
             raise ValueError(f"option anchor must be >= 0, not {self.anchor}")
         for name in ("image_top_n", "text_top_n"):

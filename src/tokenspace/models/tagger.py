@@ -74,15 +74,18 @@ def load_classifier_head(ref: str, n_classes: int, n_features: int) -> dict[str,
     return {"weight": w.float(), "bias": b.float()}
 
 
-def build_class_table(tokenizer, classes_ref: str, wordnet_ref: str | None, levels: int, decay: float):
-    """(token_ids [U], table [classes, U]) from the class list and (optionally) WordNet."""
+def build_class_table(tokenizer, classes_ref: str, wordnet_ref: str | None, levels: int, decay: float,
+                      fragments: str = "keep", fragment_weight: float = 1.0, specificity: float = 0.0):
+    """(token_ids [U], table [classes, U]) from the class list and (optionally) WordNet
+    (classwords.token_table: the rules for word pieces and for words many classes share)."""
     if levels < 0:
         raise ValueError(f"hypernym_levels must be >= 0, not {levels}")
     folder = resolve_weights(classes_ref)
     wnids = read_wnids(folder)
     graph = NounGraph.from_dict_dir(resolve_weights(wordnet_ref)) if wordnet_ref else None
     lemma_file = None if graph is not None else read_lemma_file(folder)
-    return token_table(class_words(wnids, levels, graph, lemma_file), tokenizer, decay)
+    return token_table(class_words(wnids, levels, graph, lemma_file), tokenizer, decay, fragments,
+                       fragment_weight, specificity)
 
 
 class TaggerModel(DualEncoder):
@@ -101,7 +104,8 @@ class TaggerModel(DualEncoder):
                              f"{'bag-of-tokens' if self.text_side == 'bag' else 'bert-mlm'}")
         if opts.classes:
             ids, table = build_class_table(self.tokenizer, opts.classes, opts.wordnet, opts.hypernym_levels,
-                                           opts.hypernym_decay)
+                                           opts.hypernym_decay, opts.fragments, opts.fragment_weight,
+                                           opts.specificity)
             ids, table = torch.from_numpy(ids), torch.from_numpy(table)
         elif opts.table_tokens:  # a saved folder: the table's values come with the weights
             n = opts.table_tokens

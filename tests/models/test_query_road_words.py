@@ -1,0 +1,176 @@
+"""Image vectors in words and expansion on topic: the tagger's class table rules (word pieces, words
+many classes share) on a tiny WordNet written here, and the fused model's query filter (hubs dropped,
+expansion related to the query's words, the query's own words kept) on a tiny model built here."""
+import math
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+
+from tokenspace.index.query_hubs import query_hubs
+from tokenspace.models.classwords import NounGraph, class_words, token_table, word_groups
+from tokenspace.models.query_filter import fit_query_filter
+from tokenspace.vocab import SPECIAL_TOKENS, Vocabulary, WordPieceTokenizer
+
+TOKENS = ["cy", "##pr", "##ini", "fish", "ten", "##ch", "carp", "animal", "dog", "bird", "a", "of", "photo"]
+# offset, lemmas, hypernym offsets: tench -> cyprini (a rare order, only in pieces) -> fish
+SYNSETS = [("00000001", ["animal"], []), ("00000002", ["fish"], ["00000001"]),
+           ("00000003", ["cyprini"], ["00000002"]), ("00000004", ["tench"], ["00000003"]),
+           ("00000005", ["carp"], ["00000003"]), ("00000006", ["dog"], ["00000001"]),
+           ("00000007", ["bird"], ["00000001"])]
+CLASSES = ["n00000004", "n00000005", "n00000006", "n00000007"]  # tench, carp, dog, bird
+
+
+@pytest.fixture
+def graph(tmp_path):
+    lines = []
+    for off, lemmas, hyper in SYNSETS:
+        words = " ".join(f"{w} 0" for w in lemmas)
+        ptrs = " ".join(f"@ {h} n 0000" for h in hyper)
+        lines.append(f"{off} 05 n {len(lemmas):02x} {words} {len(hyper):03d} {ptrs} | gloss\n")
+    (tmp_path / "data.noun").write_text("".join(lines))
+    return NounGraph.from_dict_dir(tmp_path)
+
+
+@pytest.fixture
+def tok():
+    return WordPieceTokenizer(Vocabulary(list(SPECIAL_TOKENS) + TOKENS, name="words-tiny"))
+
+
+def unit(x):
+    return x / x.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+
+
+def row(tok, ids, table, c):
+    names = {tid: tok.vocab.tokens[tid] for tid in ids}
+    return {names[t]: round(float(w), 3) for t, w in zip(ids, table[c]) if w > 0}
+
+
+def test_word_groups_split_words_from_pieces():
+    groups = word_groups(["great", "cy", "##pr", "##ini", "-", "fish"], [1, 2, 3, 4, 5, 6])
+    assert [[t for t, _ in g] for g in groups] == [["great"], ["cy", "##pr", "##ini"], ["-"], ["fish"]]
+
+
+def test_keep_rule_is_the_first_taggers(graph, tok):
+    ids, table = token_table(class_words(CLASSES, 2, graph), tok)
+    # tench carries the rare order's pieces, and so does carp: they match each other through them
+    assert row(tok, ids, table, 0) == {"cy": 1, "##pr": 1, "##ini": 1, "fish": 1, "ten": 1, "##ch": 1}
+    assert {"cy", "##pr", "##ini"} <= set(row(tok, ids, table, 1))
+
+
+def test_lemma_rule_keeps_a_class_name_in_pieces_and_drops_a_hypernyms(graph, tok):
+    ids, table = token_table(class_words(CLASSES, 2, graph), tok, fragments="lemma", fragment_weight=0.5)
+    assert row(tok, ids, table, 0) == {"ten": 0.5, "##ch": 0.5, "fish": 1}  # tench's own name stays, halved
+    assert row(tok, ids, table, 1) == {"carp": 1, "fish": 1}
+    assert "cy" not in {tok.vocab.tokens[i] for i in ids}  # no class uses the order's pieces any more
+    ids, table = token_table(class_words(CLASSES, 2, graph), tok, fragments="drop")
+    assert row(tok, ids, table, 0) == {"fish": 1}
+
+
+def test_specificity_weighs_a_shared_word_by_how_few_classes_hold_it(graph, tok):
+    ids, table = token_table(class_words(CLASSES, 2, graph), tok, fragments="lemma", specificity=1.0)
+    n = len(CLASSES)
+    shared = math.log(n / 2) / math.log(n)  # fish (tench, carp) and animal (dog, bird): 2 of 4 classes
+    assert row(tok, ids, table, 0) == pytest.approx({"ten": 1, "##ch": 1, "fish": shared}, abs=1e-3)
+    assert row(tok, ids, table, 2) == pytest.approx({"dog": 1, "animal": shared}, abs=1e-3)
+    squared = token_table(class_words(CLASSES, 2, graph), tok, fragments="lemma", specificity=2.0)[1]
+    assert squared[2].max() == 1 and sorted(squared[2][squared[2] > 0])[0] == pytest.approx(shared ** 2, abs=1e-3)
+
+
+def test_a_word_every_class_holds_is_no_column(graph, tok):
+    words = [dict(w, animal=3) for w in class_words(CLASSES, 0, graph)]  # every class: "animal"
+    ids, table = token_table(words, tok, specificity=1.0)
+    assert "animal" not in {tok.vocab.tokens[i] for i in ids} and (table.sum(0) > 0).all()
+
+
+def test_bad_rules_are_refused(graph, tok):
+    words = class_words(CLASSES, 0, graph)
+    for kw in ({"fragments": "some"}, {"fragment_weight": 2.0}, {"specificity": -1.0}):
+        with pytest.raises(ValueError):
+            token_table(words, tok, **kw)
+
+
+# ------------------------------------------------------------------------------------- query hubs
+def test_query_hubs_against_a_count_by_hand():
+    # 5 queries over 6 tokens; token 5 is in the top 2 of three of them (rows 1 and 2 put token 4 first)
+    dense = np.array([[3, 0, 0, 0, 0, 1], [0, 3, 0, 0, 2, 1], [0, 0, 3, 0, 2, 1],
+                      [0, 0, 0, 3, 0, 1], [3, 0, 0, 0, 0, 1]], dtype=np.float32)
+    rep = query_hubs(sp.csr_matrix(dense), top=2, min_share=0.5)
+    assert rep.hubs == {5: 0.6}
+    assert rep.weight_share == pytest.approx(3 / 22)  # 3 x weight 1 of the top-2 weight 4 + 5 + 5 + 4 + 4
+    rep = query_hubs(sp.csr_matrix(dense), top=3, min_share=0.4)
+    assert set(rep.hubs) == {0, 4, 5}
+    with pytest.raises(ValueError):
+        query_hubs(sp.csr_matrix(dense), min_share=0)
+
+
+# ------------------------------------------------------------------------------------- fused query filter
+@pytest.fixture
+def filtered(tiny_vocab, make_model, tmp_path):
+    """A tiny fused model (one STAIR part, the anchor) with the query filter, and token vectors where
+    dog ~ cat ~ ball and sun ~ moon ~ star, every other token unrelated to all."""
+    from tokenspace.models.config import ModelConfig
+    from tokenspace.models.registry import build_model
+
+    part = make_model("stair", seed=0).save_pretrained(tmp_path / "part")
+    cfg = ModelConfig(name="tiny-filtered", family="fused",
+                      image_tower={"type": "tiny-cnn", "channels": 16, "image_size": 32},
+                      text_tower={"type": "bag-of-tokens", "vocab_size": len(tiny_vocab)}, max_text_len=16,
+                      extra={"parts": [{"model": str(part), "image": 1.0, "text": 1.0}], "anchor": 1.0,
+                             "related_min": 0.5, "related_dim": 4})
+    m = build_model(cfg, vocab=tiny_vocab).eval()
+    vec = np.zeros((len(tiny_vocab), 4), np.float32)
+    for group, axis in ((("dog", "cat", "ball"), 0), (("sun", "moon", "star"), 1)):
+        for w in group:
+            vec[tiny_vocab.id(w), axis] = 1.0
+    for i in range(len(tiny_vocab)):
+        if not vec[i].any():
+            vec[i, 2 + i % 2] = 1.0 if i % 4 < 2 else -1.0  # related to nothing above 0.5 but itself
+    return m, vec
+
+
+def test_expansion_keeps_the_querys_words_and_related_tokens_only(filtered, tiny_vocab):
+    m, vec = filtered
+    bank = ["a red dog", "a blue cat", "the sun and a star", "a big tree", "green house"]
+    fitted = fit_query_filter(m, bank, vec, related_min=0.5, top=3, min_share=0.6)
+    texts = ["a dog", "the moon", "red hat with a ball"]
+    with torch.no_grad():
+        ids, mask = m.tokenize(texts)
+        raw = sum(w * unit(p.text_embed(ids, mask)) for w, p in zip(m.text_weights, m.parts))
+        got = m.text_embed(ids, mask)
+    hubs = {tiny_vocab.id(t) for t in fitted["hubs"]}
+    groups = {w: g for g in (("dog", "cat", "ball"), ("sun", "moon", "star")) for w in g}
+    for row, text in enumerate(texts):
+        own = {tiny_vocab.id(w) for w in text.split() if w not in ("a", "the", "with")}
+        # the slow reference: every token the parts add, kept iff own, or no hub and related to an own word
+        related = {tiny_vocab.id(x) for w in own for x in groups.get(tiny_vocab.tokens[w], ())}
+        for t in range(len(tiny_vocab)):
+            keep = t in own or (t not in hubs and (t in related or any(vec[t] @ vec[w] >= 0.5 for w in own)))
+            want = (1.0 if t in own else 0.0) / math.sqrt(len(own)) + (raw[row, t] if keep else 0.0)
+            assert float(got[row, t]) == pytest.approx(float(want), abs=1e-5), (text, tiny_vocab.tokens[t])
+    assert fitted["bank"] == len(bank) and fitted["related_dim"] == 4
+
+
+def test_the_filter_is_stored_with_the_weights(filtered, tmp_path):
+    from tokenspace.models.registry import from_pretrained
+
+    m, vec = filtered
+    fit_query_filter(m, ["a red dog", "a blue cat", "the sun"], vec, related_min=0.5, top=3, min_share=0.5)
+    back = from_pretrained(m.save_pretrained(tmp_path / "saved"))
+    assert back.related_min == 0.5
+    texts = ["a dog and a moon", "red star"]
+    np.testing.assert_allclose(back.encode_text(texts).to_dense(), m.encode_text(texts).to_dense(), atol=2e-3)
+    torch.testing.assert_close(back.expansion_drop, m.expansion_drop)
+
+
+def test_a_model_without_the_filter_refuses_to_fit(tiny_vocab, make_model, tmp_path):
+    from tokenspace.models.fused import fused_config
+    from tokenspace.models.registry import build_model
+
+    part = make_model("stair", seed=0).save_pretrained(tmp_path / "p")
+    cfg = fused_config([(part, 1.0, 1.0)], image_size=32, image_tower="tiny-cnn")
+    cfg.image_tower = {"type": "tiny-cnn", "channels": 16, "image_size": 32}
+    m = build_model(cfg, vocab=tiny_vocab)
+    with pytest.raises(ValueError, match="no query filter"):
+        fit_query_filter(m, ["a dog"], np.zeros((len(tiny_vocab), 64), np.float32), 0.5)
