@@ -2,7 +2,7 @@
 
 Layers, lowest first (a module may import its own layer and the layers below it, never above):
 
-    0 base      tokenspace (the package root), atomic, assets, vocab, sparse
+    0 base      tokenspace (the package root), atomic, assets, vocab, sparse, outputs
     1 storage   data/, index/
     2 models    models/
     3 analysis  eval/, explain/        (they import only base today: sparse, atomic, assets; explain
@@ -40,7 +40,8 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = "tokenspace"
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("base", ("tokenspace", "tokenspace.atomic", "tokenspace.assets", "tokenspace.vocab", "tokenspace.sparse")),
+    ("base", ("tokenspace", "tokenspace.atomic", "tokenspace.assets", "tokenspace.vocab", "tokenspace.sparse",
+              "tokenspace.outputs")),
     ("storage", ("tokenspace.data", "tokenspace.index")),
     ("models", ("tokenspace.models",)),
     ("analysis", ("tokenspace.eval", "tokenspace.explain")),

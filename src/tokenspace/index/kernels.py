@@ -34,6 +34,10 @@ import numpy as np
 from numba import njit, types
 from numba.extending import overload
 
+from tokenspace.index import numba_cache
+
+numba_cache.ensure(__file__)  # before any cache=True kernel below: a place numba can write, or no cache
+
 CHUNK = 16384  # docs per accumulator chunk: 64 KiB of float32, L2 resident
 # Posting lists are cut into chunks of this many docs and store each doc as a uint16 offset from its
 # chunk's first doc (2 bytes a posting instead of 4); a (term, chunk) cell pointer says where each

@@ -8,11 +8,19 @@ from pathlib import Path
 from tokenspace.cli.common import CLIError
 from tokenspace.cli.model_loading import load_model, model_reference
 from tokenspace.cli.run.index import build_ranking
-from tokenspace.encode import check_index_dir, encode_to_index, open_shards
+from tokenspace.encode import RECORD, check_index_dir, encode_to_index, open_shards
 from tokenspace.models.capabilities import require_vectors
+from tokenspace.outputs import INDEX, PARTS, check_output
 
 
 def run(args) -> int:
+    work = Path(args.work or f"{args.index}.parts")
+    # before the shards are read: the index is this command's own to extend only when the work folder
+    # holds the record of the encode that made it (an `index build` index has none)
+    check_output(args.index, "--index", own=(INDEX,) if (work / RECORD).is_file() else (), what="index",
+                 refused={INDEX: f"no {RECORD} of the encode that made it in --work {work} (an index of `tokenspace "
+                                 "index build`, or its parts were removed): encode into a new --index"})
+    check_output(work, "--work", own=(PARTS,), what="encoded parts")
     try:
         collection = open_shards(args.shards)  # a pattern matching no file: ValueError naming it
     except tarfile.TarError as e:
@@ -20,10 +28,7 @@ def run(args) -> int:
     if len(collection) == 0:
         raise CLIError(f"--shards {' '.join(args.shards)}: no complete (image + text) samples "
                        f"({collection.skipped} incomplete)")
-    work = Path(args.work or f"{args.index}.parts")
     check_index_dir(args.index)  # before the model loads and a part is encoded
-    if work.exists() and not work.is_dir():
-        raise CLIError(f"--work {work} is a file; give a folder for the encoded parts")
     ranking = build_ranking(args)  # the same ranking `index build` records and applies, hub prior included
     model = load_model(args.model, args.device)
     require_vectors(model, True, f"--model {args.model}", "build its dense index with `tokenspace index build "

@@ -6,12 +6,14 @@ import tempfile
 from pathlib import Path
 
 from tokenspace import atomic, pipeline
-from tokenspace.cli.common import CLIError
+from tokenspace.cli.common import CLIError, UsageError
 from tokenspace.cli.model_loading import load_model
 from tokenspace.eval.retrieval import metric_label
 
 
 def run(args) -> int:
+    if args.overwrite and not args.json:  # it would do nothing: said, not dropped
+        raise UsageError("--overwrite replaces the --json file: give --json FILE too, or leave --overwrite out")
     if args.json:  # before the evaluation: a path that cannot be written must not cost the whole run
         _check_writable(Path(args.json), args.overwrite)
     model = load_model(args.model, args.device)

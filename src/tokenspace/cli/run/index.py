@@ -18,6 +18,7 @@ from tokenspace.index import export, qdrant
 from tokenspace.index.folder import index_model
 from tokenspace.index.metadata import read_jsonl as read_metadata_jsonl
 from tokenspace.index.storage import MANIFEST
+from tokenspace.outputs import EXPORT, INDEX, PARTS, check_output
 from tokenspace.searcher import Searcher, SearchError
 from tokenspace.sparse import SparseBatch
 
@@ -108,6 +109,8 @@ def build_ranking(args) -> ModelRanking:
     """The ranking an ingestion command (`index build`, `encode`) records and applies: the model's
     ranking.json changed by the flags given; the bank's data is loaded once here, so a typo in a spec
     fails before any encoding."""
+    if getattr(args, "no_hub_prior", False) and args.prior_weight:  # recorded as 0 otherwise: said, not dropped
+        raise CLIError(f"--prior-weight {args.prior_weight:g}: not with --no-hub-prior (no hub prior to weigh)")
     try:
         chosen = read_model_ranking(args.model).changed(
             ranking=ranking_changes(args), hub_bank=getattr(args, "hub_bank", None), hub_k=getattr(args, "hub_k", None),
@@ -120,17 +123,15 @@ def build_ranking(args) -> ModelRanking:
 
 
 def _check_build_out(out: Path, overwrite: bool) -> None:
-    """--out must be new, empty, or (with --overwrite) an index folder: a build never mixes its files
-    into another folder, nor replaces an index by accident."""
+    """--out must be new, empty, or (with --overwrite) an index folder, and its parts folder (OUT.parts) new,
+    empty or a stopped build's parts: a build never mixes its files into another folder, nor replaces an
+    index by accident."""
     if out.exists() and not out.is_dir():
         raise CLIError(f"--out {out} is a file; give a folder for the index")
     check_writable_place(out, "--out")  # under a file, or a folder we cannot write in: before the model loads
-    if not out.is_dir() or not any(out.iterdir()):
-        return
-    if not ((out / MANIFEST).exists() or (out / DENSE_IDS).exists()):
-        raise CLIError(f"--out {out} is a folder that is not empty and holds no index: choose a new or empty folder")
-    if not overwrite:
-        raise CLIError(f"--out {out} already holds an index: pass --overwrite to replace it, or choose another folder")
+    check_output(out, "--out", own=(INDEX,) if overwrite else (), what="index",
+                 refused={INDEX: "pass --overwrite to replace it, or choose another folder"})
+    check_output(f"{out}.parts", "--out's parts folder", own=(PARTS,), what="encoded parts")
 
 
 class ExportTargets(NamedTuple):
@@ -194,6 +195,7 @@ def _check_export_targets(args, targets: ExportTargets) -> None:
         raise CLIError(f"--out {out} is a file; the {args.format} format writes a folder")
     elif out.is_dir() and any(out.iterdir()):
         marker, _, _, engine = FOLDER_FORMATS[args.format]
+        check_output(out, "--out", own=(EXPORT,), what=f"{engine} export")  # the rule of every command's output
         if not (out / marker).is_file():
             raise CLIError(f"--out {out} is a folder that is not empty and holds no {engine} export: choose a "
                            "new or empty folder")
@@ -271,16 +273,18 @@ def _check_opensearch_options(args) -> None:
 
 def _check_qdrant_options(args) -> None:
     """The Qdrant options apply to --format qdrant only (a documented option is never ignored)."""
-    given = [o for o, v in (("--qdrant-vector", args.qdrant_vector), ("--qdrant-idf", args.qdrant_idf)) if v]
+    # an empty --qdrant-vector '' is given too (refused below as a name, never taken for the default)
+    given = [o for o, v in (("--qdrant-vector", args.qdrant_vector), ("--qdrant-idf", args.qdrant_idf))
+             if v not in (None, False)]
     if args.format != "qdrant" and given:
         raise CLIError(f"{', '.join(given)}: only with --format qdrant")
     if args.format == "qdrant" and not args.queries and args.k:
         raise CLIError("--k shapes the query file: give --queries FILE")
     try:
-        qdrant.collection_config(args.qdrant_vector or qdrant.VECTOR_NAME)
+        qdrant.collection_config(qdrant.VECTOR_NAME if args.qdrant_vector is None else args.qdrant_vector)
     except ValueError as e:
         raise CLIError(f"--qdrant-vector: {e}") from None
-    args.qdrant_vector = args.qdrant_vector or qdrant.VECTOR_NAME
+    args.qdrant_vector = qdrant.VECTOR_NAME if args.qdrant_vector is None else args.qdrant_vector
 
 
 def _export_queries(args, path: Path):

@@ -5,11 +5,15 @@ import shlex
 
 from tokenspace.cli.common import CLIError
 from tokenspace.data.webdataset import folder_sources, manifest_sources, shard_pattern, write_sample_shards
+from tokenspace.outputs import SHARDS, check_output
 
 SHOWN_SKIPS = 3  # unreadable images named in the summary (the count covers them all)
 
 
 def run(args) -> int:
+    # new or empty only: shards beside older ones would mix, shards in an index or the user's folder too
+    check_output(args.out, "--out", what="shards",
+                 refused={SHARDS: "give an empty or new folder (new shards would mix with the old ones)"})
     try:
         sources = folder_sources(args.images) if args.images else manifest_sources(args.manifest)
         report = write_sample_shards(sources, args.out, per_shard=args.per_shard)

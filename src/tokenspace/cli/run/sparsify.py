@@ -12,13 +12,10 @@ from tokenspace.cli.sparsify import RECIPE
 from tokenspace.models.config import CONFIG_FILE, TOKENIZER_FILE, VOCAB_FILE
 from tokenspace.models.inference_free import make_inference_free
 from tokenspace.models.registry import release_path
+from tokenspace.outputs import RUN, check_output
 from tokenspace.train.evaluation import texts_and_targets
 from tokenspace.train.recipe import Recipe, parse_overrides
 from tokenspace.train.trainer import check_run_folder
-
-# what a training run folder holds (train/trainer.py): a folder holding none of them and other files is a
-# user's folder, which a run would fill with its own beside them
-RUN_ENTRIES = ("recipe.json", "log.jsonl", "model", "checkpoint", "checkpoint.tmp", "checkpoint.old")
 
 
 def run(args) -> int:
@@ -55,11 +52,7 @@ def _check_run_out(out: Path, resume: bool) -> None:
         check_run_folder(out, resume)
     except ValueError as e:
         raise CLIError(f"--out {e}") from None
-    if out.is_dir():
-        entries = {p.name for p in out.iterdir()}
-        if entries and not entries & set(RUN_ENTRIES):
-            raise CLIError(f"--out {out} is a folder that is not empty and holds no training run: choose a new "
-                           "or empty folder")
+    check_output(out, "--out", own=(RUN,), what="training run")  # an index, shards, the user's files: refused
 
 
 def _inference_free(args) -> int:
@@ -77,6 +70,7 @@ def _inference_free(args) -> int:
     out = Path(args.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise CLIError(f"--out {out} exists and is not an empty folder: choose a new or empty folder")
+    check_output(out, "--out", what="model")  # nor a new folder inside an index
     check_writable_place(out, "--out")
     # before the model loads: a bad spec or index fails in one line
     captions = index = None

@@ -10,6 +10,7 @@ from tokenspace import pipeline
 from tokenspace.cli.common import CLIError
 from tokenspace.data.specs import shard_pattern
 from tokenspace.models.card import run_info
+from tokenspace.outputs import RUN, check_output
 from tokenspace.train import scale
 from tokenspace.train.recipe import Recipe, parse_overrides, yaml_problem
 
@@ -20,6 +21,8 @@ EXTRAS = (("mean_recall", "mean recall", "{:.3f}"), ("nnz_image", "nonzeros per 
 
 
 def run(args) -> int:
+    # a run folder, or a new or empty one (--resume or not): never an index, shards or the user's files
+    check_output(args.out, "--out", own=(RUN,), what="training run")
     overrides = parse_overrides(args.set)  # a bad --set is a ValueError naming it: one line, exit 1
     try:
         recipe = Recipe.load(args.recipe, **overrides)
