@@ -54,6 +54,7 @@ def test_a_hub_prior_shows_in_every_hit_and_the_index_s_ranking_is_the_default(s
     with TestClient(build_app(service)) as c:
         stats = c.get("/stats").json()
         assert stats["ranking"]["idf"] == 0.5 and stats["index"]["hub_prior"]["k"] == 2
+        assert stats["ranking"]["prior_weight"] == 0.5  # resolved: the weight stored with the hub prior
         res = c.post("/search", json={"text": "a red dog", "k": 12}).json()
         assert any(h["hub_penalty"] > 0 for h in res["hits"])
         for hit in res["hits"]:

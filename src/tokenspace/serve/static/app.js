@@ -190,10 +190,9 @@ async function loadStats() {
   if (!res.ok) return;
   const s = await res.json();
   $("stats").textContent = `${s.size} images · ${s.nnz} weights · model ${s.model}`;
-  const r = s.ranking || {};
-  const hub = s.index && s.index.hub_prior;
+  const r = s.ranking || {};  // the server's resolved ranking: every lever a number (0: off)
   for (const [id, field] of RANKING) {
-    const v = field === "prior_weight" ? (r[field] ?? (hub ? hub.weight : 0)) : r[field];
+    const v = r[field];
     if (v !== undefined && v !== null) $(id).placeholder = String(v);
   }
 }
