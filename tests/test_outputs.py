@@ -71,6 +71,6 @@ def test_a_file_a_users_folder_and_anything_inside_an_index_are_refused(tmp_path
 
 def test_another_tools_manifest_above_does_not_close_the_tree(tmp_path):
     (tmp_path / "MANIFEST.json").write_text('{"format": "some other tool"}')
-    (tmp_path / "ids.json").write_text("[]")  # without flat.faiss: not a dense index
+    (tmp_path / "ids.json").write_text("[]")  # without a FAISS file: not a dense index
     assert outputs.index_above(tmp_path / "out") is None
     assert outputs.check_output(tmp_path / "out", "--out") is None

@@ -67,7 +67,7 @@ def index_above(path: str | os.PathLike) -> Path | None:
 
 
 def _is_index(folder: Path) -> bool:
-    if (folder / "ids.json").is_file() and (folder / "flat.faiss").is_file():
+    if (folder / "ids.json").is_file() and any(folder.glob("flat*.faiss")):  # flat.faiss, flat-NNNNNN.faiss
         return True
     try:
         with open(folder / "MANIFEST.json", "rb") as f:

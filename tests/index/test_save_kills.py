@@ -199,3 +199,45 @@ def test_an_index_written_before_version_8_loads_and_saves(tmp_path):
     names = sorted(p.name for p in other.iterdir() if p.name.startswith("vocab"))
     assert len(names) == 1 and storage.VOCAB_FILE.fullmatch(names[0]) and names[0] != storage.VOCAB
     assert np.array_equal(InvertedIndex.load(other).get(["tok2"]).to_dense(), index.get(["tok2"]).to_dense())
+
+
+def _dense_state(root):
+    from tokenspace.index.dense import DenseIndex
+
+    try:
+        index = DenseIndex.load(root)
+    except ValueError as e:
+        return ("error", str(e)[:0])
+    q = np.random.default_rng(0).standard_normal((3, 8)).astype(np.float32)
+    return sorted(index._ids.values()), [[(h.id, round(h.score, 4)) for h in row] for row in index.search(q, k=4)]
+
+
+def test_a_kill_at_every_write_step_of_a_dense_save(tmp_path):
+    """A DenseIndex folder (the dense half of a hybrid search): its FAISS file is named per save, so a kill
+    never pairs the new vectors with the old ids.json (same row count: no check would see it)."""
+    pytest.importorskip("faiss")
+    import json as _json
+
+    from tokenspace.index.dense import DenseIndex
+
+    rng = np.random.default_rng(7)
+    template = tmp_path / "template"
+    DenseIndex.build(rng.standard_normal((20, 8)).astype(np.float32), [f"a{i}" for i in range(20)]).save(template)
+    # as format version 1 wrote it: flat.faiss, no file name in ids.json
+    meta = _json.loads((template / "ids.json").read_text())
+    (template / meta.pop("faiss")).rename(template / "flat.faiss")
+    (template / "ids.json").write_text(_json.dumps(dict(meta, version=1)))
+    before = _dense_state(template)
+    assert before[0] != "error"
+    new = DenseIndex.build(rng.standard_normal((20, 8)).astype(np.float32), [f"b{i}" for i in range(20)])
+    after_root = tmp_path / "after"
+    shutil.copytree(template, after_root)
+    steps = _save_in_child(new, after_root, None)
+    after = _dense_state(after_root)
+    assert after != before and sorted(p.name for p in after_root.iterdir()) == ["flat-000001.faiss", "ids.json"]
+    for n in range(1, steps + 1):
+        root = tmp_path / f"kill-{n}"
+        shutil.copytree(template, root)
+        assert _save_in_child(new, root, n) == KILLED
+        assert _dense_state(root) in (before, after), f"a kill before write step {n} of {steps} left a mix"
+        shutil.rmtree(root)

@@ -6,13 +6,17 @@ search are measured the same way by benchmarks/search_speed.py. Needs the ``dens
 (``pip install tokenspace[dense]``, i.e. faiss-cpu); the import is lazy so the rest of the index
 package works without it.
 
-Layout on disk (``save(path)``; ``path`` is a directory): ``flat.faiss`` (FAISS's own format) and
-``ids.json`` (external ids in internal-id order, plus the format version).
+Layout on disk (``save(path)``; ``path`` is a directory): ``flat-NNNNNN.faiss`` (FAISS's own format; a
+new number per save) and ``ids.json`` (external ids in internal-id order, the format version and the
+name of the FAISS file). ``ids.json`` is the commit point: the FAISS file is written under a name no file
+of the folder has, then ``ids.json`` replaced, so a kill leaves the old pair or the new one, never new
+vectors under old ids. Version 1 named the FAISS file ``flat.faiss`` (still read).
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,7 +26,9 @@ from tokenspace import atomic
 from tokenspace.index.base import Hit
 
 FORMAT = "tokenspace-dense-flat"
-VERSION = 1
+VERSION = 2  # 2: the FAISS file named per save, in ids.json; 1: flat.faiss
+READABLE = (1, 2)
+_FAISS_FILE = re.compile(r"flat(-[0-9]{6})?\.faiss")
 
 
 def _faiss():
@@ -146,12 +152,17 @@ class DenseIndex:
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         handles = sorted(self._ids)
+        # a FAISS file name above every one there: the one the committed ids.json names is never replaced
+        used = [int(m[1][1:]) for p in path.iterdir() if (m := _FAISS_FILE.fullmatch(p.name)) and m[1]]
+        name = f"flat-{max(used, default=0) + 1:06d}.faiss"
         meta = {"format": FORMAT, "version": VERSION, "dim": self.dim, "next": self._next,
-                "handles": handles, "ids": [self._ids[h] for h in handles]}
-        # each file lands whole (a crash leaves the previous one); ids.json goes last
-        with atomic.atomic_path(path / "flat.faiss") as tmp:
+                "handles": handles, "ids": [self._ids[h] for h in handles], "faiss": name}
+        with atomic.atomic_path(path / name) as tmp:
             faiss.write_index(self._index, str(tmp))
-        atomic.write_text(path / "ids.json", json.dumps(meta))
+        atomic.write_text(path / "ids.json", json.dumps(meta))  # the commit
+        for p in path.iterdir():  # the FAISS files of earlier saves
+            if _FAISS_FILE.fullmatch(p.name) and p.name != name:
+                p.unlink(missing_ok=True)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> DenseIndex:
@@ -161,10 +172,13 @@ class DenseIndex:
             meta = json.loads((path / "ids.json").read_text(encoding="utf-8"))
         except (OSError, ValueError) as e:
             raise ValueError(f"{path}: not a DenseIndex directory ({e})") from e
-        if meta.get("format") != FORMAT or meta.get("version") != VERSION:
+        if meta.get("format") != FORMAT or meta.get("version") not in READABLE:
             raise ValueError(f"{path}: unsupported format {meta.get('format')!r} v{meta.get('version')}")
+        name = meta.get("faiss", "flat.faiss") if meta["version"] >= 2 else "flat.faiss"
+        if not isinstance(name, str) or not _FAISS_FILE.fullmatch(name):  # never a path outside the folder
+            raise ValueError(f"{path}: ids.json names no FAISS file of this folder ({str(name)[:40]!r})")
         index = cls(meta["dim"])
-        index._index = faiss.read_index(str(path / "flat.faiss"))
+        index._index = faiss.read_index(str(path / name))
         if index._index.ntotal != len(meta["ids"]):
             raise ValueError(f"{path}: flat.faiss holds {index._index.ntotal} rows, ids.json {len(meta['ids'])}")
         index._ids = dict(zip(meta["handles"], meta["ids"]))

@@ -7,7 +7,7 @@ folder (encode.py) and the session that reads one (searcher.py), so neither lear
 - an older InvertedIndex folder: the same, plus a ``collection.json`` beside it ({model, ranking, items:
   id -> {image, text, label, source}}), read when the manifest records no info;
 - a DenseIndex folder (`index build` with a dense model, the dense half of a hybrid search): ``ids.json``
-  and ``flat.faiss`` (index/dense.py) and a ``collection.json`` naming the model that encodes its queries
+  and ``flat-NNNNNN.faiss`` (index/dense.py) and a ``collection.json`` naming the model that encodes its queries
   (it has no manifest).
 
 Plain JSON: no torch, as everywhere in index/.
@@ -22,7 +22,7 @@ from tokenspace.index import manifest as _manifest
 from tokenspace.index.storage import MANIFEST
 
 COLLECTION_FILE = "collection.json"  # an older index's collection metadata; a dense index's model
-DENSE_IDS = "ids.json"  # what a DenseIndex folder holds beside flat.faiss (index/dense.py)
+DENSE_IDS = "ids.json"  # what a DenseIndex folder holds beside its FAISS file (index/dense.py)
 
 __all__ = ["COLLECTION_FILE", "DENSE_IDS", "MANIFEST", "holds_index", "index_model", "read_collection_json",
            "row_fields", "write_dense_collection"]
