@@ -124,22 +124,35 @@ def _end_of_process(code: int | None) -> None:
     """Shorten the end of a process that has done its work. Its last garbage collections walk the
     millions of objects torch and numba created, only to free memory the process is about to give back
     (0.3-0.4 s of a 2 s `search`; ``gc.freeze`` moves them out of reach, shutdown otherwise unchanged).
-    A read-only command that returned goes further: with no other thread alive, the atexit handlers
-    run (logging's flush, multiprocessing's and the finalizers' clean-up), the streams are flushed and
-    the process exits there (``os._exit``), skipping the module teardown (another 0.1 s). A command that
-    writes files never does: an object left unclosed would lose what it buffered."""
+    A read-only command that returned goes further: its exit code is kept for ``_exit_after_handlers``,
+    which ends the process after every other atexit handler (logging's flush, multiprocessing's and the
+    finalizers' clean-up), skipping the module teardown (another 0.1 s). A command that writes files
+    never does: an object left unclosed would lose what it buffered."""
+    global _fast_exit_code
     gc.freeze()
-    if _command not in READ_ONLY or not isinstance(code, int) or threading.active_count() > 1:
+    if _command in READ_ONLY and isinstance(code, int):
+        _fast_exit_code = code
+
+
+_fast_exit_code: int | None = None  # set by _end_of_process: the code a read-only command's process exits with
+
+
+def _exit_after_handlers() -> None:
+    # registered when this module is imported, before torch, numba or tqdm register theirs: atexit runs
+    # handlers last-registered first, so this one runs after all of them, where the interpreter would
+    # begin the module teardown
+    if _fast_exit_code is None or threading.active_count() > 1:
         return
     try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        atexit._run_exitfuncs()  # what the interpreter would run first at exit (then cleared: run once)
+        logging.shutdown()  # registered before this module: it would run after this handler
         sys.stdout.flush()
         sys.stderr.flush()
     except BaseException:  # noqa: BLE001 - e.g. a closed pipe: the ordinary shutdown reports it as always
         return
-    os._exit(code)
+    os._exit(_fast_exit_code)
+
+
+atexit.register(_exit_after_handlers)
 
 
 def _main(argv: list[str]) -> int:
