@@ -122,6 +122,7 @@ def test_missing_tombstone_and_segment(tmp_path, data):
 
 
 def test_crash_before_manifest_keeps_previous_state(tmp_path, data, monkeypatch):
+    # a failing manifest write; a kill before every write step, over other indexes too: test_save_kills.py
     docs, ids, qs = data
     root = tmp_path / "idx"
     index = InvertedIndex.build(docs[:200], ids[:200])
