@@ -545,6 +545,130 @@ def _read_part(npz: Path, ids_file: Path, vocab, rows: set[str]) -> tuple[Sparse
     return batch, ids
 
 
+class _Parts:
+    """A work folder's parts: the rows each covers (``size`` rows, the last one shorter), their batches
+    (never crossing a part, so each part is a whole number of loader batches) and their two files."""
+
+    def __init__(self, work: Path, n_rows: int, size: int, batch_size: int):
+        self.work, self.n_rows, self.size, self.batch_size = work, n_rows, size, batch_size
+        self.count = (n_rows + size - 1) // size
+
+    def files(self, k: int) -> tuple[Path, Path]:
+        return self.work / f"part-{k:06d}.npz", self.work / f"part-{k:06d}.ids"
+
+    def rows(self, k: int) -> range:
+        return range(k * self.size, min((k + 1) * self.size, self.n_rows))
+
+    def batches(self, k: int) -> list[list[int]]:
+        rows = list(self.rows(k))
+        return [rows[s:s + self.batch_size] for s in range(0, len(rows), self.batch_size)]
+
+    def missing(self) -> list[int]:
+        return [k for k in range(self.count) if not all(f.exists() for f in self.files(k))]
+
+
+class _Reader:
+    """The collection's images as the model takes them, batch by batch: decoded and preprocessed by
+    DataLoader workers (data/loader.py), or raw bytes for the device's decoder (data/device_decode.py)."""
+
+    def __init__(self, model, collection, on_device: bool, jpeg_bytes: bool, workers: int | None):
+        self.model, self.collection, self.on_device, self.jpeg_bytes = model, collection, on_device, jpeg_bytes
+        self.workers = workers
+
+    def stream(self, batches: list[list[int]]):
+        if not batches:
+            return iter(())
+        if self.on_device:
+            raw = _raw_rows(self.collection, self.jpeg_bytes)
+            return iter(device_decode.raw_loader(raw, batches, workers=self.workers, device=self.model.device))
+        return iter(map_loader(_rows(self.collection, Preprocess.for_model(self.model)), batches,
+                               workers=self.workers, device=self.model.device))
+
+
+class _Encoder:
+    """A part's rows and ids from its batches of a reader's stream: the image tower (built once, and
+    only when a part is encoded), the count of unreadable images skipped, the progress bar."""
+
+    def __init__(self, model, tower: str, precision: str, profile: dict | None, on_device: bool, bar):
+        self.model, self.precision, self.profile, self.on_device, self.bar = model, precision, profile, on_device, bar
+        self.tower = functools.cache(lambda: image_tower(model, tower))
+        self.count = SkipCounter("images")
+
+    def part(self, stream, batches: list[list[int]]) -> tuple[SparseBatch, list[str]]:
+        outs, ids = [], []
+        if self.on_device:
+            enc = _DeviceEncoder(self.model, self.tower(), self.precision, profile=self.profile)
+            for rows, (got, b, keep) in zip(batches, enc.run(islice(stream, len(batches)), self.count)):
+                self.bar.update(len(rows))
+                if got is not None:
+                    outs.append(got)
+                    ids += [b["keys"][p] for p in keep]
+        else:
+            for rows in batches:
+                b = self.count(next(stream))
+                self.bar.update(len(rows))
+                if len(b["index"]):
+                    outs.append(encode_pixels(self.model, b["pixels"], tower=self.tower(), precision=self.precision))
+                    ids += b["keys"]
+        return _concat(self.model, outs), ids
+
+
+class _Writer:
+    """Each part's files (the ids, then the rows: each file whole or absent) and the caller's
+    ``on_part``, in part order. ``threaded`` (the device path): in one thread while the next part
+    encodes, one part at a time; a failed write stops the run at the next part, its error raised there."""
+
+    def __init__(self, parts: _Parts, on_part, profile: dict | None, threaded: bool):
+        self.parts, self.on_part, self.profile = parts, on_part, profile
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="tokenspace-encode-write") if threaded else None
+        self.last: Future | None = None
+
+    def __enter__(self) -> "_Writer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)
+
+    def put(self, k: int, batch, ids: list[str], write: bool) -> None:
+        self.wait()
+        if self.pool is None:
+            self._finish(k, batch, ids, write)
+        else:
+            self.last = self.pool.submit(self._finish, k, batch, ids, write)
+
+    def wait(self) -> None:
+        if self.last is not None:
+            self.last.result()
+
+    def _finish(self, k: int, batch, ids: list[str], write: bool) -> None:
+        t0 = time.perf_counter()
+        if write:
+            npz, ids_file = self.parts.files(k)
+            atomic.write_text(ids_file, "".join(f"{i}\n" for i in ids))
+            _save_rows(batch, npz)
+        if self.on_part is not None:
+            self.on_part(k, batch, ids)
+        if self.profile is not None:
+            self.profile["write"] = self.profile.get("write", 0.0) + time.perf_counter() - t0
+
+
+def _open_work(work: Path, made: dict, replace_stale: bool) -> None:
+    """The work folder, checked against what its parts must come from (``_check_work``). With
+    ``replace_stale`` (build_index: its parts are its own scratch, worth nothing once the build they served
+    changed) parts of another build are removed instead of refused."""
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        _check_work(work, made)
+    except ValueError as e:
+        if not replace_stale:
+            raise
+        log.warning("%s; encoding them again", str(e).split(":", 1)[0] + ": parts of another build")
+        _remove_parts(work)
+        work.mkdir(parents=True, exist_ok=True)
+        _check_work(work, made)
+
+
 def encode_parts(model, collection, work_dir, part_size: int = 8192, batch_size: int = 256,
                  on_part: Callable[[int, SparseBatch, list[str]], None] | None = None,
                  workers: int | None = None, tower: str = "torch", progress: bool = False,
@@ -559,122 +683,48 @@ def encode_parts(model, collection, work_dir, part_size: int = 8192, batch_size:
     this model, or from shards these extend (module doc); otherwise ValueError, nothing changed.
     ``progress``: a tqdm bar of the samples done (parts found on disk count at once). ``decode``,
     ``precision``, ``profile``, ``jpeg``: as for ``encode_files``; on the device path the parts are written (and
-    ``on_part`` runs) in one thread, in order, while the next part encodes (``profile["write"]``)."""
+    ``on_part`` runs) in one thread, in order, while the next part encodes (``profile["write"]``).
+
+    Three pieces: a reader (``_Reader``: the images, decoded), an encoder (``_Encoder``: a part's rows)
+    and a writer (``_Writer``: a part's files and ``on_part``), over the parts' plan (``_Parts``)."""
     if part_size < 1 or batch_size < 1:
         raise ValueError(f"part_size and batch_size must be >= 1, got {part_size} and {batch_size}")
     _check_precision(precision)
     on_device = decode_path(model, decode) == "device"
-    jpeg_bytes = _jpeg_bytes(model, jpeg)
+    jpeg_bytes = _jpeg_bytes(model, jpeg)  # before the work folder is made: a bad option changes nothing
     work = Path(work_dir)
-    work.mkdir(parents=True, exist_ok=True)
-    n_parts = (len(collection) + part_size - 1) // part_size
-
-    def files(k: int) -> tuple[Path, Path]:
-        return work / f"part-{k:06d}.npz", work / f"part-{k:06d}.ids"
-
-    made = {"format": 1, "part_size": part_size, "shards": _shard_records(collection),
-            "model": model_fingerprint(model)}
-    try:
-        _check_work(work, made)
-    except ValueError as e:
-        if not replace_stale:
-            raise
-        # (build_index: its parts are its own scratch, worth nothing once the build they served changed)
-        log.warning("%s; encoding them again", str(e).split(":", 1)[0] + ": parts of another build")
-        _remove_parts(work)
-        work.mkdir(parents=True, exist_ok=True)
-        _check_work(work, made)
-
-    def rows_of(k: int) -> range:
-        return range(k * part_size, min((k + 1) * part_size, len(collection)))
-
-    def batches_of(k: int) -> list[list[int]]:
-        rows = list(rows_of(k))
-        return [rows[s:s + batch_size] for s in range(0, len(rows), batch_size)]
-
-    def loader(batches: list[list[int]]):
-        if not batches:
-            return iter(())
-        if on_device:
-            raw = _raw_rows(collection, jpeg_bytes)
-            return iter(device_decode.raw_loader(raw, batches, workers=workers, device=model.device))
-        return iter(map_loader(_rows(collection, Preprocess.for_model(model)), batches, workers=workers,
-                               device=model.device))
-
-    run = functools.cache(lambda: image_tower(model, tower))  # built once, and only if a part is encoded
-    count = SkipCounter("images")
-
-    bar = tqdm(total=len(collection), unit="img", desc="encode", disable=not progress)
-
-    def encode_part(stream, batches: list[list[int]]) -> tuple[SparseBatch, list[str]]:
-        outs, ids = [], []
-        if on_device:
-            enc = _DeviceEncoder(model, run(), precision, profile=profile)
-            for rows, (got, b, keep) in zip(batches, enc.run(islice(stream, len(batches)), count)):
-                bar.update(len(rows))
-                if got is not None:
-                    outs.append(got)
-                    ids += [b["keys"][p] for p in keep]
-        else:
-            for rows in batches:
-                b = count(next(stream))
-                bar.update(len(rows))
-                if len(b["index"]):
-                    outs.append(encode_pixels(model, b["pixels"], tower=run(), precision=precision))
-                    ids += b["keys"]
-        return _concat(model, outs), ids
-
-    def finish(k: int, batch: SparseBatch, ids: list[str], write: bool) -> None:
-        t0 = time.perf_counter()
-        if write:
-            npz, ids_file = files(k)
-            atomic.write_text(ids_file, "".join(f"{i}\n" for i in ids))
-            _save_rows(batch, npz)
-        if on_part is not None:
-            on_part(k, batch, ids)
-        if profile is not None:
-            profile["write"] = profile.get("write", 0.0) + time.perf_counter() - t0
-
-    todo = [k for k in range(n_parts) if not all(f.exists() for f in files(k))]
-    # batches never cross a part boundary, so each part is a whole number of loader batches
-    batches, per_part = [], {}
-    for k in todo:
-        per_part[k] = batches_of(k)
-        batches += per_part[k]
+    _open_work(work, {"format": 1, "part_size": part_size, "shards": _shard_records(collection),
+                      "model": model_fingerprint(model)}, replace_stale)
+    parts = _Parts(work, len(collection), part_size, batch_size)
+    per_part = {k: parts.batches(k) for k in parts.missing()}
+    batches = [b for k in per_part for b in per_part[k]]
     if workers is None and len(batches) <= 1:
         workers = 0  # one batch: starting a worker process costs more than it overlaps
-    stream = loader(batches)
-    # the device path writes in one thread while the next part encodes: in order, one part at a time, and
-    # a failed write stops the run at the next part (its error raised here)
-    writer = ThreadPoolExecutor(1, thread_name_prefix="tokenspace-encode-write") if on_device else None
-    last: Future | None = None
-    with bar, writer or contextlib.nullcontext():
-        for k in range(n_parts):
-            npz, ids_file = files(k)
+    reader = _Reader(model, collection, on_device, jpeg_bytes, workers)
+    stream = reader.stream(batches)  # one stream for every part still to do, in order
+    bar = tqdm(total=len(collection), unit="img", desc="encode", disable=not progress)
+    encoder = _Encoder(model, tower, precision, profile, on_device, bar)
+    with bar, _Writer(parts, on_part, profile, threaded=on_device) as writer:
+        for k in range(parts.count):
             batch, write = None, False
             if k not in per_part:
+                npz, ids_file = parts.files(k)
                 try:
-                    batch, ids = _read_part(npz, ids_file, model.vocab, {collection.keys[r] for r in rows_of(k)})
-                    bar.update(len(rows_of(k)))
+                    batch, ids = _read_part(npz, ids_file, model.vocab, {collection.keys[r] for r in parts.rows(k)})
+                    bar.update(len(parts.rows(k)))
                 except _Damaged as e:
                     # parts are derived data: encoding this one again from the shards loses nothing
                     log.warning("%s: encoding part %d again", e, k)
             if batch is None:
                 if k in per_part:
-                    batch, ids = encode_part(stream, per_part[k])
-                else:  # a damaged part was not in the shared loader's plan: it gets a loader of its own
-                    own = batches_of(k)
-                    batch, ids = encode_part(loader(own), own)
+                    batch, ids = encoder.part(stream, per_part[k])
+                else:  # a damaged part was not in the shared stream's plan: it gets a stream of its own
+                    own = parts.batches(k)
+                    batch, ids = encoder.part(reader.stream(own), own)
                 write = True
-            if last is not None:
-                last.result()
-            if writer is None:
-                finish(k, batch, ids, write)
-            else:
-                last = writer.submit(finish, k, batch, ids, write)
-        if last is not None:
-            last.result()
-    return n_parts
+            writer.put(k, batch, ids, write)
+        writer.wait()
+    return parts.count
 
 
 def check_index_dir(index_dir) -> None:
