@@ -157,7 +157,7 @@ def best_at(points, recall: float, key: str = "single"):
 
 
 def summary(report) -> str:
-    """Who is fastest at equal recall, one at a time and batched: the issue's targets read off the sweep."""
+    """Who is fastest at equal recall, one at a time and batched: the speed targets read off the sweep."""
     pts = engine_points(report)
     lines = ["| engine | target recall@10 | best 1-thread QPS | its setting | recall | best batched QPS (2 thr) | its setting | "
              "build s | index MB |", "|---|---|---|---|---|---|---|---|---|"]

@@ -1,5 +1,5 @@
 """real_engines.py's planning and reading of a sweep: which runs it makes, the Pareto front, and the
-fastest setting at a recall (the issue's targets are read off these)."""
+fastest setting at a recall (the speed targets are read off these)."""
 from __future__ import annotations
 
 import pytest
