@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import difflib
 import gc
 import importlib
 import logging
@@ -78,7 +79,8 @@ def build_parser(commands: Iterable[str] | None = None) -> argparse.ArgumentPars
     listed by name and help, so building it imports no other command's libraries."""
     full = set(COMMANDS) if commands is None else set(commands)
     p = argparse.ArgumentParser(prog="tokenspace", description=__doc__.split("\n")[0],
-                                epilog="exit codes: 0 ok, 1 runtime error (one line on stderr), 2 usage error")
+                                epilog="exit codes: 0 ok (also when the reader of a pipe stops early: | head), 1 runtime error "
+                                       "(one line on stderr), 2 usage error")
     p.add_argument("--version", action="version", version=f"tokenspace {__version__}")
     p.add_argument("--home", default=None, help="asset cache (default $TOKENSPACE_HOME or ~/.cache/tokenspace)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
@@ -108,11 +110,67 @@ def main(argv: list[str] | None = None) -> int:
     as_process = argv is None
     code = None
     try:
-        code = _main(sys.argv[1:] if argv is None else list(argv))
+        try:
+            code = _main(sys.argv[1:] if argv is None else list(argv))
+            sys.stdout.flush()  # output still buffered meets a closed pipe here, not in the interpreter's exit
+        except BrokenPipeError:
+            code = _reader_gone()
         return code
     finally:
         if as_process:
             _end_of_process(code)
+
+
+def _reader_gone() -> int:
+    """The reader of stdout closed it (`tokenspace search ... | head -1`): stop quietly, exit 0. Not 141
+    (a death by SIGPIPE, as `cat` shows): whether our last write came before or after `head` left is a
+    race, so a status that depended on it would fail `set -o pipefail` scripts now and then; the reader
+    got what it asked for. stdout is pointed at /dev/null so that the interpreter's last flush of what
+    is still buffered cannot print "Exception ignored ... BrokenPipeError" on stderr."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # a stream without a file descriptor (in-process use)
+        pass
+    return 0
+
+
+def _chosen(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.ArgumentParser, list[str]]:
+    """The (sub)command parser argv chose (`index build`'s) and every long flag on the way to it."""
+    path = [parser]  # top-level first
+    while True:
+        subs = [a for a in path[-1]._actions if isinstance(a, argparse._SubParsersAction)]
+        chosen = next((subs[0].choices[w] for w in argv if subs and w in subs[0].choices), None)
+        if chosen is None:
+            break
+        path.append(chosen)
+    return path[-1], [f for p in path for a in p._actions for f in a.option_strings if f.startswith("--")]
+
+
+def _check_flags(parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    """A long flag the command does not have is reported before argparse parses: argparse would first
+    complain of the required option it hides (`--modle X`: "--model is required"), with no suggestion."""
+    sub, flags = _chosen(parser, argv)
+    words = argv[:argv.index("--")] if "--" in argv else argv
+    unknown = []
+    for w in words:
+        name = w.split("=", 1)[0]
+        if w.startswith("--") and name not in flags and not any(f.startswith(name) for f in flags):
+            unknown.append(w)  # not a flag, nor the abbreviation argparse would accept
+    if unknown:
+        _unrecognized(parser, argv, unknown)
+
+
+def _unrecognized(parser: argparse.ArgumentParser, argv: list[str], extra: list[str]) -> None:
+    """Arguments the command does not take: the usage of the (sub)command given, each mistyped flag with
+    the nearest flag it has (``--prior-wieght`` -> did you mean --prior-weight?); exit 2."""
+    sub, flags = _chosen(parser, argv)
+    shown = []
+    for arg in extra:
+        near = difflib.get_close_matches(arg.split("=", 1)[0], flags, n=1, cutoff=0.6) if arg.startswith("-") else []
+        shown.append(f"{arg} (did you mean {near[0]}?)" if near else arg)
+    sub.error(f"unrecognized arguments: {' '.join(shown)}")
 
 
 # commands that write no file: their process may end without the interpreter's module teardown
@@ -161,13 +219,18 @@ def _main(argv: list[str]) -> int:
     global _command
     cmd = _command = build_parser(commands=()).parse_known_args(argv)[0].cmd
     parser = build_parser(commands=[cmd])  # the command's arguments module: light
-    args = parser.parse_args(argv)  # usage errors and --help end here, before any library is imported
+    _check_flags(parser, argv)
+    args, extra = parser.parse_known_args(argv)  # usage errors and --help end here, before any library loads
+    if extra:
+        _unrecognized(parser, argv, extra)
     setup_logging(args.log_level)
     try:
         run = run_module(cmd).run  # the command's libraries (torch, numba, ...): a broken install is one line
         return run(args)
     except UsageError as e:
         parser.exit(2, f"tokenspace {cmd}: error: {e}\n")
+    except BrokenPipeError:  # the reader left: main() stops quietly
+        raise
     except KeyboardInterrupt:
         print(f"tokenspace {cmd}: interrupted", file=sys.stderr)
         return 130

@@ -29,6 +29,9 @@ def add_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("query", nargs="*", type=text, help="query texts (one search each)")
     s.add_argument("--image", default=None, help="search by an image file instead")
     s.add_argument("-k", type=positive_int, default=5, help="hits per query (default 5)")
+    s.add_argument("--json", action="store_true",
+                   help="for scripts: one JSON object per query per line (query, query_tokens, hits with their "
+                        "tokens, notes), the HTTP API's hit fields")
     s.add_argument("--where", default=None, type=text,
                    help="filter on the image's TOKENS (what its vector holds, not its caption): a boolean query, "
                         "e.g. 'dog AND (beach OR sand) NOT cat'; --filter filters on the row's metadata")

@@ -5,19 +5,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tokenspace.cli import search_output
 from tokenspace.cli.common import CLIError, UsageError, ranking_changes
 from tokenspace.cli.hybrid import check_dense_args
 from tokenspace.cli.model_loading import one_thread
-from tokenspace.explain.hits import format_hit
 from tokenspace.index.metadata import parse_cli as parse_filters
 from tokenspace.searcher import DenseHalf, Searcher, SearchError
-
-SHOWN_TOKENS = 8  # the query's heaviest tokens printed above its hits
 
 
 def run(args) -> int:
     if not args.query and not args.image:
         raise UsageError("give a query text or --image")
+    if any(not q.strip() for q in args.query):  # refused here: the model would load for nothing
+        raise UsageError('a query text is empty: give words to search for, e.g. "a red car"')
     try:  # parsed before the index and the model load: a typo costs no wait
         meta_filter = parse_filters(args.filter) if args.filter else None
     except ValueError as e:
@@ -39,17 +39,17 @@ def run(args) -> int:
     fusion = (args.fusion or "rrf") if dense is not None else None
     options = dict(filter=meta_filter, where=args.where, must=args.must or (), must_not=args.must_not or (),
                    steer=dict(args.steer or []), fusion=fusion, weight=0.5 if args.weight is None else args.weight)
-    for query in args.query or [Path(args.image)]:  # a Path is an image file, a str a text
+    queries = args.query or [Path(args.image)]  # a Path is an image file, a str a text
+    for n, query in enumerate(queries):
         try:
             res = searcher.search(query, args.k, **options)
         except SearchError as e:
             raise CLIError(as_typed(e).replace("give a text, not an image", "give query texts, not --image")) from None
-        print(f"\nquery: {query}" + (f"  (hybrid, {fusion} fusion)" if fusion else ""))
-        print("  query tokens: " + ", ".join(f"{t} {w:.2f}" for t, w in res.query[:SHOWN_TOKENS]))
-        if not res.hits:
-            print("  no hits")
-        for rank, h in enumerate(res.hits, 1):
-            print(format_hit(rank, h.id, h.score, h.parts, h.item.get("text"), penalty=h.penalty))
+        if args.json:
+            print(search_output.json_line(query, res, fusion), flush=True)
+        else:  # flushed per query: a reader (`| head -1`) sees the first hits while the next query runs
+            print(search_output.text_block(query, res, fusion, several=len(queries) > 1, first=n == 0),
+                  flush=True)
     return 0
 
 
