@@ -127,6 +127,25 @@ def _onnxruntime_missing() -> str | None:
     return missing_runtime()  # a name of its own: tests stand in for it
 
 
+def check_tower(model, kind: str) -> None:
+    """Refuse, in words a command can show as they are, a tower ``model`` cannot run, before any image is
+    read (the ONNX export itself is only tried, and checked, on the first batch)."""
+    if kind not in TOWERS:
+        raise ValueError(f"tower must be one of {', '.join(repr(t) for t in TOWERS)}, not {kind!r}")
+    if kind != "onnx":
+        return
+    if model.packed_sizes:
+        sizes = ", ".join(str(s) for s in model.packed_sizes)
+        raise ValueError(f"the ONNX image tower cannot run this model: it reads each image at several sizes "
+                         f"({sizes} pixels) and the ONNX export has one; the PyTorch tower runs it")
+    if model.device.type != "cpu":
+        raise ValueError(f"the ONNX image tower runs on the CPU and this model is on {model.device}")
+    missing = _onnxruntime_missing()
+    if missing:
+        raise RuntimeError(f"the ONNX image tower needs onnxruntime and onnx (pip install 'tokenspace[onnx]'): "
+                           f"{missing}")
+
+
 def image_tower(model, kind: str = "torch"):
     """The callable that turns pixels into grids: ``torch`` (None: the model's own tower, any device),
     ``onnx`` (OnnxImageTower, CPU models only; an error if it cannot be built or does not match) or
@@ -136,14 +155,7 @@ def image_tower(model, kind: str = "torch"):
     if kind == "torch" or (kind == "auto" and (model.device.type != "cpu" or model.packed_sizes
                                                 or _onnxruntime_missing())):
         return None
-    if model.packed_sizes:
-        raise ValueError("the ONNX tower runs the plain tower; this model reads images at several sizes "
-                         f"{model.packed_sizes}: use tower='torch'")
-    if model.device.type != "cpu":
-        raise ValueError("the ONNX tower runs on the CPU; the model is on " + str(model.device))
-    missing = _onnxruntime_missing()
-    if missing:
-        raise RuntimeError(f"tower='onnx' needs onnxruntime and onnx (pip install 'tokenspace[onnx]'): {missing}")
+    check_tower(model, kind)
     version = _weights_version(model)
     cached = _onnx_cache.get(model)
     if cached is not None and cached[0] == version:

@@ -213,7 +213,9 @@ class SparseBatch:
         rows = np.repeat(np.arange(len(self), dtype=np.int64), self.row_nnz())
         coords = torch.from_numpy(np.stack([rows, self.indices.astype(np.int64)]))
         values = torch.from_numpy(self.values.copy())
-        return torch.sparse_coo_tensor(coords, values, size=(len(self), self.dim)).coalesce()
+        # invariants opted out explicitly (torch warns when left implicit): a SparseBatch is already checked
+        t = torch.sparse_coo_tensor(coords, values, size=(len(self), self.dim), check_invariants=False)
+        return t.coalesce()
 
     def to_dicts(self, use_tokens: bool = False) -> list[dict]:
         """Rows as dicts keyed by dim id, or by token name when ``use_tokens`` (needs a vocab)."""

@@ -56,8 +56,9 @@ def test_the_python_block_runs_verbatim(world, tmp_path):
     # the block's own names, checked after it ran: one result list per query, decode per row
     check = ("\nassert isinstance(hits, list) and len(hits) == 1 and len(hits[0]) >= 1, hits"
              "\nprint('ok', len(imgs), index.size if hasattr(index, 'size') else len(index))\n")
-    r = _run([sys.executable, "-c", code + check], tmp_path, world.home)
+    r = _run([sys.executable, "-W", "default", "-c", code + check], tmp_path, world.home)
     assert r.code == 0 and r.out.startswith("ok 2"), r.err
+    assert "Warning" not in r.err, r.err  # a reader's first lines print nothing but what they ask for
 
 
 def _tiny(line: str, world) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tokenspace.cli.common import CLIError
 from tokenspace.cli.model_loading import load_model, model_reference
-from tokenspace.cli.run.index import build_ranking
+from tokenspace.cli.run.index import build_ranking, check_tower_flag
 from tokenspace.encode import RECORD, check_index_dir, encode_to_index, open_shards
 from tokenspace.models.capabilities import require_vectors
 from tokenspace.outputs import INDEX, PARTS, check_output
@@ -31,6 +31,7 @@ def run(args) -> int:
     check_index_dir(args.index)  # before the model loads and a part is encoded
     ranking = build_ranking(args)  # the same ranking `index build` records and applies, hub prior included
     model = load_model(args.model, args.device)
+    check_tower_flag(model, args.tower)  # before any image is decoded
     require_vectors(model, True, f"--model {args.model}", "build its dense index with `tokenspace index build "
                     "--model MODEL --data ...`")
     try:

@@ -12,7 +12,7 @@ from tokenspace.cli.hybrid import DENSE_IDS, build_dense_index
 from tokenspace.cli.index_loading import load_index
 from tokenspace.cli.model_loading import load_model, model_reference
 from tokenspace.cli.run.search import as_typed
-from tokenspace.encode import FileCollection, build_index
+from tokenspace.encode import FileCollection, build_index, check_tower
 from tokenspace.explain.ranking import ModelRanking, read_model_ranking
 from tokenspace.index import export, qdrant
 from tokenspace.index.folder import index_model
@@ -82,6 +82,7 @@ def _build(args) -> int:
             raise CLIError(f"--metadata {e}") from None
     ranking = build_ranking(args)  # also before the encoding: a bad bank spec is found at once
     model = load_model(args.model, args.device)
+    check_tower_flag(model, args.tower)  # before any image is decoded
     if not getattr(model, "sparse", True):  # float rows: the dense half of a hybrid search
         return build_dense_index(args, model)
     collection = FileCollection.from_specs(args.data, args.home)
@@ -103,6 +104,14 @@ def _build(args) -> int:
         raise CLIError(f"no readable images in {' '.join(args.data)}: nothing to index")
     print(f"indexed {len(index)} images into {args.out} (`tokenspace index stats {args.out}` for its statistics)")
     return 0
+
+
+def check_tower_flag(model, tower: str) -> None:
+    """--tower onnx with a model it cannot run, refused in the words of the command line."""
+    try:
+        check_tower(model, tower)
+    except (ValueError, RuntimeError) as e:
+        raise CLIError(f"--tower {tower}: {e}; leave --tower out, or give --tower torch") from None
 
 
 def build_ranking(args) -> ModelRanking:
