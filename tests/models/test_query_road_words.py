@@ -59,22 +59,24 @@ def test_keep_rule_is_the_first_taggers(graph, tok):
     assert {"cy", "##pr", "##ini"} <= set(row(tok, ids, table, 1))
 
 
-def test_lemma_rule_keeps_a_class_name_in_pieces_and_drops_a_hypernyms(graph, tok):
-    ids, table = token_table(class_words(CLASSES, 2, graph), tok, fragments="lemma", fragment_weight=0.5)
+def test_a_class_name_in_pieces_stays_and_a_hypernyms_pieces_are_weighed_apart(graph, tok):
+    ids, table = token_table(class_words(CLASSES, 2, graph), tok, name_pieces=0.5, hypernym_pieces=0.0)
     assert row(tok, ids, table, 0) == {"ten": 0.5, "##ch": 0.5, "fish": 1}  # tench's own name stays, halved
     assert row(tok, ids, table, 1) == {"carp": 1, "fish": 1}
     assert "cy" not in {tok.vocab.tokens[i] for i in ids}  # no class uses the order's pieces any more
-    ids, table = token_table(class_words(CLASSES, 2, graph), tok, fragments="drop")
+    ids, table = token_table(class_words(CLASSES, 2, graph), tok, name_pieces=0.0, hypernym_pieces=0.0)
     assert row(tok, ids, table, 0) == {"fish": 1}
+    ids, table = token_table(class_words(CLASSES, 2, graph), tok, hypernym_pieces=0.25)  # kept, down-weighted
+    assert row(tok, ids, table, 0) == {"cy": 0.25, "##pr": 0.25, "##ini": 0.25, "fish": 1, "ten": 1, "##ch": 1}
 
 
 def test_specificity_weighs_a_shared_word_by_how_few_classes_hold_it(graph, tok):
-    ids, table = token_table(class_words(CLASSES, 2, graph), tok, fragments="lemma", specificity=1.0)
+    ids, table = token_table(class_words(CLASSES, 2, graph), tok, hypernym_pieces=0.0, specificity=1.0)
     n = len(CLASSES)
     shared = math.log(n / 2) / math.log(n)  # fish (tench, carp) and animal (dog, bird): 2 of 4 classes
     assert row(tok, ids, table, 0) == pytest.approx({"ten": 1, "##ch": 1, "fish": shared}, abs=1e-3)
     assert row(tok, ids, table, 2) == pytest.approx({"dog": 1, "animal": shared}, abs=1e-3)
-    squared = token_table(class_words(CLASSES, 2, graph), tok, fragments="lemma", specificity=2.0)[1]
+    squared = token_table(class_words(CLASSES, 2, graph), tok, hypernym_pieces=0.0, specificity=2.0)[1]
     assert squared[2].max() == 1 and sorted(squared[2][squared[2] > 0])[0] == pytest.approx(shared ** 2, abs=1e-3)
 
 
@@ -86,7 +88,7 @@ def test_a_word_every_class_holds_is_no_column(graph, tok):
 
 def test_bad_rules_are_refused(graph, tok):
     words = class_words(CLASSES, 0, graph)
-    for kw in ({"fragments": "some"}, {"fragment_weight": 2.0}, {"specificity": -1.0}):
+    for kw in ({"name_pieces": -0.1}, {"hypernym_pieces": 2.0}, {"specificity": -1.0}):
         with pytest.raises(ValueError):
             token_table(words, tok, **kw)
 

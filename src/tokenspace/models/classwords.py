@@ -17,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 
-from tokenspace.models.options import FRAGMENT_RULES
 
 SYNSETS_FILE = "imagenet_synsets.txt"  # one wnid per line, in classifier order
 LEMMAS_FILE = "imagenet_synset_to_lemma.txt"  # wnid<TAB>lemma, lemma, ...
@@ -132,37 +131,33 @@ def word_groups(tokens: Sequence[str], ids: Sequence[int]) -> list[list[tuple[st
     return groups
 
 
-def token_table(words: Sequence[dict[str, int]], tokenizer, decay: float = 1.0, fragments: str = "keep",
-                fragment_weight: float = 1.0, specificity: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+def token_table(words: Sequence[dict[str, int]], tokenizer, decay: float = 1.0, name_pieces: float = 1.0,
+                hypernym_pieces: float = 1.0, specificity: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
     """Classes' words -> (token_ids [U], weights [classes, U]) over the tokens any class uses.
 
     weights[c, u] = decay ** (the lowest level of a word of class c that gives token u), then:
-    - ``fragments``: what a word the vocabulary holds only as pieces gives. ``keep``: its pieces, as
-      whole words (the first tagger's rule: "tench" rows carried ``cy, ##d, ##ini, ##form`` from the
-      hypernym Cypriniformes, and those pieces matched hundreds of unrelated classes). ``lemma``: the
-      pieces of the class's own names only (level 0: a query for "tench" is tokenized into the same
-      pieces), times ``fragment_weight``; a hypernym's pieces are dropped. ``drop``: whole words only.
+    - a word the vocabulary holds only as pieces gives its pieces times ``name_pieces`` when it is one
+      of the class's own names (level 0: a query for "tench" is tokenized into the same pieces, ten
+      ##ch) and times ``hypernym_pieces`` when it comes from a hypernym (0 drops them). 1 and 1 is the
+      first tagger's rule: "tench" rows carried ``cy, ##pr, ##ini, ##form`` from Cypriniformes at full
+      weight, and such pieces matched hundreds of unrelated classes. A word held whole keeps its weight.
     - ``specificity`` s: each token's weight times (log(N / df) / log(N)) ** s, df = the number of the N
-      classes holding it. A word shared by hundreds of classes ("animal", "device") says little about
-      which one is in the picture, and a class's own name (df = 1) keeps its full weight. 0: off.
+      classes holding it. A word or piece shared by hundreds of classes ("animal", ``##d``) says little
+      about which one is in the picture; a class's own name (df = 1) keeps its full weight. 0: off.
     ``tokenizer`` is a WordPieceTokenizer (``tokenize`` / ``token_ids`` without specials)."""
     if not 0 < decay <= 1:
         raise ValueError(f"hypernym decay must be in (0, 1], not {decay}")
-    if fragments not in FRAGMENT_RULES:
-        raise ValueError(f"fragments must be one of {FRAGMENT_RULES}, not {fragments!r}")
-    if not 0 <= fragment_weight <= 1 or specificity < 0:
-        raise ValueError(f"fragment_weight must be in [0, 1] and specificity >= 0, not {fragment_weight}, "
-                         f"{specificity}")
+    if not (0 <= name_pieces <= 1 and 0 <= hypernym_pieces <= 1) or specificity < 0:
+        raise ValueError(f"name_pieces and hypernym_pieces must be in [0, 1] and specificity >= 0, not "
+                         f"{name_pieces}, {hypernym_pieces}, {specificity}")
     per_class: list[dict[int, float]] = []
     for ws in words:
         best: dict[int, float] = {}
         for word, level in ws.items():
             for group in word_groups(tokenizer.tokenize(word), tokenizer.token_ids(word)):
                 w = decay ** level
-                if len(group) > 1 and fragments != "keep":
-                    if fragments == "drop" or level > 0:
-                        continue
-                    w *= fragment_weight
+                if len(group) > 1:
+                    w *= name_pieces if level == 0 else hypernym_pieces
                 for tok, tid in group:
                     if emitted(tok) and w > 0:
                         best[tid] = max(best.get(tid, 0.0), w)

@@ -154,7 +154,6 @@ class VisualSpartaOptions(FamilyOptions):
 
 
 TAGGER_POOLS = ("cells", "image", "both")
-FRAGMENT_RULES = ("keep", "lemma", "drop")  # models/classwords.token_table
 TAGGER_TEXT_SIDES = ("splade", "bag")
 
 
@@ -168,8 +167,10 @@ class TaggerOptions(FamilyOptions):
     classifier: str | None = None  # where the classifier head is read from
     hypernym_levels: int = 2
     hypernym_decay: float = 1.0
-    fragments: str = "keep"  # keep | lemma | drop: what a word held only as word pieces gives (classwords)
-    fragment_weight: float = 1.0  # the pieces' weight under ``lemma``
+    # a word held only as word pieces gives its pieces at this weight: a class's own name / a hypernym's
+    # (models/classwords.token_table; 1 and 1: the first tagger's rule)
+    name_pieces: float = 1.0
+    hypernym_pieces: float = 1.0
     specificity: float = 0.0  # weights times (log(N / df) / log(N)) ** specificity; 0: off
     pool: str = "cells"  # cells | image | both
     top_classes: int = 5
@@ -181,12 +182,10 @@ class TaggerOptions(FamilyOptions):
     def __post_init__(self):
         self._set("hypernym_levels", _number(self.hypernym_levels, "hypernym_levels", int))
         self._set("hypernym_decay", _number(self.hypernym_decay, "hypernym_decay"))
-        self._set("fragment_weight", _number(self.fragment_weight, "fragment_weight"))
-        self._set("specificity", _number(self.specificity, "specificity"))
-        if self.fragments not in FRAGMENT_RULES:
-            raise ValueError(f"tagger fragments must be one of {FRAGMENT_RULES}, not {self.fragments!r}")
-        if not 0 <= self.fragment_weight <= 1 or self.specificity < 0:
-            raise ValueError("tagger fragment_weight must be in [0, 1] and specificity >= 0")
+        for name in ("name_pieces", "hypernym_pieces", "specificity"):
+            self._set(name, _number(getattr(self, name), name))
+        if not (0 <= self.name_pieces <= 1 and 0 <= self.hypernym_pieces <= 1) or self.specificity < 0:
+            raise ValueError("tagger name_pieces and hypernym_pieces must be in [0, 1], specificity >= 0")
         self._set("top_classes", _number(self.top_classes, "top_classes", int))
         self._set("scale", _number(self.scale, "scale"))
         if self.pool not in TAGGER_POOLS:

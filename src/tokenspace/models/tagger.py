@@ -18,7 +18,9 @@ Config ``extra`` (``TaggerOptions``, models/options.py):
     wordnet: "asset:wordnet" | None     WordNet dict folder (hypernyms); None: level 0 only, from
                                         the lemma list beside the wnids
     classifier: "asset:efficientnet-lite0"  where the classifier head (`_fc`) is read from
-    hypernym_levels (2), hypernym_decay (1.0), pool ("cells"), top_classes (5), scale (1.0),
+    hypernym_levels (2), hypernym_decay (1.0), name_pieces (1.0), hypernym_pieces (1.0), specificity (0.0)
+    (classwords.token_table: the weights of words held only as pieces and of words many classes share),
+    pool ("cells"), top_classes (5), scale (1.0),
     text ("splade" | "bag"), table_tokens (set on save: how many tokens the class table covers)
 A saved folder holds the classifier head and the class -> token table among its weights, so it
 rebuilds from its own files (``from_pretrained``) with neither asset installed.
@@ -75,7 +77,7 @@ def load_classifier_head(ref: str, n_classes: int, n_features: int) -> dict[str,
 
 
 def build_class_table(tokenizer, classes_ref: str, wordnet_ref: str | None, levels: int, decay: float,
-                      fragments: str = "keep", fragment_weight: float = 1.0, specificity: float = 0.0):
+                      name_pieces: float = 1.0, hypernym_pieces: float = 1.0, specificity: float = 0.0):
     """(token_ids [U], table [classes, U]) from the class list and (optionally) WordNet
     (classwords.token_table: the rules for word pieces and for words many classes share)."""
     if levels < 0:
@@ -84,8 +86,8 @@ def build_class_table(tokenizer, classes_ref: str, wordnet_ref: str | None, leve
     wnids = read_wnids(folder)
     graph = NounGraph.from_dict_dir(resolve_weights(wordnet_ref)) if wordnet_ref else None
     lemma_file = None if graph is not None else read_lemma_file(folder)
-    return token_table(class_words(wnids, levels, graph, lemma_file), tokenizer, decay, fragments,
-                       fragment_weight, specificity)
+    return token_table(class_words(wnids, levels, graph, lemma_file), tokenizer, decay, name_pieces,
+                       hypernym_pieces, specificity)
 
 
 class TaggerModel(DualEncoder):
@@ -104,7 +106,7 @@ class TaggerModel(DualEncoder):
                              f"{'bag-of-tokens' if self.text_side == 'bag' else 'bert-mlm'}")
         if opts.classes:
             ids, table = build_class_table(self.tokenizer, opts.classes, opts.wordnet, opts.hypernym_levels,
-                                           opts.hypernym_decay, opts.fragments, opts.fragment_weight,
+                                           opts.hypernym_decay, opts.name_pieces, opts.hypernym_pieces,
                                            opts.specificity)
             ids, table = torch.from_numpy(ids), torch.from_numpy(table)
         elif opts.table_tokens:  # a saved folder: the table's values come with the weights
@@ -143,6 +145,11 @@ class TaggerModel(DualEncoder):
             whole = self.classifier(grid_to_cells(grid).mean(dim=1))  # = the network's own logits
             parts.append(self._sparse_probs(whole) @ self.class_tokens)
         return parts[0] if len(parts) == 1 else torch.maximum(*parts)
+
+    def confidence(self, grid: torch.Tensor) -> torch.Tensor:
+        """[B]: the whole-image classifier's top class probability (high on photos of its classes, low on
+        drawings, icons and other pictures it was not trained on): what a fused model's gate reads."""
+        return self.classifier(grid_to_cells(grid).mean(dim=1)).softmax(-1).amax(dim=-1)
 
     def _scatter(self, x: torch.Tensor) -> torch.Tensor:  # [..., U] -> [..., V]
         out = x.new_zeros(*x.shape[:-1], len(self.vocab))
