@@ -3,7 +3,8 @@ search_arrays (arrays in, ids and scores out), per query, on one pinned core, wi
 
     python -m benchmarks.search_call --corpus-dir bench-data/real-text-100K --name real-text-100K
 
-Arms, each timed one query at a time (or per query of a batch) in interleaved passes, by CPU time:
+Arms, each timed one query at a time (or per query of a batch) by CPU time, interleaved chunk by chunk
+(--batch queries at a time, the arms' order rotating) in --passes passes:
 ``arrays`` search_arrays(dims, weights); ``search`` search() of the query's one-row SparseBatch, made
 before the timer as a model's encoder hands it over; ``search+batch`` the same with the one-row
 SparseBatch built from the arrays inside the timer (what a caller holding arrays pays); ``search-batch``
@@ -50,32 +51,39 @@ def digest(answers) -> str:
     return h.hexdigest()
 
 
-def run_arm(arm, index, qrows, qbatches, dim, setting):
-    """(CPU seconds, answers) of one pass of one arm over the queries."""
-    out = []
+def run_chunk(arm, index, qrows, ones, batch, dim, setting) -> tuple[float, list]:
+    """(CPU seconds, answers) of one arm over one chunk of queries: ``qrows`` their arrays, ``ones`` their
+    one-row SparseBatches, ``batch`` all of them as one SparseBatch."""
     if arm == "arrays":
         c = time.process_time()
-        for idx, val in qrows:
-            out.append(index.search_arrays(idx, val, K, **setting))
-        cpu = time.process_time() - c
-        return cpu, [(ids, s) for ids, s in out]
+        out = [index.search_arrays(idx, val, K, **setting) for idx, val in qrows]
+        return time.process_time() - c, out
     if arm == "search":
-        ones = [SparseBatch(np.array([0, len(idx)]), idx, val, dim) for idx, val in qrows]
         c = time.process_time()
-        for q in ones:
-            out.append(index.search(q, K, **setting)[0])
-        cpu = time.process_time() - c
+        hits = [index.search(q, K, **setting)[0] for q in ones]
     elif arm == "search+batch":
         c = time.process_time()
-        for idx, val in qrows:
-            out.append(index.search(SparseBatch(np.array([0, len(idx)]), idx, val, dim), K, **setting)[0])
-        cpu = time.process_time() - c
+        hits = [index.search(SparseBatch(np.array([0, len(idx)]), idx, val, dim), K, **setting)[0]
+                for idx, val in qrows]
     else:
         c = time.process_time()
-        for b in qbatches:
-            out.extend(index.search(b, K, **setting))
-        cpu = time.process_time() - c
-    return cpu, [([h.id for h in hits], [h.score for h in hits]) for hits in out]
+        hits = index.search(batch, K, **setting)
+    cpu = time.process_time() - c
+    return cpu, [([h.id for h in hs], [h.score for h in hs]) for hs in hits]
+
+
+def run_pass(index, chunks, dim, setting, rep: int) -> tuple[dict, dict]:
+    """Every arm over every chunk, the arms' order rotating from chunk to chunk (a noisy moment of the
+    shared machine lands on all arms alike, not on one arm's whole pass): CPU seconds and answers per arm."""
+    cpu = {arm: 0.0 for arm in ARMS}
+    answers = {arm: [] for arm in ARMS}
+    for i, (qrows, ones, batch) in enumerate(chunks):
+        shift = (rep + i) % len(ARMS)
+        for arm in ARMS[shift:] + ARMS[:shift]:
+            sec, out = run_chunk(arm, index, qrows, ones, batch, dim, setting)
+            cpu[arm] += sec
+            answers[arm].extend(out)
+    return cpu, answers
 
 
 def main(argv=None):
@@ -97,7 +105,8 @@ def main(argv=None):
     docs, qs = corpus.batches()
     nq = min(a.queries, len(qs))
     qrows = [corpus.query(r) for r in range(nq)]
-    qbatches = [qs[s:min(s + a.batch, nq)] for s in range(0, nq, a.batch)]
+    ones = [SparseBatch(np.array([0, len(idx)]), idx, val, dim) for idx, val in qrows]
+    chunks = [(qrows[s:s + a.batch], ones[s:s + a.batch], qs[s:min(s + a.batch, nq)]) for s in range(0, nq, a.batch)]
     ids = list(map(str, range(n)))
     indexes = {name: InvertedIndex.build(docs, ids, **opts) for name, opts in BUILDS.items()}
     allowed = sorted(os.sched_getaffinity(0))
@@ -107,16 +116,14 @@ def main(argv=None):
     try:
         for build, label, setting in SETTINGS:
             index = indexes[build]
-            for arm in ARMS:  # warm-up: numba's first calls, the kept plans
-                run_arm(arm, index, qrows[:50], qbatches[:1], dim, setting)
+            run_pass(index, chunks[:1], dim, setting, 0)  # warm-up: numba's first calls, the kept plans
             cpu = {arm: [] for arm in ARMS}
             hashes = {}
             for rep in range(a.passes):
-                order = ARMS[rep % len(ARMS):] + ARMS[:rep % len(ARMS)]  # rotate which arm goes first
-                for arm in order:
-                    sec, answers = run_arm(arm, index, qrows, qbatches, dim, setting)
-                    cpu[arm].append(sec / nq * 1e6)
-                    hashes.setdefault(arm, digest(answers))
+                sec, answers = run_pass(index, chunks, dim, setting, rep)
+                for arm in ARMS:
+                    cpu[arm].append(sec[arm] / nq * 1e6)
+                    hashes.setdefault(arm, digest(answers[arm]))
             if len(set(hashes.values())) != 1:
                 raise SystemExit(f"{build} {label}: the arms' answers differ: {hashes}")
             row = {"build": build, "setting": label, "options": setting, "answers_sha256": hashes["arrays"],
