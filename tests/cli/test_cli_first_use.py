@@ -46,8 +46,8 @@ def test_index_build_says_how_many_images_it_indexed(world, tmp_path):
     r = world.run("index", "build", "--model", world.model, "--data", f"{world.manifest}:test", "--out",
                   tmp_path / "idx")
     assert r.code == 0, r.err
-    assert r.out.strip() == f"indexed 3 images into {tmp_path / 'idx'} " \
-                            f"(`tokenspace index stats {tmp_path / 'idx'}` for its statistics)"
+    assert r.out.strip() == f"indexed 3 images into {tmp_path / 'idx'}; " \
+                            f"search it: tokenspace search --index {tmp_path / 'idx'} \"a query\""
 
 
 def test_eval_says_the_direction_of_each_metric(world, tmp_path):

@@ -32,7 +32,7 @@ def check_dense_args(args) -> None:
                          "index lacks: not with --dense-index")
 
 
-def build_dense_index(args, model) -> int:
+def build_dense_index(args, model, collection: FileCollection | None = None) -> int:
     """`index build --model DENSE_MODEL`: a DenseIndex of the collection, through the road every index
     takes (encode.build_index: resumable parts), with the collection.json that names its model, for
     `search --dense-index`."""
@@ -47,7 +47,8 @@ def build_dense_index(args, model) -> int:
         raise CLIError(f"--out {out} holds a sparse index: write the dense index to its own folder")
     work = Path(f"{args.out}.parts")
     try:
-        index = build_index(model, FileCollection.from_specs(args.data, args.home), out, work, args.part_size,
+        collection = collection if collection is not None else FileCollection.from_specs(args.data, args.home)
+        index = build_index(model, collection, out, work, args.part_size,
                             args.batch_size, workers=args.workers, tower=args.tower, progress=True,
                             info={"model": model_reference(args.model)})
     except KeyboardInterrupt:  # the parts on disk stay: a rerun encodes only what is missing
@@ -55,6 +56,7 @@ def build_dense_index(args, model) -> int:
               file=sys.stderr)
         return 130
     if index is None:
-        raise CLIError(f"no readable images in {' '.join(args.data)}: nothing to index")
+        named = getattr(args, "images", None) or getattr(args, "manifest", None) or " ".join(args.data)
+        raise CLIError(f"no readable images in {named}: nothing to index")
     print(f"indexed {len(index)} images into {out} (dense: search it with --dense-index beside a sparse --index)")
     return 0

@@ -18,7 +18,16 @@ def add_arguments(i: argparse.ArgumentParser) -> None:
     isub = i.add_subparsers(dest="action", required=True, metavar="ACTION")
     ib = isub.add_parser("build", help="encode a collection's images and index them")
     ib.add_argument("--model", required=True, help="model folder or release name")
-    ib.add_argument("--data", nargs="+", required=True, help="DATASET:SPLIT[:LIMIT] specs (or MANIFEST.jsonl:SPLIT)")
+    src = ib.add_mutually_exclusive_group(required=True)
+    src.add_argument("--data", nargs="+", help="DATASET:SPLIT[:LIMIT] specs (or MANIFEST.jsonl:SPLIT)")
+    src.add_argument("--images", metavar="DIR",
+                     help="your own folder of images, searched recursively (as `tokenspace shards` reads it): a "
+                          "caption from the .txt file beside each image (cat.jpg -> cat.txt), else the file "
+                          "name's words; the id is the path under DIR without its extension")
+    src.add_argument("--manifest", metavar="FILE.jsonl",
+                     help='a JSON object per line: "image" (or "path", relative to the manifest\'s folder), '
+                          '"caption" (or "text"; absent: as for --images), optional "key" (the id), any other '
+                          "fields kept as the row's metadata (search filters on them with --filter)")
     ib.add_argument("--out", required=True, help="index folder to write (new or empty)")
     ib.add_argument("--overwrite", action="store_true", help="replace the index that --out already holds")
     ib.add_argument("--top-n", type=positive_int, default=None, help="keep each image's n heaviest tokens")

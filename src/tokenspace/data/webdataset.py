@@ -29,6 +29,7 @@ from PIL import Image
 
 from tokenspace.atomic import atomic_path
 from tokenspace.data.images import ImageLoadError, _on_white, check_image, load_image, open_checked
+from tokenspace.data.manifest import Record
 
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "ppm", "bmp")
 TEXT_EXTS = ("txt", "caption")
@@ -365,6 +366,13 @@ def manifest_sources(manifest: str | os.PathLike) -> list[ShardSource]:
     if not out:
         raise ValueError(f"{manifest}: no rows")
     return _unique_keys(out)
+
+
+def source_records(sources: Sequence[ShardSource]) -> list[Record]:
+    """``sources`` (``folder_sources``, ``manifest_sources``) as the records `index build` encodes straight
+    from the files, no shards between: the same keys (index ids) and captions `tokenspace shards` writes.
+    The image stays where it is (a GIF, TIFF or SVG is decoded by the loader, as a data spec's is)."""
+    return [Record(s.key, str(s.image), s.caption, "all") for s in sources]
 
 
 def _unique_keys(sources: list[ShardSource]) -> list[ShardSource]:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import sys
 from pathlib import Path
 from typing import NamedTuple
@@ -12,6 +13,7 @@ from tokenspace.cli.hybrid import DENSE_IDS, build_dense_index
 from tokenspace.cli.index_loading import load_index
 from tokenspace.cli.model_loading import load_model, model_reference
 from tokenspace.cli.run.search import as_typed
+from tokenspace.data.webdataset import folder_sources, manifest_sources, source_records
 from tokenspace.encode import FileCollection, build_index, check_tower
 from tokenspace.explain.ranking import ModelRanking, read_model_ranking
 from tokenspace.index import export, qdrant
@@ -80,12 +82,13 @@ def _build(args) -> int:
             user = read_metadata_jsonl(args.metadata)
         except ValueError as e:
             raise CLIError(f"--metadata {e}") from None
+    collection, own = _collection(args)  # before the model loads: a folder without images is found at once
+    user = {k: {**own.get(k, {}), **user.get(k, {})} for k in set(own) | set(user)}  # --metadata wins
     ranking = build_ranking(args)  # also before the encoding: a bad bank spec is found at once
     model = load_model(args.model, args.device)
     check_tower_flag(model, args.tower)  # before any image is decoded
     if not getattr(model, "sparse", True):  # float rows: the dense half of a hybrid search
-        return build_dense_index(args, model)
-    collection = FileCollection.from_specs(args.data, args.home)
+        return build_dense_index(args, model, collection)
     unknown = sorted(set(user) - set(collection.keys))
     if unknown:
         raise CLIError(f"--metadata {args.metadata}: {len(unknown)} id(s) are not images of this collection, "
@@ -101,9 +104,32 @@ def _build(args) -> int:
               file=sys.stderr)
         return 130
     if index is None:
-        raise CLIError(f"no readable images in {' '.join(args.data)}: nothing to index")
-    print(f"indexed {len(index)} images into {args.out} (`tokenspace index stats {args.out}` for its statistics)")
+        raise CLIError(f"no readable images in {_named(args)}: nothing to index")
+    skipped = len(collection) - len(index)
+    print(f"indexed {len(index)} images into {args.out}" + (f" ({skipped} unreadable skipped)" if skipped else "")
+          + f"; search it: tokenspace search --index {shlex.quote(str(args.out))} \"a query\"")
     return 0
+
+
+def _named(args) -> str:
+    return args.images or args.manifest or " ".join(args.data)
+
+
+def _collection(args) -> tuple[FileCollection, dict[str, dict]]:
+    """The images to encode (data specs, a folder, or a JSONL manifest of files) and the metadata a
+    manifest's rows carry beyond image, caption and key. A folder or manifest is named by its absolute
+    path in the parts' record, so a rerun from another folder still resumes."""
+    if args.data:
+        return FileCollection.from_specs(args.data, args.home), {}
+    try:
+        if args.images:
+            sources, spec = folder_sources(args.images), f"images:{Path(args.images).resolve()}"
+        else:
+            sources, spec = manifest_sources(args.manifest), f"manifest:{Path(args.manifest).resolve()}"
+    except (OSError, ValueError) as e:
+        raise CLIError(f"{'--images' if args.images else '--manifest'} {e}") from None
+    own = {s.key: s.metadata for s in sources if s.metadata}
+    return FileCollection(source_records(sources), [(spec, len(sources))]), own
 
 
 def check_tower_flag(model, tower: str) -> None:
