@@ -61,9 +61,10 @@ def test_searches_count_generic_tokens_and_show_the_ranking(tiny_vocab, monkeypa
     index = InvertedIndex.build(model.encode_text(texts), [r.id for r in records])
     index.set_hub_prior(model.encode_text(["a red moon", "a red star"]), k=1, weight=0.5)
     meta = {r.id: {"text": r.text} for r in records}
-    assert demo.print_searches(model, index, meta, Ranking(idf=1.0))["at1"] == 1
+    # a Ranking is resolved: its prior weight is the one searched with (0 would be off)
+    assert demo.print_searches(model, index, meta, Ranking(idf=1.0, prior_weight=0.5))["at1"] == 1
     out = capsys.readouterr().out
     # 'a' is in every image and 'red' in 3 of 4: both generic; the hits' top-3 contributions hold them
-    assert "example searches (idf^1, hub prior): a relevant image at rank 1 for 1 of 1" in out
+    assert "example searches (idf^1, hub prior x0.5): a relevant image at rank 1 for 1 of 1" in out
     assert "generic tokens (in > half of the images) in 5 of the hits' 7 top-3 contributions" in out
     assert "hub penalty -" in out

@@ -13,14 +13,23 @@ from tokenspace.models.registry import load
 def load_model(ref: str, device: str = "cpu"):
     """A model folder or a release name (`tokenspace.models.registry.list_releases()`), on ``device``;
     a missing folder is named. A config name is an untrained architecture: refused (library message)."""
+    check_model_ref(ref)
+    dev = device_named(device)
+    model = load(ref)
+    return model.to(dev) if dev.type != "cpu" else model
+
+
+def check_model_ref(ref, option: str = "--model") -> None:
+    """A --model that names a missing path or a file is refused in the command's words, before anything
+    loads (``Searcher.open`` and ``load_model`` load it)."""
+    if ref is None:
+        return
+    ref = str(ref)
     looks_like_path = os.sep in ref or ref.startswith(".") or Path(ref).suffix in (".json", ".safetensors")
     if looks_like_path and not Path(ref).exists():
         raise CLIError(f"no model at {ref}")
     if Path(ref).is_file() and Path(ref).suffix != ".json":  # a .json is a config: refused below, by name
-        raise CLIError(f"--model {ref} is a file; give a model folder (config.json + model.safetensors) or a release name")
-    dev = device_named(device)
-    model = load(ref)
-    return model.to(dev) if dev.type != "cpu" else model
+        raise CLIError(f"{option} {ref} is a file; give a model folder (config.json + model.safetensors) or a release name")
 
 
 def one_thread() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from tokenspace.cli import search_output
 from tokenspace.cli.common import CLIError, UsageError, ranking_changes
 from tokenspace.cli.hybrid import check_dense_args
-from tokenspace.cli.model_loading import one_thread
+from tokenspace.cli.model_loading import check_model_ref, one_thread
 from tokenspace.explain.notes import has_content, query_notes
 from tokenspace.index.metadata import parse_cli as parse_filters
 from tokenspace.searcher import DenseHalf, Searcher, SearchError
@@ -29,6 +29,8 @@ def run(args) -> int:
     if args.where is not None and not args.where.strip():  # it was dropped: a search with no filter at all
         raise UsageError("--where is empty: give a boolean query on tokens, or leave --where out")
     check_dense_args(args)
+    check_model_ref(args.model)
+    check_model_ref(args.dense_model, "--dense-model")
     if not args.image:
         one_thread()  # the model loads and encodes a few short texts: no work worth a second thread
     try:  # the index, the ranking (a flag left out keeps the index's), the dense half, then the model

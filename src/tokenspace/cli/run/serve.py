@@ -5,7 +5,7 @@ import socket
 from pathlib import Path
 
 from tokenspace.cli.common import CLIError, UsageError
-from tokenspace.cli.model_loading import device_named
+from tokenspace.cli.model_loading import check_model_ref, device_named
 from tokenspace.cli.run.search import as_typed, dense_half
 from tokenspace.index.folder import index_model
 from tokenspace.models.registry import DEFAULT_RELEASE, release_path
@@ -26,6 +26,8 @@ def run(args) -> int:
                        "model is installed")
     if args.dense_model and not args.dense_index:
         raise UsageError("--dense-model: only with --dense-index (hybrid search)")
+    check_model_ref(model_ref)
+    check_model_ref(args.dense_model, "--dense-model")
     try:  # the index, its ranking, the dense half (hybrid search), then the model: one session
         searcher = Searcher.open(args.index, model_ref, dense_half(args, args.device), device=args.device)
     except SearchError as e:
