@@ -3,7 +3,7 @@ PY      ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
-EXTRAS  ?= serve,dev,milvus,dense,explain,onnx
+EXTRAS  ?= models,data,st,dev,milvus,dense,explain,onnx
 
 .PHONY: install e2e-deps demo test bench assets system-packages bench-packages reproduce serve lint clean release-model
 
@@ -11,7 +11,8 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-# torch first, pinned: the CPU build lies on this machine's disk; a looser request pulls a CUDA build.
+# torch first, pinned: the CPU build lies on this machine's disk; the models extra's range (torch>=2.4,<3)
+# then keeps it, where a bare request would pull a CUDA build.
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e ".[$(EXTRAS)]"

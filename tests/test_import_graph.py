@@ -46,7 +46,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("models", ("tokenspace.models",)),
     ("analysis", ("tokenspace.eval", "tokenspace.explain")),
     ("train", ("tokenspace.train",)),
-    ("pipeline", ("tokenspace.pipeline", "tokenspace.encode", "tokenspace.searcher")),
+    ("pipeline", ("tokenspace.pipeline", "tokenspace.encode", "tokenspace.searcher", "tokenspace.query_table")),
     ("app", ("tokenspace.cli", "tokenspace.__main__", "tokenspace.demo", "tokenspace.serve")),
 ]
 

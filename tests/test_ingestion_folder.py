@@ -15,7 +15,19 @@ from tokenspace.cli import main
 from tokenspace.data.webdataset import folder_sources
 from tokenspace.index import InvertedIndex
 
-from conftest import COLORS, SHAPES, draw  # noqa: I001 - the tiny images of tests/conftest.py
+COLORS = {"red": (220, 30, 30), "blue": (30, 30, 220), "green": (30, 200, 30)}
+SHAPES = ["dog", "cat", "car", "tree"]
+
+
+def draw(color: str, shape: int, size: int = 32):
+    """A white square with one coloured quarter (which quarter: the shape), as tests/conftest.py draws."""
+    from PIL import Image
+
+    img = np.full((size, size, 3), 255, np.uint8)
+    q = size // 2
+    r, c = divmod(shape, 2)
+    img[r * q:(r + 1) * q, c * q:(c + 1) * q] = COLORS[color]
+    return Image.fromarray(img)
 
 FAST = ["--tower", "torch", "--workers", "0", "--part-size", "4", "--batch-size", "4"]
 

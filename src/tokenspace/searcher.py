@@ -24,6 +24,7 @@ each file is, is index/folder.py's.
 """
 from __future__ import annotations
 
+import importlib.util
 import threading
 import time
 from collections import OrderedDict
@@ -39,7 +40,6 @@ from tokenspace.index import InvertedIndex
 from tokenspace.index.dense import DenseIndex  # faiss itself loads only when a dense index is opened
 from tokenspace.index.folder import COLLECTION_FILE, DENSE_IDS, MANIFEST, index_model, read_collection_json
 from tokenspace.index.hybrid import DEPTH, hybrid_search
-from tokenspace.models import registry  # the explain modules above import the models already
 from tokenspace.models.capabilities import MissingCapability, require_vectors
 from tokenspace.sparse import SparseBatch
 
@@ -370,6 +370,15 @@ def _load(model, device: str):
     """A model object as given; a folder or release name loaded (on ``device``)."""
     if not isinstance(model, (str, Path)):
         return model
+    if importlib.util.find_spec("torch") is None:  # a lean install: text queries from a stored table
+        from tokenspace.query_table import NeedsModelsExtra, TableQueries  # optional: the lean install's road
+
+        try:
+            return TableQueries(model)
+        except (NeedsModelsExtra, OSError) as e:
+            raise SearchError(f"model: {e}") from None
+    from tokenspace.models import registry  # start-up: torch (absent from a lean install)
+
     loaded = registry.load(model)
     return loaded.to(device) if device != "cpu" else loaded
 

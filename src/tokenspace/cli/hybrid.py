@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tokenspace.cli.common import CLIError, UsageError
 from tokenspace.cli.model_loading import model_reference
-from tokenspace.encode import FileCollection, build_index
 from tokenspace.index.folder import DENSE_IDS, MANIFEST
+
+if TYPE_CHECKING:
+    from tokenspace.encode import FileCollection
 
 __all__ = ["DENSE_IDS", "build_dense_index", "check_dense_args"]
 
@@ -46,6 +49,8 @@ def build_dense_index(args, model, collection: FileCollection | None = None) -> 
     if (out / MANIFEST).exists():
         raise CLIError(f"--out {out} holds a sparse index: write the dense index to its own folder")
     work = Path(f"{args.out}.parts")
+    from tokenspace.encode import FileCollection, build_index  # start-up: torch, which a search never needs
+
     try:
         collection = collection if collection is not None else FileCollection.from_specs(args.data, args.home)
         index = build_index(model, collection, out, work, args.part_size,

@@ -1,19 +1,29 @@
-"""--model and --device of the commands that run a model (torch loads with this module)."""
+"""--model and --device of the commands that run a model. Torch loads when a model does, not with this
+module: a lean install (no torch: `pip install tokenspace` without the models extra) searches and
+serves an inference-free index through it too."""
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
-import torch
-
 from tokenspace.cli.common import CLIError, one_line
-from tokenspace.models.registry import load
+
+MODELS_EXTRA = "pip install 'tokenspace[models]'"
+
+
+def has_torch() -> bool:
+    return importlib.util.find_spec("torch") is not None
 
 
 def load_model(ref: str, device: str = "cpu"):
     """A model folder or a release name (`tokenspace.models.registry.list_releases()`), on ``device``;
     a missing folder is named. A config name is an untrained architecture: refused (library message)."""
     check_model_ref(ref)
+    if not has_torch():
+        raise CLIError(f"--model {ref}: encoding images needs torch and the encoders ({MODELS_EXTRA})")
+    from tokenspace.models.registry import load  # start-up: torch
+
     dev = device_named(device)
     model = load(ref)
     return model.to(dev) if dev.type != "cpu" else model
@@ -37,7 +47,10 @@ def one_thread() -> None:
     texts (a text search): a two-layer BERT over a dozen tokens gains nothing from more, and on a busy
     2-core machine the second thread's waits for a core cost a query 0.2 s instead of 5 ms and the
     model's load 0.2-0.6 s instead of 0.18 s (its weight copies). Call it before the model loads."""
-    torch.set_num_threads(1)
+    if has_torch():  # a lean install has no threads of torch's to set
+        import torch  # start-up: torch, which the model's load imports next anyway
+
+        torch.set_num_threads(1)
 
 
 def model_reference(ref: str) -> str:
@@ -47,8 +60,15 @@ def model_reference(ref: str) -> str:
     return str(Path(ref).resolve()) if Path(ref).is_dir() else ref
 
 
-def device_named(name: str) -> torch.device:
-    """--device as a torch.device that exists here (cpu, cuda, cuda:1, mps)."""
+def device_named(name: str):
+    """--device as a torch.device that exists here (cpu, cuda, cuda:1, mps); a lean install (no torch)
+    has the CPU alone, as the string "cpu"."""
+    if not has_torch():
+        if name == "cpu":
+            return "cpu"
+        raise CLIError(f"--device {name}: needs torch ({MODELS_EXTRA})")
+    import torch  # start-up: torch, which the model's load imports next anyway
+
     try:
         dev = torch.device(name)
     except RuntimeError as e:

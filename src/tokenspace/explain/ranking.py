@@ -36,7 +36,6 @@ import numpy as np
 
 from tokenspace.data.specs import load_data
 from tokenspace.models.classwords import emitted
-from tokenspace.models.registry import release_path
 from tokenspace.sparse import SparseBatch
 
 # In a model folder: the ranking chosen for it on validation data, {"search": Ranking fields, "hub_prior":
@@ -201,7 +200,11 @@ def _bank_texts(specs: tuple[str, ...], size: int, home: str | None) -> tuple[st
 def model_folder(ref) -> Path | None:
     """The folder of a model reference (a folder, or a release name), None for a config name."""
     p = Path(str(ref))
-    return p if p.is_dir() else release_path(str(ref))
+    if p.is_dir():
+        return p
+    from tokenspace.models.registry import release_path  # start-up: torch, which a search never needs here
+
+    return release_path(str(ref))
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import re
 import shlex
 import sys
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from tokenspace.cli.common import CLIError, UsageError, check_writable_place, ranking_changes
 from tokenspace.cli.hybrid import DENSE_IDS, build_dense_index
@@ -14,7 +14,6 @@ from tokenspace.cli.index_loading import load_index
 from tokenspace.cli.model_loading import load_model, model_reference
 from tokenspace.cli.run.search import as_typed
 from tokenspace.data.webdataset import folder_sources, manifest_sources, source_records
-from tokenspace.encode import FileCollection, build_index, check_tower
 from tokenspace.explain.ranking import ModelRanking, read_model_ranking
 from tokenspace.index import export, qdrant
 from tokenspace.index.folder import index_model
@@ -23,6 +22,9 @@ from tokenspace.index.storage import MANIFEST
 from tokenspace.outputs import EXPORT, INDEX, PARTS, check_output
 from tokenspace.searcher import Searcher, SearchError
 from tokenspace.sparse import SparseBatch
+
+if TYPE_CHECKING:
+    from tokenspace.encode import FileCollection
 
 OPENSEARCH_QUERIES = "queries.msearch.ndjson"  # the _msearch file an OpenSearch export holds with --queries
 # the formats that write a folder: the file that marks a folder as a previous export of the format (only
@@ -75,6 +77,8 @@ def _export(args) -> int:
 
 
 def _build(args) -> int:
+    from tokenspace.encode import build_index  # start-up: torch, which stats and export never need
+
     _check_build_out(Path(args.out), args.overwrite)  # before the encoding, which can take hours
     user = {}
     if args.metadata:  # also before the encoding: a bad line is found at once
@@ -119,6 +123,8 @@ def _collection(args) -> tuple[FileCollection, dict[str, dict]]:
     """The images to encode (data specs, a folder, or a JSONL manifest of files) and the metadata a
     manifest's rows carry beyond image, caption and key. A folder or manifest is named by its absolute
     path in the parts' record, so a rerun from another folder still resumes."""
+    from tokenspace.encode import FileCollection  # start-up: torch, which stats and export never need
+
     if args.data:
         return FileCollection.from_specs(args.data, args.home), {}
     try:
@@ -134,6 +140,8 @@ def _collection(args) -> tuple[FileCollection, dict[str, dict]]:
 
 def check_tower_flag(model, tower: str) -> None:
     """--tower onnx with a model it cannot run, refused in the words of the command line."""
+    from tokenspace.encode import check_tower  # start-up: torch, which stats and export never need
+
     try:
         check_tower(model, tower)
     except (ValueError, RuntimeError) as e:

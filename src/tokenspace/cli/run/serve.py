@@ -5,11 +5,19 @@ import socket
 from pathlib import Path
 
 from tokenspace.cli.common import CLIError, UsageError
-from tokenspace.cli.model_loading import check_model_ref, device_named
+from tokenspace.cli.model_loading import check_model_ref, device_named, has_torch
 from tokenspace.cli.run.search import as_typed, dense_half
 from tokenspace.index.folder import index_model
-from tokenspace.models.registry import DEFAULT_RELEASE, release_path
 from tokenspace.searcher import Searcher, SearchError
+
+
+def _default_release() -> str | None:
+    """The release model, when installed (an index that names no model is searched with it)."""
+    if not has_torch():  # a lean install loads no release model
+        return None
+    from tokenspace.models.registry import DEFAULT_RELEASE, release_path  # start-up: torch
+
+    return DEFAULT_RELEASE if release_path(DEFAULT_RELEASE) else None
 
 
 def run(args) -> int:
@@ -19,8 +27,7 @@ def run(args) -> int:
     if not Path(args.index).is_dir():
         raise CLIError(f"--index {args.index}: no index folder there (make one with `make demo` or "
                        "`tokenspace index build`)")
-    model_ref = args.model or _recorded_model(args.index) or (
-        DEFAULT_RELEASE if release_path(DEFAULT_RELEASE) else None)
+    model_ref = args.model or _recorded_model(args.index) or _default_release()
     if not model_ref:
         raise CLIError(f"serve needs --model: the index at {args.index} does not name its model and no release "
                        "model is installed")
