@@ -1,11 +1,11 @@
 """Peak memory and time of STAIR's token head, forward + backward: the plain autograd head against
 ``models.maxproj.max_projection`` (the head the models use), at paper-like shapes.
 
-    nice -n 10 python -m experiments.head_memory
-    python -m experiments.head_memory --shapes image:8:196 --repeats 1
+    nice -n 10 python -m experiments.run head_memory
+    python -m experiments.run head_memory --set 'head.shapes=["image:8:196"]'
 
 The head: ENC = log(1 + relu(max_j (h_j . e_v + b_v))) over positions j, V = 30,522, H = 512 (STAIR's
-text width, the width e is tied to). Shapes: ``image`` = 196 cells (ViT-B/16 at 224 px), ``text`` = 76
+text width, the width e is tied to; [head] vocab and width in experiments/head_memory.toml). Shapes: ``image`` = 196 cells (ViT-B/16 at 224 px), ``text`` = 76
 tokens with padding masked. Each arm runs in a fresh child process; its memory is the child's peak RSS
 (``resource.getrusage``) minus the RSS after its inputs were built, so the interpreter, torch and the
 inputs are not counted. (tracemalloc cannot see torch's allocations.)
@@ -22,8 +22,9 @@ import sys
 import time
 from pathlib import Path
 
+from experiments import config
+
 ROOT = Path(__file__).resolve().parent.parent
-V, H = 30522, 512
 
 
 def _rss_mib() -> float:
@@ -31,7 +32,7 @@ def _rss_mib() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def child(arm: str, side: str, batch: int, length: int) -> dict:
+def child(arm: str, side: str, batch: int, length: int, V: int, H: int) -> dict:
     import torch
 
     from tokenspace.models.maxproj import max_projection
@@ -61,22 +62,26 @@ def child(arm: str, side: str, batch: int, length: int) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--shapes", nargs="+", default=["image:32:196", "text:64:76"], help="side:batch:positions")
-    ap.add_argument("--repeats", type=int, default=1)
-    ap.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "head_memory.json"))
-    ap.add_argument("--child", nargs=4, metavar=("ARM", "SIDE", "BATCH", "POSITIONS"), help=argparse.SUPPRESS)
-    a = ap.parse_args(argv)
-    if a.child:
-        arm, side, batch, length = a.child
-        print(json.dumps(child(arm, side, int(batch), int(length))))
+    ap.add_argument("--child", nargs=6, metavar=("ARM", "SIDE", "BATCH", "POSITIONS", "VOCAB", "WIDTH"),
+                    help=argparse.SUPPRESS)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["--child"]:  # one arm in a fresh process: its parameters come from the parent
+        a = ap.parse_args(argv)
+        arm, side, *sizes = a.child
+        print(json.dumps(child(arm, side, *map(int, sizes))))
         return 0
+    run, a = config.start("head_memory", argv, ap)
+    shapes, repeats = run["head"]["shapes"], run["head"]["repeats"]  # side:batch:positions
+    vocab, width = run["head"]["vocab"], run["head"]["width"]
+    out_json = run["output"]["json"]
+    run.ready()
     rows = []
-    for shape in a.shapes:
+    for shape in shapes:
         side, batch, length = shape.split(":")
-        for _ in range(a.repeats):
+        for _ in range(repeats):
             for arm in ("autograd", "max_projection"):
                 out = subprocess.run([sys.executable, "-m", "experiments.head_memory", "--child", arm, side, batch,
-                                      length], capture_output=True, text=True, check=True, cwd=ROOT)
+                                      length, str(vocab), str(width)], capture_output=True, text=True, check=True, cwd=ROOT)
                 rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
                 r = rows[-1]
                 print(f"{side} B={batch} L={length} {arm}: peak +{r['peak_above_inputs_mib']:.0f} MiB "
@@ -85,11 +90,11 @@ def main(argv=None) -> int:
 
     from tokenspace.atomic import write_text
 
-    res = {"command": "python -m experiments.head_memory " + " ".join(sys.argv[1:] if argv is None else argv),
+    res = {"command": run.command(),
            "machine": f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}",
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
            "load_average": os.getloadavg(), "rows": rows}
-    write_text(Path(a.json), json.dumps(res, indent=1) + "\n")
+    write_text(ROOT / out_json, json.dumps(res, indent=1) + "\n")
     return 0
 
 

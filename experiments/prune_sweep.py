@@ -1,7 +1,7 @@
 """Top-n pruning of a trained model's encoded rows on the val splits: recall vs tokens per image / text.
 
-    python -m experiments.prune_sweep                         # the release model, emoji/icons/openclipart val
-    python -m experiments.prune_sweep --model runs/exp/x/model --image 0 100 60 --text 0 40
+    python -m experiments.run prune_sweep                     # experiments/prune_sweep.toml
+    python -m experiments.run prune_sweep --set model.name=runs/exp/x/model --set sweep.image=[0,100,60]
 
 Each (image n, text n) pair sets the model's ``image_top_n`` / ``text_top_n`` (the STAIR options of the
 same name: each encoded row keeps its n heaviest tokens, then is normalised; 0 keeps all) and measures
@@ -23,8 +23,8 @@ from tokenspace import pipeline
 from tokenspace.atomic import write_text
 from tokenspace.eval import ResultsDoc
 
-ROOT = Path(__file__).resolve().parent.parent
-SPLITS = ["emoji:val", "icons:val", "openclipart:val"]
+from experiments import config
+
 
 
 def sweep(model, encoded: dict, image_ns, text_ns) -> list[dict]:
@@ -60,19 +60,17 @@ def table(rows: list[dict], splits) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="tokenspace-stair-drawings", help="a model name or folder")
-    ap.add_argument("--splits", nargs="+", default=SPLITS, help="val splits only (see the docstring)")
-    ap.add_argument("--image", nargs="+", type=int, default=[0, 150, 100, 80, 60, 40], help="0 keeps all")
-    ap.add_argument("--text", nargs="+", type=int, default=[0, 40, 30, 20], help="0 keeps all")
-    ap.add_argument("--home", default=None)
-    ap.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "prune_sweep.json"))
-    ap.add_argument("--doc", default="", help="docs/results.md to write its section there ('' skips)")
-    ap.add_argument("--report-only", action="store_true", help="write --doc's section from --json (no measuring)")
-    args = ap.parse_args(argv)
+    ap.add_argument("--report-only", action="store_true", help="write [output] doc's section from its json")
+    run, args = config.start("prune_sweep", argv, ap)
+    args.model, args.home = run["model"]["name"], run["model"]["home"] or None
+    args.splits = run["sweep"]["splits"]  # val splits only (see the docstring)
+    args.image, args.text = run["sweep"]["image"], run["sweep"]["text"]  # 0 keeps all
+    args.json, args.doc = run["output"]["json"], run["output"]["doc"]  # doc '' skips the docs section
     if any(part.startswith("test") for s in args.splits for part in s.split(":")[1:]):  # emoji:test, x:test:300
         ap.error("prune_sweep chooses n: it runs on val splits only (the test splits are measured once)")
     if any(n < 0 for n in args.image + args.text):
         ap.error("top-n values must be >= 0 (0 keeps every token)")
+    run.ready()
     if args.report_only:
         doc = json.loads(Path(args.json).read_text())
         command, rows, args.model = doc["command"], doc["rows"], doc["model"]
@@ -84,7 +82,7 @@ def main(argv=None) -> int:
         encoded = {s: pipeline.image_grids(model, pipeline.load_split(s, args.home), args.home, progress=False)
                    for s in args.splits}
         rows = sweep(model, encoded, args.image, args.text)
-        command = ("python -m experiments.prune_sweep " + " ".join(sys.argv[1:] if argv is None else argv)).strip()
+        command = run.command()
         write_text(Path(args.json), json.dumps({"command": command, "model": args.model, "rows": rows},
                                                indent=1, default=float) + "\n")
     body = (f"Model `{args.model}`; R@1/5/10 both ways per val split, mean in %; tokens: the largest split "

@@ -1,6 +1,9 @@
 """experiments/prune_sweep.py on a tiny in-code STAIR model and in-code grids (no assets)."""
 from __future__ import annotations
 
+import tomllib
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -8,6 +11,8 @@ import torch
 from tokenspace.data.manifest import Record
 from tokenspace.eval import RetrievalEvaluator
 from tokenspace.pipeline import BackboneFeatures
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +50,12 @@ def test_sweep_rows_equal_retrieval_on_rows_pruned_by_hand(ps, make_model):
 
 
 @pytest.mark.parametrize("spec", ["emoji:test", "emoji:test-concepts", "openclipart:test:300"])
-def test_the_sweep_refuses_test_splits(ps, capsys, spec):
+def test_the_sweep_refuses_test_splits(ps, capsys, tmp_path, spec):
+    from experiments import config
+
+    cfg = tomllib.loads((ROOT / "experiments" / "prune_sweep.toml").read_text())
+    cfg["sweep"]["splits"], cfg["output"]["json"] = ["emoji:val", spec], "/dev/null"
+    (tmp_path / "run.toml").write_text(config.dumps(cfg))
     with pytest.raises(SystemExit):
-        ps.main(["--splits", "emoji:val", spec, "--json", "/dev/null"])
+        ps.main(["--config", str(tmp_path / "run.toml")])
     assert "val splits only" in capsys.readouterr().err
