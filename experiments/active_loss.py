@@ -1,7 +1,7 @@
 """The loss over the active columns (train/active.py) on real batches: how many columns, and the CPU speed-up.
 
-    nice -n 10 python -m experiments.active_loss        # release STAIR; emoji:train, 600 openclipart:train pairs
-    python -m experiments.active_loss --sizes 256 1024 --time 256 --repeats 1
+    nice -n 10 python -m experiments.run active_loss    # release STAIR; emoji:train, 600 openclipart:train pairs
+    python -m experiments.run active_loss --set 'union.sizes=[256,1024]' --set 'timing.sizes=[256]' --set timing.repeats=1
 
 Vectors: the release model's STAIR part (``tokenspace-stair-drawings`` part 0: the model a STAIR recipe
 trains) as the trainer's loss sees them: ``image_embed`` of the cached backbone grids and ``text_embed``
@@ -14,13 +14,13 @@ embeddings and on their active columns (keep_active included in the time), inter
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -32,6 +32,8 @@ from tokenspace.train.active import keep_active
 from tokenspace.train.losses import SparseContrastiveLoss
 from tokenspace.train.pairs import caption_pairs
 from tokenspace.train.trainer import BatchSampler
+
+from experiments import config
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -54,10 +56,10 @@ def _grids(model, split, home):
     return enc.grids, enc.records
 
 
-def union_sizes(img, txt, groups, sizes, draws) -> dict:
+def union_sizes(img, txt, groups, sizes, draws, seed: int = 0) -> dict:
     out = {}
     for b in sizes:
-        sampler = BatchSampler(groups, b, np.random.default_rng(0))
+        sampler = BatchSampler(groups, b, np.random.default_rng(seed))
         if sampler.batch_size < b:
             continue  # fewer caption groups than the batch
         u = [int(((img[i] != 0) | (txt[i] != 0)).any(0).sum()) for i in (sampler.next() for _ in range(draws))]
@@ -87,25 +89,19 @@ def loss_times(model, img, txt, repeats: int) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="tokenspace-stair-drawings")
-    # openclipart:train in full would first cache the grids of ~10k drawings, some rendered at 13,000 px
-    ap.add_argument("--splits", nargs="+", default=["emoji:train", "openclipart:train:600"])
-    ap.add_argument("--sizes", nargs="+", type=int, default=[64, 256, 1024], help="batches for the union")
-    ap.add_argument("--time", nargs="+", type=int, default=[256, 512, 1024], help="batches timed")
-    ap.add_argument("--draws", type=int, default=8, help="batches drawn per size for the union")
-    ap.add_argument("--repeats", type=int, default=5)
-    # 1: on a shared, oversubscribed machine two intra-op threads wait on each other at every op (the
-    # same loss took 3x longer with 2 threads than with 1 under a load of ~9 on 2 cores)
-    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
-    ap.add_argument("--home", default=None)
-    ap.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "active_loss.json"))
-    a = ap.parse_args(argv)
+    run, _ = config.start("active_loss", argv)
+    a = SimpleNamespace(
+        model=run["model"]["name"], home=run["model"]["home"] or None,
+        splits=run["data"]["splits"],
+        sizes=run["union"]["sizes"], draws=run["union"]["draws"], union_seed=run["union"]["seed"],
+        time=run["timing"]["sizes"], repeats=run["timing"]["repeats"], timing_seed=run["timing"]["seed"],
+        threads=run["timing"]["threads"], json=ROOT / run["output"]["json"])
+    run.ready()
     torch.set_num_threads(a.threads)
     model = tokenspace.load(a.model)
     model = model.part(0) if hasattr(model, "part") else model  # a fused release: its STAIR part
     model.eval()
-    res = {"command": "python -m experiments.active_loss " + " ".join(sys.argv[1:] if argv is None else argv),
+    res = {"command": run.command(),
            "model": a.model, "family": model.family, "vocab": len(model.vocab),
            "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
                       f"torch {torch.__version__}, {torch.get_num_threads()} threads",
@@ -113,10 +109,10 @@ def main(argv=None) -> int:
     for split in a.splits:
         img, txt, groups = embeddings(model, split, a.home)
         row = {"pairs": len(img), "groups": int(len(np.unique(groups))),
-               "union": union_sizes(img, txt, groups, a.sizes, a.draws), "timing": {}}
+               "union": union_sizes(img, txt, groups, a.sizes, a.draws, a.union_seed), "timing": {}}
         print(split, json.dumps(row["union"]), flush=True)
         for b in a.time:
-            sampler = BatchSampler(groups, b, np.random.default_rng(1))
+            sampler = BatchSampler(groups, b, np.random.default_rng(a.timing_seed))
             if sampler.batch_size < b:
                 continue
             i = sampler.next()

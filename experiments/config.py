@@ -48,6 +48,12 @@ class Params:
             out += table.unread()
         return out
 
+    def whole(self) -> dict:
+        """The table as plain data, every key in it read (a table the script takes as one value)."""
+        self._read = set(self._data)
+        self._tables.clear()
+        return self._data
+
     def resolved(self) -> dict:
         return self._data
 

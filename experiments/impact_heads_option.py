@@ -1,7 +1,7 @@
 """What building without impact heads saves, and that searches without an impact floor do not notice.
 
-    python -m experiments.impact_heads_option                                    # the two real corpora
-    python -m experiments.impact_heads_option --corpora real-images-all --queries 500
+    python -m experiments.run impact_heads_option                                # the two real corpora
+    python -m experiments.run impact_heads_option --set 'corpora.names=["real-images-all"]' --set search.queries=500
 
 For each corpus in bench-data/: the index built with and without impact heads (InvertedIndex.build's
 ``impact_heads``): build seconds and bytes on disk. On the first corpus also an interleaved A/B of
@@ -12,7 +12,6 @@ benchmarks/results/impact_heads_option.json.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import sys
@@ -33,9 +32,7 @@ from benchmarks.peers.common import dir_bytes  # noqa: E402
 from tokenspace.index import InvertedIndex  # noqa: E402
 from tokenspace.sparse import SparseBatch  # noqa: E402
 
-SETTINGS = {"exact": {"mode": "exact"},
-            "approx qm=0.9 a=1.0 rerank=20": {"mode": "approx", "query_mass": 0.9, "alpha": 1.0, "rerank": 20},
-            "approx qm=0.8 a=0.7 rerank=100": {"mode": "approx", "query_mass": 0.8, "alpha": 0.7, "rerank": 100}}
+from experiments import config  # noqa: E402
 
 
 def sizes(batch: SparseBatch, ids: list[str], work: Path) -> tuple[dict, dict]:
@@ -53,20 +50,21 @@ def sizes(batch: SparseBatch, ids: list[str], work: Path) -> tuple[dict, dict]:
     return out, built
 
 
-def interleaved(indexes: dict, queries: list[SparseBatch], setting: dict, rng) -> dict:
+def interleaved(indexes: dict, queries: list[SparseBatch], setting: dict, rng, warmup: int = 100, k: int = 10,
+                timings: int = 3) -> dict:
     """Both indexes on every query, in a random order per query; best of 3 timings each."""
-    for q in queries[:100]:  # warm-up (compilation, caches)
+    for q in queries[:warmup]:  # warm-up (compilation, caches)
         for index in indexes.values():
-            index.search(q, 10, threads=1, **setting)
+            index.search(q, k, threads=1, **setting)
     spent = {heads: 0.0 for heads in indexes}
     same = 0
     for q in queries:
         hits = {}
         for heads in (rng.permutation(list(indexes))):
             best = float("inf")
-            for _ in range(3):
+            for _ in range(timings):
                 t = time.perf_counter()
-                hits[heads] = indexes[heads].search(q, 10, threads=1, **setting)
+                hits[heads] = indexes[heads].search(q, k, threads=1, **setting)
                 best = min(best, time.perf_counter() - t)
             spent[heads] += best
         same += hits[True] == hits[False]
@@ -75,16 +73,19 @@ def interleaved(indexes: dict, queries: list[SparseBatch], setting: dict, rng) -
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--corpora", nargs="+", default=["real-images-all", "real-text"])
-    ap.add_argument("--queries", type=int, default=2000, help="queries in the A/B (first corpus)")
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "impact_heads_option.json")
-    a = ap.parse_args(argv)
-    report = {"command": "python -m experiments.impact_heads_option " + " ".join(sys.argv[1:] if argv is None else argv),
+    run, _ = config.start("impact_heads_option", argv)
+    corpora = run["corpora"]["names"]  # folders of bench-data/; the A/B runs on the first
+    ab = run["search"]
+    queries, seed, warmup, k, timings = ab["queries"], ab["seed"], ab["warmup"], ab["k"], ab["timings"]
+    # exact, and real-images-120K's fastest settings at recall 0.95 and 0.99 (docs/benchmarks.md)
+    settings = ab["settings"].whole()
+    out = ROOT / run["output"]["json"]
+    run.ready()
+    report = {"command": run.command(),
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": machine(), "corpora": {}}
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(seed)
     with tempfile.TemporaryDirectory(prefix="heads-") as tmp:
-        for i, name in enumerate(a.corpora):
+        for i, name in enumerate(corpora):
             folder = ROOT / "bench-data" / name
             c = load_corpus(folder, corpus_size(folder))
             batch = SparseBatch(c.d_indptr, c.d_indices, c.d_data, c.dim)
@@ -92,13 +93,14 @@ def main(argv=None) -> int:
             row["n_docs"] = c.n_docs
             if i == 0:
                 qs = [SparseBatch(np.array([0, len(ix)]), ix, v, c.dim)
-                      for ix, v in (c.query(r) for r in range(min(a.queries, len(c.q_indptr) - 1)))]
-                row["search"] = {label: interleaved(indexes, qs, s, rng) for label, s in SETTINGS.items()}
+                      for ix, v in (c.query(r) for r in range(min(queries, len(c.q_indptr) - 1)))]
+                row["search"] = {label: interleaved(indexes, qs, s, rng, warmup, k, timings)
+                                 for label, s in settings.items()}
             del indexes
             report["corpora"][name] = row
             print(name, json.dumps(row), flush=True)
-    a.out.write_text(json.dumps(report, indent=1) + "\n")
-    print(f"wrote {a.out}")
+    out.write_text(json.dumps(report, indent=1) + "\n")
+    print(f"wrote {out}")
     return 0
 
 

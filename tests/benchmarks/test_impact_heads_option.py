@@ -1,6 +1,9 @@
 """experiments/impact_heads_option.py's pieces on a tiny random collection."""
 from __future__ import annotations
 
+import tomllib
+from pathlib import Path
+
 import numpy as np
 
 from tokenspace.sparse import SparseBatch
@@ -20,6 +23,7 @@ def test_sizes_and_the_interleaved_ab(load_benchmark, tmp_path):
     assert row["impact_heads=False"]["index_bytes"] < row["impact_heads=True"]["index_bytes"]
     assert indexes[True]._segments[0].has_heads and not indexes[False]._segments[0].has_heads
     queries = [_batch(1, 50, 10 + i) for i in range(20)]
-    for setting in mod.SETTINGS.values():
+    settings = tomllib.loads((Path(mod.__file__).with_suffix(".toml")).read_text())["search"]["settings"]
+    for setting in settings.values():
         got = mod.interleaved(indexes, queries, setting, np.random.default_rng(0))
         assert got["same_hits"] == 1.0 and got["qps_with_heads"] > 0 and got["qps_without"] > 0
