@@ -1,9 +1,10 @@
-"""The README's "Using it" section, run as written on the tiny world of _cli_world.py: its Python block
-verbatim (in a folder holding the files it names, with the tiny model where it loads a model folder),
-and its shell block line by line (in this process, `serve` as a real server) with only the data swapped for tiny data (dataset specs, the recipe,
-the shard pattern; `serve` gets a free port and is stopped once it answers). `assets install` is the one
-line not run: it installs the real offline assets (GBs); tests/test_assets.py covers it. A README
-edit that breaks any line fails here."""
+"""The README's commands and code, and the tour's (docs/guide.md, "Using it", where the README's former
+walk-through lives), run as written on the tiny world of _cli_world.py: each Python block verbatim (in a
+folder holding the files it names, with the tiny model where it loads a model), printing no warning, and
+each shell block line by line (in this process, `serve` as a real server) with only the data swapped for
+tiny data (the release model, dataset specs, the recipe, the shard pattern, the photo folder; `serve` gets
+a free port and is stopped once it answers). `assets install` is the one line not run: it installs the
+real offline assets (GBs); tests/test_assets.py covers it. An edit that breaks any line fails here."""
 from __future__ import annotations
 
 import json
@@ -18,15 +19,18 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
 from _cli_world import Ran, run_cli
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+GUIDE = ROOT / "docs" / "guide.md"
 
 
-def _blocks(lang: str) -> list[str]:
-    text = README.read_text()
-    section = text.split("\n## Using it", 1)[1].split("\n## ", 1)[0]
-    return re.findall(rf"```{lang}\n(.*?)```", section, flags=re.S)
+def _blocks(lang: str, doc: Path = GUIDE, section: str = "Using it") -> list[str]:
+    text = doc.read_text()
+    part = text.split(f"\n## {section}", 1)[1].split("\n## ", 1)[0]
+    return re.findall(rf"```{lang}\n(.*?)```", part, flags=re.S)
 
 
 def _run(argv: list[str], cwd: Path, home: Path, timeout: float = 600) -> Ran:
@@ -47,8 +51,9 @@ def _model_folders(code: str) -> list[str]:
     return [m for m in re.findall(r"load\(\"([^\"]+)\"\)", code) if "/" in m]
 
 
-def test_the_python_block_runs_verbatim(world, tmp_path):
-    (code,) = _blocks("python")
+@pytest.mark.parametrize("where", [(GUIDE, "Using it"), (README, "From Python")], ids=["guide", "readme"])
+def test_the_python_block_runs_verbatim(world, tmp_path, where):
+    (code,) = _blocks("python", *where)
     for folder in _model_folders(code):
         shutil.copytree(world.model, tmp_path / folder)
     for name in re.findall(r"\"([\w-]+\.png)\"", code):
@@ -116,3 +121,21 @@ def _serve(argv: list[str], cwd: Path, home: Path) -> None:
         proc.terminate()
         _, err = proc.communicate(timeout=30)
     assert "Traceback" not in err
+
+
+def test_the_readme_s_own_photos_block_runs_on_a_tiny_folder(world, tmp_path, monkeypatch):
+    (block,) = _blocks("bash", README, "Search your own photos")
+    lines = [ln.split("  #")[0].strip() for ln in block.splitlines() if ln.strip()]
+    assert len(lines) == 3 and all(ln.startswith("tokenspace ") for ln in lines), lines
+    script = Path(sys.executable).with_name("tokenspace")
+    monkeypatch.chdir(tmp_path)
+    for line in lines:
+        argv = shlex.split(line.replace("tokenspace-stair-drawings", str(world.model))
+                           .replace("~/Pictures", str(world.root / "img")))
+        if argv[1] == "serve":
+            _serve([str(script), *argv[1:], "--port", str(_free_port())], tmp_path, world.home)
+        else:
+            r = run_cli(*argv[1:], home=world.home)
+            assert r.code == 0, f"{line}\n{r.err}"
+            if argv[1] == "search":
+                assert r.out.lstrip().startswith("1. "), r.out
