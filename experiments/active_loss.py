@@ -26,14 +26,13 @@ import numpy as np
 import torch
 
 import tokenspace
+from experiments import config
 from tokenspace.atomic import write_text
 from tokenspace.data.specs import image_grids, load_split
 from tokenspace.train.active import keep_active
 from tokenspace.train.losses import SparseContrastiveLoss
 from tokenspace.train.pairs import caption_pairs
 from tokenspace.train.trainer import BatchSampler
-
-from experiments import config
 
 ROOT = Path(__file__).resolve().parent.parent
 

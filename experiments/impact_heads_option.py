@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -29,10 +28,9 @@ from benchmarks.common import (  # noqa: E402
     machine,  # noqa: E402
 )
 from benchmarks.peers.common import dir_bytes  # noqa: E402
+from experiments import config  # noqa: E402
 from tokenspace.index import InvertedIndex  # noqa: E402
 from tokenspace.sparse import SparseBatch  # noqa: E402
-
-from experiments import config  # noqa: E402
 
 
 def sizes(batch: SparseBatch, ids: list[str], work: Path) -> tuple[dict, dict]:

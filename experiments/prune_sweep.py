@@ -19,12 +19,10 @@ from pathlib import Path
 import numpy as np
 
 import tokenspace
+from experiments import config
 from tokenspace import pipeline
 from tokenspace.atomic import write_text
 from tokenspace.eval import ResultsDoc
-
-from experiments import config
-
 
 
 def sweep(model, encoded: dict, image_ns, text_ns) -> list[dict]:

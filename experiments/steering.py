@@ -1,7 +1,7 @@
 """Sparse CLIP feature steering (paper Sec. 4, Fig. 8b) on zero-shot classification: there is no VLM here.
 
-    python -m experiments.steering --model runs/sparse-clip-emoji/model
-    python -m experiments.steering --model runs/sparse-clip-emoji/model --ks 1,2,4,8,16,32 --strengths none,1,2,4
+    python -m experiments.run steering
+    python -m experiments.run steering --set 'steering.strengths=["none",1,2,4]'
 
 For every test image: zero the top-K features of its true category (the category name's own raw text
 activations choose them, as the paper chooses "the features most strongly activated by target concept
@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
 from benchmarks.reproduce import CLIPART_TEMPLATES, EMOJI_TEMPLATES, clean_classname  # noqa: E402
+from experiments import config
 from tokenspace import pipeline
 from tokenspace.eval import ResultsDoc
 from tokenspace.eval.zeroshot import build_classifier
@@ -32,7 +33,6 @@ from tokenspace.models.dual import DualEncoder
 from tokenspace.sparse import SparseBatch
 
 ROOT = Path(__file__).resolve().parent.parent
-JSON_OUT = ROOT / "benchmarks" / "results" / "steering.json"
 SPECS = {"emoji:test": EMOJI_TEMPLATES, "openclipart:test:300": CLIPART_TEMPLATES}
 
 
@@ -70,24 +70,24 @@ def pivot(rows, key: str, ks, strengths) -> str:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", type=Path, default=ROOT / "runs" / "sparse-clip-emoji" / "model")
-    p.add_argument("--specs", default=",".join(SPECS))
-    p.add_argument("--ks", default="1,2,4,8,16,32")
-    p.add_argument("--strengths", default="none,0.5,1,2,4", help="raw activation units; none = suppress only")
-    p.add_argument("--seed", type=int, default=0, help="draws each image's alternative category")
-    p.add_argument("--doc", type=Path, default=ROOT / "benchmarks" / "results" / "steering.md")
-    p.add_argument("--json", type=Path, default=JSON_OUT)
-    a = p.parse_args(argv)
+    run, _ = config.start("steering", argv, p)
+    a = SimpleNamespace(model=ROOT / run["model"]["path"],
+                        specs=run["steering"]["specs"],  # each with its prompt templates (SPECS), else "{c}"
+                        ks=run["steering"]["ks"],  # features suppressed / raised per image
+                        strengths=run["steering"]["strengths"],  # raw activation units; "none" = suppress only
+                        seed=run["steering"]["seed"],  # draws each image's alternative category
+                        doc=ROOT / run["output"]["doc"], json=ROOT / run["output"]["json"])
+    run.ready()
     if not (a.model / "config.json").exists():
         p.error(f"{a.model}: no trained model (train one: tokenspace train --recipe sparse-clip-emoji --out runs/sparse-clip-emoji)")
-    ks = [int(k) for k in a.ks.split(",")]
-    strengths = [None if s.strip().lower() == "none" else float(s) for s in a.strengths.split(",")]
+    ks = [int(k) for k in a.ks]
+    strengths = [None if str(s).strip().lower() == "none" else float(s) for s in a.strengths]
     model = DualEncoder.from_pretrained(a.model)
     if not getattr(model, "sparse", True):
         p.error(f"{a.model}: a dense model has no features to steer")
     t0 = time.time()
     out = {"model": str(a.model), "family": model.family, "seed": a.seed, "specs": []}
-    for spec in a.specs.split(","):
+    for spec in a.specs:
         res = run_spec(model, spec, SPECS.get(spec, ("{c}",)), ks, strengths, a.seed)
         out["specs"].append(res)
         log(f"{spec}: {res['n_images']} images, {len(res['classes'])} classes, scale {res['scale']}")
@@ -120,7 +120,7 @@ def main(argv=None) -> None:
                  f"{sc['median_top1_concept_act']:.3g}, image L0 {sc['l0_image']:.0f})\n\n"
                  "Flip rate to the alternative category (%):\n\n" + pivot(res["rows"], "flip_rate", ks, strengths)
                  + "\nTrue category kept (%):\n\n" + pivot(res["rows"], "true_rate", ks, strengths) + "\n")
-    cmd = "python -m experiments.steering " + shlex.join(sys.argv[1:] if argv is None else argv)
+    cmd = run.command()
     ResultsDoc(a.doc).update("sparse-clip-steering", body, cmd.strip(),
                              heading="Sparse CLIP: feature steering on zero-shot classification (paper Sec. 4, Fig. 8b)")
 

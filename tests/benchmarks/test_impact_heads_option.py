@@ -1,10 +1,10 @@
 """experiments/impact_heads_option.py's pieces on a tiny random collection."""
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 
 import numpy as np
+import tomllib
 
 from tokenspace.sparse import SparseBatch
 

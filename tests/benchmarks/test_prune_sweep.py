@@ -1,11 +1,11 @@
 """experiments/prune_sweep.py on a tiny in-code STAIR model and in-code grids (no assets)."""
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 
 import numpy as np
 import pytest
+import tomllib
 import torch
 
 from tokenspace.data.manifest import Record
