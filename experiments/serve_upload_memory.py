@@ -2,9 +2,9 @@
 110 KB PNG of 5,000 x 5,000 RGBA pixels (just inside the 25-megapixel cap); the server's RSS idle, at
 the peak and 20 s after each burst.
 
-    python -m experiments.serve_upload_memory                                  # after make demo: its index
-    python -m experiments.serve_upload_memory --bursts 8 32 32 --upload-pixels 25000000
-    python -m experiments.serve_upload_memory --serve-src /tmp/old/src --bursts 8   # another checkout's code
+    python -m experiments.run serve_upload_memory              # after make demo: its index
+    python -m experiments.run serve_upload_memory --set 'upload.bursts=[8,32,32]' --set serve.upload_pixels=25000000
+    python -m experiments.run serve_upload_memory --set serve.src=/tmp/old/src    # another checkout's code
 
 The server is the real command (`python -m tokenspace.cli serve`) in its own process; the peak is the
 kernel's high-water mark of that process (VmHWM, reset before each burst through /proc/PID/clear_refs),
@@ -12,7 +12,6 @@ so nothing is missed between samples. Linux only. Prints one JSON line per burst
 """
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import os
@@ -26,9 +25,12 @@ import urllib.request
 import uuid
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 from PIL import Image
+
+from experiments import config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -88,14 +90,18 @@ def burst(pid: int, port: int, data: bytes, n: int, settle: float) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--index", default=str(ROOT / "runs/demo/index"))
-    ap.add_argument("--model", default=None, help="default: the model the index names")
-    ap.add_argument("--bursts", type=int, nargs="+", default=[8, 32], help="uploads per burst, in order")
-    ap.add_argument("--upload-pixels", type=int, default=None, help="serve --upload-pixels (default: its own)")
-    ap.add_argument("--settle", type=float, default=20.0, help="seconds after each burst before the RSS is read")
-    ap.add_argument("--serve-src", default=None, help="run the server from this src/ folder (e.g. an older checkout)")
-    args = ap.parse_args(argv)
+    run, _ = config.start("serve_upload_memory", argv)
+    srv, up = run["serve"], run["upload"]
+    args = SimpleNamespace(
+        index=str(ROOT / srv["index"]),
+        model=srv["model"] or None,  # '' = the model the index names
+        upload_pixels=srv["upload_pixels"] or None,  # serve --upload-pixels; 0 = its own default
+        serve_src=srv["src"] or None,  # run the server from this src/ folder (e.g. an older checkout)
+        start_timeout=srv["start_timeout"],
+        bursts=up["bursts"],  # uploads per burst, in order
+        side=up["side"],  # the PNG's width and height
+        settle=up["settle"])  # seconds after each burst before the RSS is read
+    run.ready()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -105,7 +111,7 @@ def main(argv=None) -> int:
     env = dict(os.environ, **({"PYTHONPATH": args.serve_src} if args.serve_src else {}))
     server = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + args.start_timeout
         while True:
             try:
                 urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2).close()
@@ -114,7 +120,7 @@ def main(argv=None) -> int:
                 if server.poll() is not None or time.monotonic() > deadline:
                     raise SystemExit(f"the server did not start: {server.stderr.read()[-2000:]}") from None
                 time.sleep(0.5)
-        data = big_png()
+        data = big_png(args.side)
         print(json.dumps({"server_rss_idle_mb": round(status(server.pid, "VmRSS") / 1e6), "png_bytes": len(data),
                           "cpus": os.cpu_count()}), flush=True)
         for n in args.bursts:
