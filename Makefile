@@ -82,7 +82,7 @@ test: install e2e-deps
 
 bench: install
 	$(BIN)/pip install -q -e ".[$(EXTRAS),bench]"
-	$(BIN)/python -m benchmarks.search_speed
+	$(BIN)/python -m benchmarks.engines speed
 	$(BIN)/python -m benchmarks.serve_load --connections 32 --duration 30 \
 		--json benchmarks/results/serve_load.json --write benchmarks/results/serve_load.md
 
@@ -99,7 +99,7 @@ clean:
 # (random init, synthetic shards): step time, samples/s, peak memory, loss falling. CPU: add ARGS=--tiny.
 .PHONY: gpu-smoke
 gpu-smoke: install
-	$(BIN)/python -m benchmarks.gpu_smoke $(ARGS)
+	$(BIN)/python -m benchmarks.gpu_run smoke $(ARGS)
 
 # On a machine with one CUDA GPU, no network needed: every GPU measurement (throughput with and without
 # the active-column loss and the token head's variants; the loss at the paper's global batch; where the

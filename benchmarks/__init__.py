@@ -1,7 +1,7 @@
 """tokenspace's maintained benchmarks, each run from the repository root as a module:
 
-    python -m benchmarks.search_speed --corpus 100k
-    python -m benchmarks.cost_curve --help
+    python -m benchmarks.engines speed --corpus 100k
+    python -m benchmarks.engines cost-curve --help
 
 Running them as modules of this package is what lets them import each other and ``benchmarks.common``
 (the corpus, the run record, JSON writing, timing) without touching sys.path. Every maintained run

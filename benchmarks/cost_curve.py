@@ -1,6 +1,6 @@
 """The cost curve of the embedded index: build time, memory and QPS against the corpus size N.
 
-    python -m benchmarks.cost_curve bench-data/stair-10M --sizes 100000,1000000,10000000 \\
+    python -m benchmarks.engines cost-curve bench-data/stair-10M --sizes 100000,1000000,10000000 \\
         --json benchmarks/results/cost_curve.json --plot docs/img/cost_curve.png
 
 The corpus folder is in gen_corpus.py's layout (d_* and q_* .npy; fitted_corpus.py --stream writes a
@@ -262,7 +262,7 @@ def plot(results: list[dict], path: Path, title: str) -> None:
     fig.savefig(path, dpi=110)
 
 
-def main(argv=None) -> int:
+def cli(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("corpus", type=Path)
     ap.add_argument("--sizes", default="100000,1000000,10000000")
@@ -287,7 +287,7 @@ def main(argv=None) -> int:
 
     results = []
     for n in [int(x) for x in args.sizes.split(",")]:
-        cmd = [sys.executable, "-m", "benchmarks.cost_curve", str(args.corpus), "--one", str(n), "--queries", str(args.queries),
+        cmd = [sys.executable, "-m", "benchmarks.engines", "cost-curve", str(args.corpus), "--one", str(n), "--queries", str(args.queries),
                "--check", str(args.check), "--segment-docs", str(args.segment_docs),
                "--scipy-max-gb", str(args.scipy_max_gb), "--workdir", str(args.workdir)]
         cmd += ["--keep"] * args.keep + ["--verify"] * args.verify
@@ -330,6 +330,3 @@ def main(argv=None) -> int:
         print(f"plot: {args.plot}")
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

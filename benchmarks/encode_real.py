@@ -1,14 +1,14 @@
 """Encode real images and captions with a trained sparse model, as input for fitted_corpus.py.
 
-    python -m benchmarks.encode_real --model runs/demo/stair-emoji/model \\
+    python -m benchmarks.corpus encode --model runs/demo/stair-emoji/model \\
         --data emoji:train emoji:val emoji:test openclipart:train openclipart:test --out bench-data/stair-real
 
 Writes OUT/images.npz and OUT/texts.npz (SparseBatch.save format: one row per image, one per
 non-empty caption) and OUT/stats.json (rows, mean nnz, dims used). Then:
 
-    python -m benchmarks.fitted_corpus bench-data/stair-real/images.npz bench-data/stair-1M \\
+    python -m benchmarks.corpus fitted bench-data/stair-real/images.npz bench-data/stair-1M \\
         --n 1000000 --queries bench-data/stair-real/texts.npz
-    python -m benchmarks.search_speed --corpus-dir bench-data/stair-1M
+    python -m benchmarks.engines speed --corpus-dir bench-data/stair-1M
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from tokenspace import pipeline  # noqa: E402
 from tokenspace.sparse import SparseBatch  # noqa: E402
 
 
-def main(argv=None) -> int:
+def cli(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", required=True, help="a trained model folder (STAIR, Sparse CLIP, ...)")
     ap.add_argument("--data", nargs="+", required=True, help="data specs, e.g. emoji:train openclipart:test")
@@ -45,6 +45,3 @@ def main(argv=None) -> int:
     print(json.dumps(stats, indent=1, default=str))
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,7 +1,7 @@
 """Quick self-check of the embedded engine against scipy on the bench corpus, in one run (ratios).
 
-    python -m benchmarks.engine_quick bench-data/bench-1M --n 100000 --queries 200
-    python -m benchmarks.engine_quick bench-data/bench-1M --n 1000000 --queries 300 --save /tmp/idx
+    python -m benchmarks.engines quick bench-data/bench-1M --n 100000 --queries 200
+    python -m benchmarks.engines quick bench-data/bench-1M --n 1000000 --queries 300 --save /tmp/idx
 
 The corpus folder is what ../shared/bench/gen_corpus.py writes (d_* and q_* arrays); --n takes the
 first n docs. Measures: build time, index size vs raw CSR, and one query at a time on one thread for
@@ -61,7 +61,7 @@ def row(name, lat, recall=None, extra=""):
             "p99_ms": np.quantile(lat, 0.99) * 1e3, "recall@10": recall, "note": extra}
 
 
-def main(argv=None) -> int:
+def cli(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("corpus", type=Path)
     ap.add_argument("--n", type=int, default=100_000)
@@ -149,6 +149,3 @@ def main(argv=None) -> int:
         args.json.write_text(json.dumps(result, indent=1, default=str))
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,6 +1,6 @@
 """A benchmark corpus fitted to real model outputs: scale a SparseBatch of STAIR vectors up to N docs.
 
-    python -m benchmarks.fitted_corpus stair_images.npz bench-data/stair-1M --n 1000000 \\
+    python -m benchmarks.corpus fitted stair_images.npz bench-data/stair-1M --n 1000000 \\
         [--queries stair_texts.npz] [--n-queries 1000] [--seed 0]
 
 Input: .npz files in SparseBatch.save format (real image embeddings; optionally real text-query
@@ -203,7 +203,7 @@ def fit_and_generate(docs_npz, out, n, queries_npz=None, n_queries=1000, seed=0)
     return docs, queries
 
 
-def main(argv=None):
+def cli(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("docs", type=Path, help="SparseBatch .npz of real document (image) vectors")
     ap.add_argument("out", type=Path)
@@ -226,6 +226,3 @@ def main(argv=None):
     write_json(a.out / "stats.json", {"docs": len(docs), "docs_nnz": int(docs.nnz), "source": str(a.docs)},
                run_record(__file__, argv))
 
-
-if __name__ == "__main__":
-    main()

@@ -27,6 +27,7 @@ never win are left out of the full corpus's race by default (--skip-full) to fit
 from __future__ import annotations
 
 import argparse
+import importlib.machinery
 import importlib.metadata
 import importlib.util
 import json
@@ -139,12 +140,17 @@ def prefix_corpus(src: Path, dst: Path, n: int) -> None:
         shutil.copy(src / f"{name}.npy", dst / f"{name}.npy")
 
 
-def peers_file(path: Path, skip: set[str]) -> tuple[Path, list[str]]:
-    """race_lsr.json less the builds in ``skip`` and the engines whose library is not installed."""
+def peers_file(path: Path, skip: set[str], site: Path | None = None) -> tuple[Path, list[str]]:
+    """race_lsr.json less the builds in ``skip`` and the engines whose library is not installed (here, or
+    in ``site``: the unpacked wheels the races get on their PYTHONPATH; looked up there, not imported)."""
+    def installed(module: str) -> bool:
+        return importlib.util.find_spec(module) is not None or (
+            site is not None and importlib.machinery.PathFinder.find_spec(module, [str(site)]) is not None)
+
     kept, left = [], []
     for engine, opts in json.loads(PEERS_FILE.read_text()):
         label = opts.get("label", engine)
-        absent = [m for m in peer_class(engine).requires if importlib.util.find_spec(m) is None]
+        absent = [m for m in peer_class(engine).requires if not installed(m)]
         if label in skip or absent:
             left.append(f"{label} ({'not installed: ' + ', '.join(absent) if absent else 'skipped'})")
         else:
@@ -207,7 +213,6 @@ def race_stage(a, rec: Record, t_start: float) -> None:
     for tar in tars:
         with tarfile.open(tar) as t:
             t.extractall(a.work, filter="data")
-    sys.path.insert(0, str(site))  # peers_file() looks the engines up in this process too
     importlib.invalidate_caches()
     cores = sorted(os.sched_getaffinity(0))
     halves = [cores[: len(cores) // 2], cores[len(cores) // 2:]] if len(cores) > 1 else [cores, cores]
@@ -218,7 +223,7 @@ def race_stage(a, rec: Record, t_start: float) -> None:
     small, full = a.work / f"real-text-{a.prefix // 1000}K", a.work / "real-text"
     for d, half, skip in ((small, halves[0], set()), (full, halves[1], set(a.skip_full))):
         name = f"real-text-{round(corpus_size(d) / 1000)}K-gpu-machine"
-        pf, left = peers_file(a.work / f"peers-{d.name}.json", skip)
+        pf, left = peers_file(a.work / f"peers-{d.name}.json", skip, site)
         cmd = [sys.executable, "-m", "benchmarks.head_to_head", "--corpus-dir", str(d), "--name", name,
                "--peers-file", str(pf), "--screen", str(a.screen), "--passes", str(a.passes),
                "--single", str(a.single), "--pin-core", str(half[-1]), "--deadline", f"{deadline:.0f}"]

@@ -4,6 +4,7 @@
     python -m benchmarks.gpu_run --tiny               # the same code paths on the CPU at toy width (~1 min)
     python -m benchmarks.gpu_run --sections smoke throughput --budget 300
     python -m benchmarks.gpu_run --sections encode stair_step compile --out $OUT/gpu_run.json
+    python -m benchmarks.gpu_run smoke --steps 300 --batch 128   # the smoke run alone (make gpu-smoke)
 
 Needs no network: models are built at random init from the paper configs with a synthetic 30,522-entry
 vocabulary, data are synthetic tensors (throughput) or shards / JPEGs the script writes (smoke, encode),
@@ -1153,6 +1154,12 @@ def smoke(tiny, clock, out: dict, work: Path) -> None:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["smoke"]:  # the smoke run alone, at its own step count (make gpu-smoke)
+        from benchmarks import gpu_smoke  # start-up: only this subcommand needs it
+
+        sys.argv = ["python -m benchmarks.gpu_run smoke", *argv[1:]]
+        return gpu_smoke.cli(argv[1:])
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tiny", action="store_true", help="toy width on the CPU: the same code paths, about a minute")
     ap.add_argument("--sections", nargs="+", default=SECTIONS, choices=SECTIONS)

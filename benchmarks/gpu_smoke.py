@@ -1,8 +1,8 @@
 """GPU smoke run: each paper config trained at its real tower shapes on synthetic shards it writes.
 
     make gpu-smoke                                  # on a machine with one CUDA GPU
-    python -m benchmarks.gpu_smoke --steps 300 --batch 128 --out benchmarks/results/gpu_smoke.json
-    python -m benchmarks.gpu_smoke --tiny           # CPU, toy width: checks the path starts (tests do)
+    python -m benchmarks.gpu_run smoke --steps 300 --batch 128 --out benchmarks/results/gpu_smoke.json
+    python -m benchmarks.gpu_run smoke --tiny           # CPU, toy width: checks the path starts (tests do)
 
 For each of stair-paper, sparse-clip-vitb32 and visualsparta-paper: the config with random init
 (pretrained weights dropped; a synthetic vocabulary of the paper's 30,522 entries), a few thousand
@@ -157,7 +157,7 @@ def run_one(name: str, work: Path, a) -> dict:
             "loss_falls": bool(con_last < con_first), "wall_s": wall, "finite": bool(np.isfinite(loss).all())}
 
 
-def main(argv=None) -> int:
+def cli(argv=None) -> int:
     import torch
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -220,6 +220,3 @@ def _run(a, torch, argv=None) -> int:
         print(f"wrote {out}")
     return 0 if ok else 1
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

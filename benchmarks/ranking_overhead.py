@@ -1,8 +1,8 @@
 """What the ranking levers cost exact search: a hub prior (subtracted inside the kernels) and idf query
 weights, against the plain dot product, on the same index and queries in one process.
 
-    python -m benchmarks.ranking_overhead                                  # bench-1M (generated when missing)
-    python -m benchmarks.ranking_overhead --corpus-dir bench-data/real-text-100K --docs 100000
+    python -m benchmarks.engines ranking                                  # bench-1M (generated when missing)
+    python -m benchmarks.engines ranking --corpus-dir bench-data/real-text-100K --docs 100000
 
 One query at a time on one thread, exact mode, k = 10; the four settings interleaved pass by pass
 (--passes, default 5) so that drift of a shared machine hits each alike; the median pass's QPS and its
@@ -44,7 +44,7 @@ def bank_rows(docs: SparseBatch, n: int, top: int = 15) -> SparseBatch:
     return docs[np.sort(rng.choice(len(docs), size=min(n, len(docs)), replace=False))].prune_topk(top)
 
 
-def main(argv=None) -> int:
+def cli(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus-dir", type=Path, default=None, help="default: bench-data/bench-1M (generated)")
     ap.add_argument("--docs", type=int, default=1_000_000)
@@ -98,6 +98,3 @@ def main(argv=None) -> int:
     print(f"wrote {out}", file=sys.stderr)
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,7 +1,7 @@
 """A real learned-sparse text corpus (the earlier race): Debian's offline English encoded by SPLADE-tiny.
 
-    nice -n 10 python -m benchmarks.real_corpus --out bench-data/real-text --n 1000000
-    python -m benchmarks.search_speed --corpus-dir bench-data/real-text      # or benchmarks/real_engines.py
+    nice -n 10 python -m benchmarks.corpus real-text --out bench-data/real-text --n 1000000
+    python -m benchmarks.engines speed --corpus-dir bench-data/real-text      # or benchmarks/real_engines.py
 
 Passages (tokenspace.data.passages): GCIDE per sense, WordNet glosses and examples, FOLDOC and the
 Jargon File per paragraph, the installed documentation per paragraph (Python's and the Linux kernel's
@@ -294,7 +294,7 @@ def build(out: Path, n: int, part_size: int = 20_000, n_queries: int = N_QUERIES
     return stats
 
 
-def main(argv=None) -> int:
+def cli(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=ROOT / "bench-data/real-text")
     ap.add_argument("--n", type=int, default=1_000_000, help="passages (fewer if the sources hold fewer)")
@@ -327,6 +327,3 @@ def main(argv=None) -> int:
     print(json.dumps(stats, indent=1))
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

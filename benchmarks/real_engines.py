@@ -1,8 +1,8 @@
 """The engines on a real learned-sparse corpus (the earlier race): recall@10 against QPS, each engine swept over
 its own knobs, side by side in one run.
 
-    python -m benchmarks.real_engines --corpus-dir bench-data/real-text            # from real_corpus.py
-    python -m benchmarks.real_engines --corpus-dir bench-data/real-text --n-docs 100000 --engines seismic
+    python -m benchmarks.engines real --corpus-dir bench-data/real-text            # from real_corpus.py
+    python -m benchmarks.engines real --corpus-dir bench-data/real-text --n-docs 100000 --engines seismic
 
 Each (engine, build) pair runs in its own process through search_speed.py's runner and the peers'
 worker (benchmarks/peers/worker.py, built once, then per search setting 1,000 queries one at a time on
@@ -279,7 +279,7 @@ def update_docs(path: Path, report, body: str) -> None:
     path.write_text(text, encoding="utf-8")
 
 
-def main(argv=None):
+def cli(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus-dir", type=Path, help="a corpus from benchmarks/real_corpus.py (not with --report-only)")
     ap.add_argument("--n-docs", type=int, default=None, help="the first N documents (default: all)")
@@ -321,7 +321,7 @@ def main(argv=None):
     a.workdir = a.corpus_dir / "work"
     a.workdir.mkdir(parents=True, exist_ok=True)
     gt = ground_truth(a.corpus_dir, n, K)
-    command = "python -m benchmarks.real_engines " + shlex.join(argv if argv is not None else sys.argv[1:])
+    command = "python -m benchmarks.engines real " + shlex.join(argv if argv is not None else sys.argv[1:])
     report = {"corpus": name, "n_docs": n, "n_queries": n_queries, "k": K, "command": command.strip(),
               "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine(),
               "threads_batch": a.threads, "single_queries": a.single, "repeats": a.repeats, "batch_size": a.batch_size,
@@ -372,6 +372,3 @@ def write_report(report, no_docs: bool = False) -> None:
     print(targets(report))
     print(summary(report))
 
-
-if __name__ == "__main__":
-    main()

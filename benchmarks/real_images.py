@@ -1,7 +1,7 @@
 """A real image corpus: the release model's vectors of the installed images, captions as queries.
 
-    nice -n 10 python -m benchmarks.real_images --out bench-data/real-images [--whole-photo-sets]
-    python -m benchmarks.real_engines --corpus-dir bench-data/real-images
+    nice -n 10 python -m benchmarks.corpus real-images --out bench-data/real-images [--whole-photo-sets]
+    python -m benchmarks.engines real --corpus-dir bench-data/real-images
 
 Encodes each data spec on its own (pipeline.encode_collection, as benchmarks/encode_real.py does) so
 that the feature cache, keyed per collection, is reused where an earlier run (evaluation, training)
@@ -102,7 +102,7 @@ def cached(model, spec: str) -> bool:
     return state.exists() and json.loads(state.read_text()).get("done", 0) >= len(paths)
 
 
-def main(argv=None) -> int:
+def cli(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="tokenspace-stair-drawings", help="the release model (or a model folder)")
     ap.add_argument("--specs", nargs="+", default=SPECS)
@@ -164,6 +164,3 @@ def main(argv=None) -> int:
     print(json.dumps(stats, indent=1))
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -129,8 +129,8 @@ def merge(paths: list[Path]) -> dict:
     return out
 
 
-def main(argv=None):
-    """python -m benchmarks.report A.json B.json --out merged.json [--docs docs/benchmarks.md]"""
+def cli(argv=None):
+    """python -m benchmarks.engines report A.json B.json --out merged.json [--docs docs/benchmarks.md]"""
     ap = argparse.ArgumentParser(description="merge search_speed results and rewrite the docs table")
     ap.add_argument("inputs", type=Path, nargs="+")
     ap.add_argument("--out", type=Path, required=True)
@@ -142,6 +142,3 @@ def main(argv=None):
     if a.docs:
         update_docs(a.docs, report, markdown_table(report))
 
-
-if __name__ == "__main__":
-    main()

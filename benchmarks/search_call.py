@@ -1,7 +1,7 @@
 """The public call against the raw one: InvertedIndex.search (a SparseBatch in, Hit objects out) against
 search_arrays (arrays in, ids and scores out), per query, on one pinned core, with every answer hashed.
 
-    python -m benchmarks.search_call --corpus-dir bench-data/real-text-100K --name real-text-100K
+    python -m benchmarks.engines call --corpus-dir bench-data/real-text-100K --name real-text-100K
 
 Arms, each timed one query at a time (or per query of a batch) by CPU time, interleaved chunk by chunk
 (--batch queries at a time, the arms' order rotating) in --passes passes:
@@ -40,6 +40,18 @@ SETTINGS = [("plain", "exact", {"mode": "exact"}),
             ("mass80", "qm=0.8 a=1.0 rerank=20", {"mode": "approx", "query_mass": 0.8, "alpha": 1.0, "rerank": 20}),
             ("plain", "qm=0.9 a=1.0 rerank=20", {"mode": "approx", "query_mass": 0.9, "alpha": 1.0, "rerank": 20})]
 ARMS = ("arrays", "search", "search+batch", "search-batch")
+
+
+def code_digest() -> dict:
+    """Where the measured tokenspace comes from and a sha256 over its index package's sources: the code
+    measured, whatever the run record's commit says (an A/B runs an older tree through PYTHONPATH)."""
+    import tokenspace.index as pkg
+
+    root = Path(pkg.__file__).parent
+    h = hashlib.sha256()
+    for f in sorted(root.glob("*.py")):
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return {"index_package": str(root), "index_sources_sha256": h.hexdigest()}
 
 
 def digest(answers) -> str:
@@ -86,7 +98,7 @@ def run_pass(index, chunks, dim, setting, rep: int) -> tuple[dict, dict]:
     return cpu, answers
 
 
-def main(argv=None):
+def cli(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus-dir", type=Path, required=True)
     ap.add_argument("--name", default=None)
@@ -142,7 +154,7 @@ def main(argv=None):
         old = {(r["build"], r["setting"]): r["answers_sha256"] for r in json.loads(a.expect.read_text())["rows"]}
         mismatch = [f"{r['build']} {r['setting']}" for r in rows
                     if (r["build"], r["setting"]) in old and old[(r["build"], r["setting"])] != r["answers_sha256"]]
-    report = {"corpus": a.name or a.corpus_dir.name, "n_docs": n, "k": K, "queries": nq, "passes": a.passes,
+    report = {**code_digest(), "corpus": a.name or a.corpus_dir.name, "n_docs": n, "k": K, "queries": nq, "passes": a.passes,
               "batch": a.batch, "pinned_core": core, "load_avg_1min_end": os.getloadavg()[0],
               "expect": str(a.expect) if a.expect else None, "answers_differ_from_expect": mismatch, "rows": rows}
     print("| build | setting | search_arrays us/query | search() | ratio | search() + SparseBatch | ratio | "
@@ -156,6 +168,3 @@ def main(argv=None):
     if mismatch:
         raise SystemExit(f"answers differ from {a.expect}: {', '.join(mismatch)}")
 
-
-if __name__ == "__main__":
-    main()

@@ -1,10 +1,10 @@
 """Search speed of tokenspace's InvertedIndex against its peers, side by side in one run.
 
-    make bench                                           # = python -m benchmarks.search_speed (bench-1M)
-    python -m benchmarks.search_speed --corpus 100k      # bench-100K: the first 100K docs of bench-1M
-    python -m benchmarks.search_speed --quick            # fewer queries, for a smoke run
-    python -m benchmarks.search_speed --peers tokenspace,scipy
-    python -m benchmarks.search_speed --corpus-dir bench-data/stair-1M   # from benchmarks/fitted_corpus.py
+    make bench                                           # = python -m benchmarks.engines speed (bench-1M)
+    python -m benchmarks.engines speed --corpus 100k      # bench-100K: the first 100K docs of bench-1M
+    python -m benchmarks.engines speed --quick            # fewer queries, for a smoke run
+    python -m benchmarks.engines speed --peers tokenspace,scipy
+    python -m benchmarks.engines speed --corpus-dir bench-data/stair-1M   # from benchmarks/fitted_corpus.py
 
 The corpus is the project's standard one, made by ../shared/bench/gen_corpus.py into bench-data/
 (git-ignored) when missing. Every peer runs in its own process (benchmarks/peers/worker.py): built
@@ -73,7 +73,7 @@ def run_peer(name, data_dir, n_docs, gt, args) -> dict:
     return res
 
 
-def main(argv=None):
+def cli(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--corpus", choices=sorted(CORPORA), default="1m")
     ap.add_argument("--quick", action="store_true", help="100 one-at-a-time queries, 200 batched")
@@ -109,7 +109,7 @@ def main(argv=None):
         data_dir = ensure_corpus(args.data)
         n_docs = CORPORA[args.corpus]
     gt = ground_truth(data_dir, n_docs, K)
-    command = "python -m benchmarks.search_speed " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m benchmarks.engines speed " + " ".join(argv if argv is not None else sys.argv[1:])
     name = args.corpus_dir.name if args.corpus_dir else f"bench-{args.corpus.upper()}"
     report = {"corpus": name, "n_docs": n_docs, "k": K, "command": command.strip(),
               "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine(),
@@ -138,7 +138,4 @@ def main(argv=None):
         update_docs(ROOT / "docs/benchmarks.md", report, markdown_table(report))
     print(f"wrote {out}" + ("" if args.no_docs else " and docs/benchmarks.md"))
 
-
-if __name__ == "__main__":
-    main()
 

@@ -1,7 +1,7 @@
 """Seismic's k-NN graph for a big corpus, built once and saved, so that a race can load it.
 
-    python -m benchmarks.seismic_knn --corpus-dir bench-data/real-text --nknn 10 --via tokenspace
-    python -m benchmarks.seismic_knn --corpus-dir bench-data/real-text --nknn 10 \
+    python -m benchmarks.engines seismic-knn --corpus-dir bench-data/real-text --nknn 10 --via tokenspace
+    python -m benchmarks.engines seismic-knn --corpus-dir bench-data/real-text --nknn 10 \
         --build '{"centroid_fraction": 0.1, "summary_energy": 0.4, "max_fraction": 4.0, "min_cluster_size": 10, "n_postings": 9668}'
 
 Seismic refines a search's best hits with their neighbours in a graph of the documents' nearest
@@ -170,7 +170,7 @@ def graph_recall(corpus, graph: np.ndarray, n_check: int, seed: int = 0) -> floa
     return found / (len(sample) * nknn)
 
 
-def main(argv=None):
+def cli(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus-dir", type=Path, required=True, help="a corpus from benchmarks/real_corpus.py")
     ap.add_argument("--nknn", type=int, default=10, help="neighbours per document")
@@ -219,6 +219,3 @@ def main(argv=None):
     print(f"graph built in {timing['knn_build_s']:.0f} s ({report['graph_bytes'] / 1e6:.0f} MB, recall "
           f"{recall if recall is None else round(recall, 3)} of the exact neighbours): {out}; wrote {res}")
 
-
-if __name__ == "__main__":
-    main()

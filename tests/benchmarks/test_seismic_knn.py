@@ -45,7 +45,7 @@ def test_graph_is_saved_and_a_race_build_loads_it(knn, load_benchmark, tmp_path,
     _corpus(load_benchmark, tmp_path)
     (tmp_path / "results" / "benchmarks" / "results").mkdir(parents=True)
     monkeypatch.setattr(knn, "ROOT", tmp_path / "results")
-    knn.main(["--corpus-dir", str(tmp_path), "--nknn", "3", "--name", "tiny", "--build", json.dumps(BUILD)])
+    knn.cli(["--corpus-dir", str(tmp_path), "--nknn", "3", "--name", "tiny", "--build", json.dumps(BUILD)])
     graph = knn.graph_path(tmp_path, 3)
     assert graph.exists() and graph.stat().st_size > 0
     assert not list(graph.parent.glob("*.part*"))  # the partial file was renamed, the work folder removed
@@ -59,7 +59,7 @@ def test_graph_is_saved_and_a_race_build_loads_it(knn, load_benchmark, tmp_path,
     # a second run keeps the whole graph it finds
     before = graph.stat().st_mtime_ns
     capsys.readouterr()
-    knn.main(["--corpus-dir", str(tmp_path), "--nknn", "3", "--build", json.dumps(BUILD)])
+    knn.cli(["--corpus-dir", str(tmp_path), "--nknn", "3", "--build", json.dumps(BUILD)])
     assert "kept" in capsys.readouterr().out and graph.stat().st_mtime_ns == before
 
 
@@ -90,7 +90,7 @@ def test_graph_via_tokenspace_is_exact_and_seismic_searches_with_it(knn, load_be
     (tmp_path / "results" / "benchmarks" / "results").mkdir(parents=True)
     monkeypatch.setattr(knn, "ROOT", tmp_path / "results")
     monkeypatch.setattr(knn, "PART", 64)  # three parts, the last one short
-    knn.main(["--corpus-dir", str(tmp_path), "--nknn", "3", "--name", "tiny", "--via", "tokenspace",
+    knn.cli(["--corpus-dir", str(tmp_path), "--nknn", "3", "--name", "tiny", "--via", "tokenspace",
               "--search", '{"mode": "exact"}', "--threads", "2"])
     graph_file = knn.graph_path(tmp_path, 3, "tokenspace")
     assert [p for p in graph_file.parent.iterdir()] == [graph_file]  # the parts are gone
@@ -108,10 +108,10 @@ def test_graph_via_tokenspace_is_exact_and_seismic_searches_with_it(knn, load_be
 
 def test_bad_arguments_are_clear_errors(knn, load_benchmark, tmp_path, monkeypatch, capsys):
     with pytest.raises(SystemExit):
-        knn.main(["--corpus-dir", str(tmp_path)])
+        knn.cli(["--corpus-dir", str(tmp_path)])
     assert "holds no corpus" in capsys.readouterr().err
     _corpus(load_benchmark, tmp_path, n=20)
     monkeypatch.setattr(knn.importlib.util, "find_spec", lambda name: None)  # as if pyseismic were missing
     with pytest.raises(SystemExit):
-        knn.main(["--corpus-dir", str(tmp_path)])
+        knn.cli(["--corpus-dir", str(tmp_path)])
     assert "needs pyseismic-lsr" in capsys.readouterr().err

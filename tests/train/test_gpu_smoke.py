@@ -10,7 +10,7 @@ def test_gpu_smoke_tiny_runs_every_paper_config_on_cpu(tmp_path, load_benchmark)
     mod = load_benchmark("gpu_smoke")
     cpu0 = time.process_time()
     # workers 0: the decoding runs in this process, so its CPU time is all counted below
-    code = mod.main(["--tiny", "--workers", "0", "--out", str(tmp_path / "smoke.json"), "--work", str(tmp_path / "w")])
+    code = mod.cli(["--tiny", "--workers", "0", "--out", str(tmp_path / "smoke.json"), "--work", str(tmp_path / "w")])
     cpu = time.process_time() - cpu0
     results = json.loads((tmp_path / "smoke.json").read_text())["results"]
     assert [r["config"] for r in results] == ["stair-paper", "sparse-clip-vitb32", "visualsparta-paper"]
