@@ -1,7 +1,7 @@
 """Sparse CLIP's Fig. 2b at small scale: ReLU (+ cap) vs L1 penalty vs TopK activation, recall vs L0.
 
-    nice -n 10 python -m experiments.sparse_clip_ablation --steps 100              # ~4 runs, CPU budget
-    nice -n 10 python -m experiments.sparse_clip_ablation --steps 300 --l1 0.003,0.01,0.03
+    nice -n 10 python -m experiments.run sparse_clip_ablation                      # ~4 runs, CPU budget
+    nice -n 10 python -m experiments.run sparse_clip_ablation --set arms.steps=300 --set 'arms.l1=[0.003,0.01,0.03]'
 
 Every arm is the sparse-clip-emoji recipe (EfficientNet-Lite0 grids + SPLADE-tiny, 128 x 32 = 4,096
 features, cap 50, batch 64, AdamW 1e-3) with the step count set by ``--steps`` and one change:
@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import shutil
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
+from experiments import config
 from tokenspace import pipeline
 from tokenspace.eval import ResultsDoc, markdown_table
 from tokenspace.eval.plots import scatter_plot
@@ -37,9 +37,8 @@ from tokenspace.train.recipe import Recipe
 from tokenspace.train.tracking import sparsity_metrics
 
 ROOT = Path(__file__).resolve().parent.parent
-JSON_OUT = ROOT / "benchmarks" / "results" / "sparse_clip_ablation.json"
-BASE = "sparse-clip-emoji"
-EVAL_SPEC = "emoji:test"
+BASE = "sparse-clip-emoji"  # the recipe and model config each arm changes: [arms] recipe in the TOML
+EVAL_SPEC = "emoji:test"  # [arms] eval; both set by main from the TOML
 
 
 def log(msg: str) -> None:
@@ -105,21 +104,23 @@ def train_arm(name: str, extra: dict, a, before: dict) -> dict:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=100, help="steps per arm (the recipe has 300)")
-    p.add_argument("--eval-every", type=int, default=25)
-    p.add_argument("--l1", default="0.01,0.03", help="L1 weights, one arm each")
-    p.add_argument("--topk", default="", help="TopK values (default: the ReLU arm's final image L0)")
-    p.add_argument("--runs", type=Path, default=ROOT / "runs" / "sparse-clip-ablation")
     p.add_argument("--reuse", action="store_true", help="keep arms whose model/ exists")
-    p.add_argument("--doc", type=Path, default=ROOT / "benchmarks" / "results" / "sparse_clip_ablation.md")
-    p.add_argument("--json", type=Path, default=JSON_OUT)
-    a = p.parse_args(argv)
+    run, a = config.start("sparse_clip_ablation", argv, p)
+    global BASE, EVAL_SPEC
+    BASE, EVAL_SPEC = run["arms"]["recipe"], run["arms"]["eval"]
+    a.steps = run["arms"]["steps"]  # per arm (the recipe has 300)
+    a.eval_every = run["arms"]["eval_every"]
+    a.l1 = run["arms"]["l1"]  # L1 weights, one arm each
+    a.topk = run["arms"]["topk"]  # TopK values; [] = the ReLU arm's final image L0
+    a.runs = ROOT / run["output"]["runs"]
+    a.doc, a.json = ROOT / run["output"]["doc"], ROOT / run["output"]["json"]
+    run.ready()
     before = json.loads(a.json.read_text()).get("arms", {}) if a.reuse and a.json.exists() else {}
     rows = {"relu": train_arm("relu", {}, a, before)}
-    ks = [int(k) for k in a.topk.split(",")] if a.topk else [max(1, round(rows["relu"]["l0_image"]))]
+    ks = [int(k) for k in a.topk] if a.topk else [max(1, round(rows["relu"]["l0_image"]))]
     for k in ks:
         rows[f"topk-{k}"] = train_arm(f"topk-{k}", {"topk": k}, a, before)
-    for w in (float(x) for x in a.l1.split(",") if x):
+    for w in (float(x) for x in a.l1):
         rows[f"l1-{w:g}"] = train_arm(f"l1-{w:g}", {"l1": w}, a, before)
     minutes = sum(r["seconds"] or 0 for r in rows.values()) / 60  # training time (reused arms: as recorded)
     a.json.parent.mkdir(parents=True, exist_ok=True)
@@ -148,8 +149,8 @@ def main(argv=None) -> None:
             f"{EVAL_SPEC} retrieval (ties count against the query).\n\n"
             + markdown_table(rows, cols, first_column="arm", headers=heads)
             + f"\n![recall vs L0]({doc.relpath(png)})\n")
-    cmd = "python -m experiments.sparse_clip_ablation " + shlex.join(sys.argv[1:] if argv is None else argv)
-    doc.update("sparse-clip-ablation", body, cmd.strip(),
+    cmd = run.command() + (" -- --reuse" if a.reuse else "")
+    doc.update("sparse-clip-ablation", body, cmd,
                heading="Sparse CLIP: ReLU vs L1 vs TopK at matched L0 (paper Fig. 2b, small scale)")
 
 
