@@ -1,7 +1,7 @@
 """How much of a dense model's recall survives sparsification (models/sparsified.py, recipe sparsify-dense).
 
-    nice -n 10 python -m experiments.sparsify_dense                          # lambdas on the val splits
-    nice -n 10 python -m experiments.sparsify_dense --lambdas 3e-3 --test    # + the chosen one on test
+    nice -n 10 python -m experiments.run sparsify_dense                       # lambdas on the val splits
+    nice -n 10 python -m experiments.run sparsify_dense --set 'sparsify.lambdas=[3e-3]' --set eval.test=true
 
 The dense twin (recipe dense-emoji) is trained first when ``--dense`` has no model (a few minutes; `make
 demo` trains one at runs/demo/dense-emoji). Each lambda (both sides' FLOPs weight) trains the recipe
@@ -29,6 +29,7 @@ import torch
 
 from benchmarks.reproduce_sections.interpretability import TOKEN_KS, backbone_reference
 from benchmarks.reproduce_sections.labels import class_indices, clean_classname, concept
+from experiments import config
 from tokenspace import atomic, pipeline
 from tokenspace.eval import InterpretabilityEvaluator
 from tokenspace.models.lexicon import vocabulary_embeddings
@@ -37,6 +38,7 @@ from tokenspace.train.recipe import Recipe, model_config
 
 ROOT = Path(__file__).resolve().parent.parent
 JSON_OUT = ROOT / "benchmarks" / "results" / "sparsify_dense.json"
+# the recipe and the splits, set by main from the TOML ([sparsify] recipe, [eval] val and test_splits)
 RECIPE = "sparsify-dense"
 VAL = ["emoji:val", "openclipart:val"]
 TEST = ["emoji:test", "openclipart:test:300"]
@@ -131,14 +133,19 @@ def examples(dense: Path, trained, n: int = 3, top_k: int = 8) -> list[dict]:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--dense", type=Path, default=ROOT / "runs/o/dense-emoji/model", help="the dense twin's folder")
-    p.add_argument("--runs", type=Path, default=ROOT / "runs/o/sparsify", help="where the sparsified runs go")
-    p.add_argument("--lambdas", default="1e-3", help="FLOPs weights (both sides), one run each")
-    p.add_argument("--steps", type=int, default=300, help="training steps per run (the recipe has 300)")
-    p.add_argument("--start", action="store_true", help="also the untrained head (calibrated lexicon scores) on val")
-    p.add_argument("--test", action="store_true", help="also evaluate the dense twin and the last lambda on test")
-    a = p.parse_args(argv)
-    lambdas = [float(x) for x in a.lambdas.split(",")]
+    run, a = config.start("sparsify_dense", argv, p)
+    global RECIPE, VAL, TEST, JSON_OUT
+    RECIPE = run["sparsify"]["recipe"]
+    a.dense = ROOT / run["sparsify"]["dense"]  # the dense twin's folder
+    a.lambdas = run["sparsify"]["lambdas"]  # FLOPs weights (both sides), one run each
+    a.steps = run["sparsify"]["steps"]  # training steps per run (the recipe has 300)
+    VAL, TEST = run["eval"]["val"], run["eval"]["test_splits"]
+    a.start = run["eval"]["start"]  # also the untrained head (calibrated lexicon scores) on val
+    a.test = run["eval"]["test"]  # also the dense twin and the last lambda on test
+    a.runs = ROOT / run["output"]["runs"]  # where the sparsified runs go
+    JSON_OUT = ROOT / run["output"]["json"]
+    run.ready()
+    lambdas = [float(x) for x in a.lambdas]
     before = json.loads(JSON_OUT.read_text()) if JSON_OUT.exists() else {}
     dense = dense_model(a.dense)
     result = {**before, "dense": str(a.dense.relative_to(ROOT) if a.dense.is_relative_to(ROOT) else a.dense),
@@ -163,7 +170,7 @@ def main(argv=None) -> None:
         result["examples"] = examples(a.dense, model)
         result["token_accuracy emoji:test"] = {"dense": token_accuracy(dense),
                                                f"sparsified lambda={lambdas[-1]:g} steps={a.steps}": token_accuracy(model)}
-    command = "python -m experiments.sparsify_dense " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = run.command()
     result["commands"] = [c for c in result.get("commands", []) if c != command] + [command]  # every call so far
     result.pop("command", None)  # the older single-command key
     atomic.write_text(JSON_OUT, json.dumps(result, indent=1) + "\n")
