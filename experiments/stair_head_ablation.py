@@ -1,7 +1,7 @@
 """Where does STAIR's image head lose recall? A frozen-text ladder from the dense probe to STAIR's head.
 
-    python -m experiments.stair_head_ablation                 # every arm, ~20 min on 2 cores
-    python -m experiments.stair_head_ablation --arms probe stair-head
+    python -m experiments.run stair_head_ablation             # every arm, ~20 min on 2 cores
+    python -m experiments.run stair_head_ablation --set 'ladder.arms=["probe","stair-head"]'
 
 The text side is frozen: SPLADE-tiny's own vocabulary vector log(1 + ReLU(max MLM logits)) of each caption
 (the text vector STAIR starts from). Only an image head on cached EfficientNet-Lite0 grids (128 px, 4x4
@@ -14,7 +14,6 @@ docs/results.md.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -25,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from experiments import config
 from tokenspace import pipeline
 from tokenspace.eval import ResultsDoc, markdown_table
 from tokenspace.eval.retrieval import retrieval_metrics
@@ -36,31 +36,12 @@ from tokenspace.train.trainer import BatchSampler, PairData, lr_at
 
 ROOT = Path(__file__).resolve().parent.parent
 JSON_OUT = ROOT / "benchmarks" / "results" / "stair_head_ablation.json"
+# the splits, set by main from the TOML ([ladder] train and eval)
 TRAIN = ["emoji:train", "openclipart:train:2000"]
 EVAL = ["emoji:val", "emoji:test", "openclipart:test:300"]
 
-# name -> (what changes, Head kwargs)
-ARMS = {
-    "probe": ("dense probe: mean-pooled image -> 512, SPLADE vector -> 512 (the ~26% reference)",
-              {"kind": "probe"}),
-    "untied-linear": ("image -> 30,522 directly (untied linear, mean-pooled), no ReLU: signed, dense",
-                      {"kind": "untied", "pool": "mean", "act": "none"}),
-    "untied-relu": ("untied-linear + log(1+ReLU)", {"kind": "untied", "pool": "mean"}),
-    "tied-mean": ("untied-relu with STAIR's TRANSFORM + tied e + bias instead of the linear map",
-                  {"kind": "tied", "pool": "mean"}),
-    "stair-head": ("tied-mean with max over the 16 cells: STAIR's image head (eq. 4-5)",
-                   {"kind": "tied", "pool": "max"}),
-    "tied-mean-slots8": ("tied-mean with 8 TRANSFORM outputs of the pooled feature, max over them",
-                         {"kind": "tied", "pool": "mean", "slots": 8}),
-    "stair-head-revive0.1": ("stair-head, dead tokens get 0.1x the gradient that would raise them",
-                             {"kind": "tied", "pool": "max", "revive": 0.1}),
-    "stair-head-scale30": ("stair-head with the logit scale initialised at 30 (not 1/0.07)",
-                           {"kind": "tied", "pool": "max", "scale": 30.0}),
-    "stair-head-scale60": ("stair-head with the logit scale initialised at 60",
-                           {"kind": "tied", "pool": "max", "scale": 60.0}),
-    "stair-head-revive0.1-scale30": ("both of the above", {"kind": "tied", "pool": "max", "revive": 0.1,
-                                                           "scale": 30.0}),
-}
+# name -> (what changes, Head kwargs): the TOML's [arms], set by main
+ARMS: dict[str, tuple[str, dict]] = {}
 
 
 class Head(nn.Module):
@@ -147,17 +128,26 @@ def run_arm(model, train, evals, kw, steps=300, lr=1e-3, seed=0) -> dict:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS))
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--no-doc", action="store_true", help="print only; leave docs/results.md alone")
-    args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    model = pipeline.build_seeded(Recipe.load("stair-emoji")).eval()
+    run, _ = config.start("stair_head_ablation", argv)
+    global TRAIN, EVAL, JSON_OUT
+    lad = run["ladder"]
+    TRAIN, EVAL = lad["train"], lad["eval"]
+    names, steps, lr, seed, threads, write_doc = (lad["arms"], lad["steps"], lad["lr"], lad["seed"],
+                                                  lad["threads"], lad["doc"])
+    recipe = lad["recipe"]
+    ARMS.clear()
+    ARMS.update({k: (v["change"], v["head"]) for k, v in run["arms"].whole().items()})
+    unknown = [n for n in names if n not in ARMS]
+    if unknown:
+        raise SystemExit(f"ladder.arms {unknown}: not in [arms] ({', '.join(ARMS)})")
+    JSON_OUT, doc_path = ROOT / run["output"]["json"], ROOT / run["output"]["doc"]
+    run.ready()
+    torch.set_num_threads(threads)
+    model = pipeline.build_seeded(Recipe.load(recipe)).eval()
     train, evals = load(model)
     results = {}
-    for name in args.arms:
-        results[name] = run_arm(model, train, evals, ARMS[name][1])
+    for name in names:
+        results[name] = run_arm(model, train, evals, ARMS[name][1], steps=steps, lr=lr, seed=seed)
         print(json.dumps({"arm": name, **results[name]}), flush=True)
     JSON_OUT.parent.mkdir(parents=True, exist_ok=True)
     JSON_OUT.write_text(json.dumps({"arms": {k: {"change": ARMS[k][0], **v} for k, v in results.items()}}, indent=2))
@@ -170,9 +160,9 @@ def main(argv=None) -> None:
         rows[name] = row
     table = markdown_table(rows, first_column="arm")
     print(table)
-    if not args.no_doc:
-        cmd = "python -m experiments.stair_head_ablation" + (f" --arms {' '.join(args.arms)}" if args.arms != list(ARMS) else "")
-        ResultsDoc(ROOT / "benchmarks" / "results" / "stair_head_ablation.md").update(
+    if write_doc:
+        cmd = run.command()
+        ResultsDoc(doc_path).update(
             "stair-head-ablation", (__doc__.split("\n", 4)[4].split("Writes")[0].strip() + "\n\n" + table),
             command=cmd, heading="Where STAIR's image head loses recall: a frozen-text ladder")
 
