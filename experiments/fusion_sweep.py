@@ -1,7 +1,7 @@
 """The release's training-free levers on the validation splits: the tagger fused into the release's image
 vectors (weight w) and the lexical anchor on its text vectors (weight a), at three backbone settings.
 
-    python -m experiments.fusion_sweep --stair runs/release/stair-v1      # ~40 min on a busy 2-core machine
+    python -m experiments.run fusion_sweep --set model.stair=runs/release/stair-v1   # ~40 min on a busy 2-core machine
 
 Arms (--arms): "128" = both parts read the images at 128 px (STAIR's training size), "224" = both at 224 (the
 ImageNet classifier's), "128+224" = STAIR at 128 and the tagger at 224 (two backbone forwards per image).
@@ -27,6 +27,7 @@ import numpy as np
 
 from benchmarks.release_model import token_row
 from benchmarks.tagger_zeroshot import TEMPLATES
+from experiments import config
 from tokenspace import pipeline
 from tokenspace.atomic import write_text
 from tokenspace.eval import ResultsDoc, RetrievalEvaluator, ZeroShotEvaluator
@@ -34,6 +35,7 @@ from tokenspace.models.fused import fused_config
 from tokenspace.models.registry import build_model
 
 ROOT = Path(__file__).resolve().parent.parent
+# the splits, the encode sizes and the label floor: set by main from the TOML ([sweep], [choice])
 DRAWINGS = ("emoji:val", "openclipart:val")
 PHOTOS = "fashion-mnist:val"
 TOP_N = {"image_top_n": 100, "text_top_n": 40}
@@ -166,26 +168,28 @@ def render(doc: dict) -> str:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--stair", default=str(ROOT / "models" / "tokenspace-stair-drawings"),
-                    help="the trained STAIR model folder (part 0)")
-    ap.add_argument("--arms", nargs="+", default=["128+224", "128", "224"])
-    ap.add_argument("--weights", type=float, nargs="+", default=[0.0, 1.0, 2.0, 3.0])
-    ap.add_argument("--anchors", type=float, nargs="+", default=[0.0, 0.5, 1.0, 2.0])
-    ap.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "fusion_sweep.json"))
-    ap.add_argument("--home", default=None)
-    ap.add_argument("--doc", default=str(ROOT / "benchmarks" / "results" / "fusion_sweep.md"),
-                    help="markdown page of the full tables ('' skips it)")
-    ap.add_argument("--report-only", action="store_true", help="rewrite the docs section from --json")
+    ap.add_argument("--report-only", action="store_true", help="rewrite the docs section from [output] json")
     ap.add_argument("--add-label-top1", action="store_true",
-                    help="add the label top-1 metric to --json's rows (an earlier run without it), re-choose")
-    args = ap.parse_args(argv)
+                    help="add the label top-1 metric to [output] json's rows (an earlier run without it), re-choose")
+    run, args = config.start("fusion_sweep", argv, ap)
+    global DRAWINGS, PHOTOS, TOP_N, LABEL_FLOOR
+    args.stair = str(ROOT / run["model"]["stair"])  # the trained STAIR model folder (part 0)
+    args.home = run["model"]["home"] or None
+    sw = run["sweep"]
+    args.arms, args.weights, args.anchors = sw["arms"], sw["weights"], sw["anchors"]
+    DRAWINGS, PHOTOS = tuple(sw["drawings"]), sw["photos"]
+    TOP_N = sw["top_n"].whole()
+    LABEL_FLOOR = run["choice"]["label_floor"]
+    args.json = str(ROOT / run["output"]["json"])
+    args.doc = str(ROOT / run["output"]["doc"]) if run["output"]["doc"] else ""  # '' skips the page
+    run.ready()
     if args.report_only or args.add_label_top1:
         doc = json.loads(Path(args.json).read_text())
         if args.add_label_top1:
             doc = add_label_top1(doc, args.home)
             doc["command"] += "  (then --add-label-top1)"
             write_text(args.json, json.dumps(doc, indent=1) + "\n")
-        ResultsDoc(args.doc).update("issue-o-fusion", render(doc), doc["command"],
+        ResultsDoc(args.doc).update("fusion-sweep", render(doc), doc["command"],
                                     heading="The tagger fused in, queries anchored (fusion-sweep)")
         return
     t0 = time.time()
@@ -195,11 +199,11 @@ def main(argv=None) -> None:
         best = choose(rows)
         doc = {"date": time.strftime("%Y-%m-%d %H:%M"), "stair": args.stair, "top_n": TOP_N, "rows": rows,
                "chosen": best, "seconds": round(time.time() - t0, 1),
-               "command": "python -m experiments.fusion_sweep " + " ".join(argv or sys.argv[1:])}
+               "command": run.command()}
         write_text(args.json, json.dumps(doc, indent=1) + "\n")
     log(f"chosen: {best['arm']} px w={best['w']} a={best['a']} (score {100 * best['score']:.1f}); {args.json}")
     if args.doc:
-        ResultsDoc(args.doc).update("issue-o-fusion", render(doc), doc["command"],
+        ResultsDoc(args.doc).update("fusion-sweep", render(doc), doc["command"],
                                     heading="The tagger fused in, queries anchored (fusion-sweep)")
 
 
