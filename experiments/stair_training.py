@@ -5,26 +5,30 @@ eval on emoji:val at every stage end); the row is the final eval, the mean step 
 log.jsonl, and the vector sizes. Results accumulate in a JSON file (a rerun skips finished variants),
 and the markdown table is printed.
 
-    python -m experiments.stair_training --variants base head last1 --out benchmarks/results/stair_training.json
-    python -m experiments.stair_training --batch-sweep 64 256 1024 --steps 12   # step time vs batch only
+    python -m experiments.run stair_training --set 'train.variants=["base","head","last1"]'
+    python -m experiments.run stair_training --set 'sweep.batches=[64,256,1024]'   # step time vs batch only
     # distillation from the dense twin: the teacher first, then the students, two seeds
-    python -m experiments.stair_training --out benchmarks/results/stair_training_distill.json --variants dense base distill3
-    python -m experiments.stair_training --out benchmarks/results/stair_training_distill.json --variants base distill3 --seed 1
+    python -m experiments.run stair_training --set output.json=benchmarks/results/stair_training_distill.json \
+        --set 'train.variants=["dense","base","distill3"]'     # then ["base","distill3"] with train.seed=1
     # the wider tied space (all-MiniLM-L6-v2; `tokenspace assets install all-minilm-l6-v2`) beside SPLADE-tiny
-    python -m experiments.stair_training --scale 0.3333333 --out benchmarks/results/stair_training_minilm.json \
-        --variants split split-minilm split-minilm-tlr0.1 dense dense-minilm
+    python -m experiments.run stair_training --set train.scale=0.3333333 \
+        --set output.json=benchmarks/results/stair_training_minilm.json \
+        --set 'train.variants=["split","split-minilm","split-minilm-tlr0.1","dense","dense-minilm"]'
 
 Step times on a shared 2-core CPU are indicative only (other jobs run beside).
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import shutil
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
+from experiments import config
+
+# the data and the pruned eval's sizes: set by main from the TOML ([train] data and eval, [extras])
 DATA = {"train": ["emoji:train", "openclipart:train:2000"], "eval": ["emoji:val"]}
 MINILM = {"type": "bert-mlm", "weights": "asset:all-minilm-l6-v2"}
 TEACHER = "{dense-s0}"  # the dense variant's seed-0 run folder at the same scale (run_variant fills it in)
@@ -231,20 +235,25 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--variants", nargs="*", default=[], choices=sorted(VARIANTS))
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--scale", type=float, default=1.0, help="multiply every step count (like with like)")
-    ap.add_argument("--out", default="benchmarks/results/stair_training.json")
-    ap.add_argument("--runs", default="runs/exp/stair_training")
-    ap.add_argument("--home", default=None)
-    ap.add_argument("--tower-costs", action="store_true", help="static parameter / multiply-add counts")
-    ap.add_argument("--pruned", action="store_true", help=f"add the eval at top {PRUNED} to finished runs' rows")
-    ap.add_argument("--batch-sweep", nargs="*", type=int, default=[])
-    ap.add_argument("--sweep-variants", nargs="*", default=["base", "last1"], choices=sorted(VARIANTS))
-    ap.add_argument("--steps", type=int, default=12, help="steps per batch size in the sweep")
-    args = ap.parse_args()
+def main(argv=None) -> None:
+    global DATA, PRUNED
+    run, _ = config.start("stair_training", argv)
+    tr, sw = run["train"], run["sweep"]
+    args = SimpleNamespace(
+        variants=tr["variants"], seed=tr["seed"],
+        scale=tr["scale"],  # multiplies every step count (like with like)
+        home=tr["home"] or None,
+        tower_costs=run["extras"]["tower_costs"],  # static parameter / multiply-add counts
+        pruned=run["extras"]["pruned"],  # add the eval at pruned_top_n to finished runs' rows
+        batch_sweep=sw["batches"], sweep_variants=sw["variants"],
+        steps=sw["steps"],  # per batch size in the sweep
+        out=run["output"]["json"], runs=run["output"]["runs"])
+    DATA = {"train": tr["data"], "eval": tr["eval"]}
+    PRUNED = tuple(run["extras"]["pruned_top_n"])
+    unknown = [v for v in [*args.variants, *args.sweep_variants] if v not in VARIANTS]
+    if unknown:
+        raise SystemExit(f"variants {unknown}: not among {', '.join(sorted(VARIANTS))}")
+    run.ready()
     path = Path(args.out)
     doc = json.loads(path.read_text()) if path.exists() else {"runs": [], "batch_sweep": []}
     done = {(r["variant"], r["seed"], r.get("scale", 1.0)) for r in doc["runs"]}
