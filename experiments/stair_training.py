@@ -52,7 +52,7 @@ VARIANTS = {
     "paper-equal": ("stair-emoji-paper", {"plan": {"dense_steps": 300, "split": "equal", "ratio": [1, 1, 2], "lr": 1e-3,
                                                    "stage3_lr": 1e-4, "warmup_steps": 5}},
                     "paper-faithful STAIR, stages 1:1:2 in the dense budget"),
-    # the wider tied space (item 5): all-MiniLM-L6-v2's 384-d word embeddings instead of SPLADE-tiny's 128-d;
+    # the wider tied space: all-MiniLM-L6-v2's 384-d word embeddings instead of SPLADE-tiny's 128-d;
     # its wheel has no MLM head, so the text TRANSFORM and bias start fresh (SPLADE-tiny's are trained)
     "split-minilm": ("stair-emoji-split", {"model": {"text_tower": MINILM}},
                      "split with all-MiniLM-L6-v2 as the text tower (384-d tied space; fresh MLM head)"),

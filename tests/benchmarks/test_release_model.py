@@ -25,7 +25,7 @@ def test_stored_mode_reads_the_cards_recipe_and_swaps_only_its_notes(rm, make_mo
     assert after.split("## Licence")[1] == before.split("## Licence")[1]
 
 
-def test_issue_o_targets_read_v2_against_v1_and_the_dense_twin(rm):
+def test_release_targets_read_v2_against_v1_and_the_dense_twin(rm):
     def res(r1, fm, photos, cov, label, nnz=(100.0, 39.0)):
         ret = {s: {"image_retrieval_recall@1": r1, "nnz_image": nnz[0], "nnz_text": nnz[1]} for s in rm.CORE
                if s in rm.RETRIEVAL}

@@ -59,7 +59,7 @@ def test_decompression_bomb_gets_413(client):
     assert "pixels" in r.json()["detail"]
 
 
-# ------------------------------------------------------------------------------ slow clients (item 5)
+# ------------------------------------------------------------------------------ slow clients
 def _raw_exchange(port: int, request: bytes, wait: float) -> bytes:
     import socket
 
@@ -197,7 +197,7 @@ def test_a_kept_alive_connection_gets_a_fresh_header_deadline(live_server, heade
             assert answer.startswith(b"HTTP/1.1 200"), answer
 
 
-# ------------------------------------------------------------------------------ schema vs behaviour (item 6)
+# ------------------------------------------------------------------------------ schema vs behaviour
 @pytest.mark.parametrize("body", [
     {"text": "a red dog", "k": "10"}, {"text": "a red dog", "k": True}, {"text": "a red dog", "k": 2.5},
     {"text": "a red dog", "steer": {"red": True}}, {"text": "a red dog", "steer": {"red": "2"}},
