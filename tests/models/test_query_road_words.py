@@ -176,3 +176,35 @@ def test_a_model_without_the_filter_refuses_to_fit(tiny_vocab, make_model, tmp_p
     m = build_model(cfg, vocab=tiny_vocab)
     with pytest.raises(ValueError, match="no query filter"):
         fit_query_filter(m, ["a dog"], np.zeros((len(tiny_vocab), 64), np.float32), 0.5)
+
+
+# ------------------------------------------------------------------------------------- fused image gate
+def test_the_gate_hands_a_confident_picture_to_the_judging_part(tiny_vocab, make_model, tmp_path):
+    from tokenspace.models.config import ModelConfig
+    from tokenspace.models.registry import build_model
+
+    a, b = make_model("stair", seed=0), make_model("stair", seed=1)
+    b.image_tower.load_state_dict(a.image_tower.state_dict())
+    parts = a.save_pretrained(tmp_path / "a"), b.save_pretrained(tmp_path / "b")
+    cfg = ModelConfig(name="gated", family="fused", image_tower={"type": "tiny-cnn", "channels": 16, "image_size": 32},
+                      text_tower={"type": "bag-of-tokens", "vocab_size": len(tiny_vocab)}, max_text_len=16,
+                      extra={"parts": [{"model": str(p), "image": w, "text": 1.0} for p, w in zip(parts, (1.0, 2.0))]})
+    m = build_model(cfg, vocab=tiny_vocab).eval()
+    conf = torch.tensor([0.1, 0.4, 0.9])  # below, inside and above the gate [0.2, 0.6]
+    object.__setattr__(m.parts[1], "confidence", lambda grid: conf[: len(grid)])
+    m.gate = (0.2, 0.6)
+    grid = m.image_grid(torch.rand(3, 3, 32, 32))
+    with torch.no_grad():
+        p0, p1 = unit(m.parts[0].image_embed(grid)), unit(m.parts[1].image_embed(grid))
+        take = torch.tensor([0.0, 0.5, 1.0])[:, None]
+        torch.testing.assert_close(m.image_embed(grid), (1 - take) * 1.0 * p0 + 2.0 * p1)
+    m.gate = None
+    with torch.no_grad():
+        torch.testing.assert_close(m.image_embed(grid), p0 + 2.0 * p1)
+    cfg.extra["gate"] = [0.2, 0.6]  # no part of two STAIR models reports a confidence
+    with pytest.raises(ValueError, match="confidence"):
+        build_model(cfg, vocab=tiny_vocab)
+    for bad in ([0.6, 0.2], [0.1], "high"):
+        cfg.extra["gate"] = bad
+        with pytest.raises(ValueError, match="gate"):
+            build_model(cfg, vocab=tiny_vocab)

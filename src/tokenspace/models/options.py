@@ -221,6 +221,10 @@ class FusedOptions(FamilyOptions):
     # (None: expansion as the parts give it). ``related_dim``: the width of the stored token vectors
     related_min: float | None = None
     related_dim: int = 64
+    # [low, high]: the image side's gate (models/fused.py). A part that knows how sure it is of a picture
+    # (the tagger: its classifier's top probability c) takes over as c rises from low to high; the other
+    # parts' image weights are scaled by 1 - clamp((c - low) / (high - low), 0, 1). None: no gate
+    gate: tuple | None = None
 
     def __post_init__(self):
         parts = self.parts
@@ -246,6 +250,13 @@ class FusedOptions(FamilyOptions):
         self._set("related_dim", _number(self.related_dim, "related_dim", int))
         if self.related_dim < 1:
             raise ValueError(f"option related_dim must be a positive integer, not {self.related_dim}")
+        if self.gate is not None:
+            if not isinstance(self.gate, (list, tuple)) or len(self.gate) != 2:
+                raise ValueError(f"option gate must be [low, high], not {self.gate!r}")
+            low, high = (_number(x, "gate") for x in self.gate)
+            if not 0 <= low < high <= 1:
+                raise ValueError(f"option gate needs 0 <= low < high <= 1, not {self.gate!r}")
+            self._set("gate", (low, high))
         if self.anchor < 0:
             raise ValueError(f"option anchor must be >= 0, not {self.anchor}")
         for name in ("image_top_n", "text_top_n"):
