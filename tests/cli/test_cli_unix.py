@@ -71,3 +71,10 @@ def test_an_empty_query_is_refused_before_anything_loads(world, tmp_path):
     # the model named does not exist: the refusal comes first, so no load is tried
     r = world.run("search", "--index", world.index, "--model", tmp_path / "no-model", "  ")
     assert r.code == 2 and "a query text is empty" in r.err and "no-model" not in r.err, r.err
+
+
+def test_a_mistyped_command_gets_the_nearest_command(world):
+    r = world.run("serach", "--index", world.index, "cat")
+    assert r.code == 2 and "unknown command 'serach' (did you mean search?)" in r.err, r.err
+    r = world.run("--log-level", "debug", "idnex", "stats", world.index)
+    assert r.code == 2 and "did you mean index?" in r.err, r.err

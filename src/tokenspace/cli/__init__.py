@@ -148,6 +148,20 @@ def _chosen(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.
     return path[-1], [f for p in path for a in p._actions for f in a.option_strings if f.startswith("--")]
 
 
+def _check_command(argv: list[str]) -> None:
+    """A mistyped command (`tokenspace serach`) named with the nearest one; exit 2. argparse alone lists
+    all fourteen."""
+    words = iter(argv)
+    for w in words:
+        if w in ("--home", "--log-level"):  # the global options that take a value
+            next(words, None)
+        elif not w.startswith("-"):
+            near = difflib.get_close_matches(w, COMMANDS, n=1, cutoff=0.6) if w not in COMMANDS else []
+            if near:
+                build_parser(commands=()).error(f"unknown command {w!r} (did you mean {near[0]}?)")
+            return
+
+
 def _check_flags(parser: argparse.ArgumentParser, argv: list[str]) -> None:
     """A long flag the command does not have is reported before argparse parses: argparse would first
     complain of the required option it hides (`--modle X`: "--model is required"), with no suggestion."""
@@ -217,6 +231,7 @@ def _main(argv: list[str]) -> int:
     # pass 1, no command module imported: the global options and the command's name. `tokenspace --help`,
     # --version and usage errors before the command (none given, an unknown one) end here.
     global _command
+    _check_command(argv)
     cmd = _command = build_parser(commands=()).parse_known_args(argv)[0].cmd
     parser = build_parser(commands=[cmd])  # the command's arguments module: light
     _check_flags(parser, argv)
