@@ -4,79 +4,25 @@ an index built elsewhere, with text queries from an inference-free model's store
 The package is built as a wheel from this tree and installed with --no-deps into a fresh venv (no
 network); its core dependencies, and only those (the wheel's Requires-Dist without extras, followed
 through their own requirements), are the ones this venv has installed, linked into a folder the fresh
-venv reads through a .pth file. So an import of anything else (torch, transformers) fails there as it
-would on a user's machine, and a core dependency missing from pyproject.toml fails the test."""
+venv reads through a .pth file (benchmarks/lean_search.py: make_lean_venv, which its timing shares). So
+an import of anything else (torch, transformers) fails there as it would on a user's machine, and a core
+dependency missing from pyproject.toml fails the test."""
 from __future__ import annotations
 
-import importlib.metadata as md
 import json
 import os
-import shutil
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
-import zipfile
-from pathlib import Path
 
 import pytest
-from packaging.requirements import Requirement
 
+from benchmarks.lean_search import make_lean_venv
 from tokenspace.cli import main
 from tokenspace.data.manifest import Record, write_manifest
 
 pytestmark = pytest.mark.slow  # a wheel build, a venv and three fresh processes: about a minute
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _build_wheel(out: Path) -> Path:
-    """The wheel of this tree, built from a copy (a build writes build/ and egg-info beside the sources)."""
-    src = out / "src-copy"
-    shutil.copytree(ROOT / "src", src / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, src / name)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
-                    str(out), str(src)], check=True, capture_output=True, timeout=300)
-    (wheel,) = out.glob("tokenspace-*.whl")
-    return wheel
-
-
-def _core_requirements(wheel: Path) -> list[Requirement]:
-    with zipfile.ZipFile(wheel) as z:
-        meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
-        lines = z.read(meta).decode().splitlines()
-    reqs = [Requirement(ln.split(":", 1)[1].strip()) for ln in lines if ln.startswith("Requires-Dist:")]
-    return [r for r in reqs if r.marker is None or r.marker.evaluate({"extra": ""})]
-
-
-def _closure(reqs: list[Requirement]) -> list[md.Distribution]:
-    """The installed distributions ``reqs`` need, their own requirements followed (extras left out)."""
-    seen: dict[str, md.Distribution] = {}
-    todo = list(reqs)
-    while todo:
-        r = todo.pop()
-        key = r.name.lower().replace("_", "-")
-        if key in seen:
-            continue
-        dist = md.distribution(r.name)  # PackageNotFoundError: a core dependency this venv lacks
-        seen[key] = dist
-        for sub in dist.requires or []:
-            s = Requirement(sub)
-            if s.marker is None or s.marker.evaluate({"extra": ""}):
-                todo.append(s)
-    return list(seen.values())
-
-
-def _link_site(dists: list[md.Distribution], site: Path) -> None:
-    """Each distribution's top-level files and folders (its .dist-info included), linked into ``site``."""
-    site.mkdir()
-    for dist in dists:
-        tops = {Path(f).parts[0] for f in dist.files or [] if not str(f).startswith("..")}
-        for top in tops:
-            target = Path(dist.locate_file(top))
-            if target.exists() and not (site / top).exists():
-                (site / top).symlink_to(target)
 
 
 @pytest.fixture
@@ -93,17 +39,10 @@ def lean(make_model, tiny_pairs, tmp_path, monkeypatch, restore_cli_logging):
     assert main(["index", "build", "--model", str(tmp_path / "if-model"), "--data", f"{manifest}:train",
                  "--out", str(tmp_path / "idx"), "--tower", "torch", "--workers", "0"]) == 0
 
-    wheel = _build_wheel(tmp_path / "wheel")
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q",
-                    "--no-deps", "--no-index", str(wheel)], check=True, capture_output=True, timeout=300)
-    _link_site(_closure(_core_requirements(wheel)), tmp_path / "core-deps")
-    (site,) = (venv / "lib").glob("python3*/site-packages")
-    (site / "core-deps.pth").write_text(str(tmp_path / "core-deps") + "\n")
+    bin_ = make_lean_venv(tmp_path / "lean")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
-    env.update(TOKENSPACE_HOME=str(home), NUMBA_CACHE_DIR=str(tmp_path / "numba"), PATH=str(venv / "bin"))
-    return venv / "bin", tmp_path / "idx", env
+    env.update(TOKENSPACE_HOME=str(home), NUMBA_CACHE_DIR=str(tmp_path / "numba"), PATH=str(bin_))
+    return bin_, tmp_path / "idx", env
 
 
 def _run(env, *argv, timeout=300) -> subprocess.CompletedProcess:

@@ -58,9 +58,11 @@ class TableQueries:
         self.tokenizer = WordPieceTokenizer(self.vocab, max_length=int(config.get("max_text_len", 32)))
         self.similarity_fn_name = "dot" if base.get("family") in DOT_FAMILIES else "cosine"
         self.text_top_n = extra.get("text_top_n")
-        from safetensors.numpy import load_file  # start-up: read once, here
+        from safetensors import safe_open  # start-up: read once, here
 
-        table = load_file(str(folder / "model.safetensors")).get("query_weights")
+        # the table alone: the folder also holds the base model's weights (48 MB for the release model)
+        with safe_open(str(folder / "model.safetensors"), "np") as f:
+            table = f.get_tensor("query_weights") if "query_weights" in f.keys() else None
         if table is None or table.shape != (len(self.vocab),):
             raise ValueError(f"{folder}/model.safetensors holds no query_weights table over its {len(self.vocab)} "
                              "tokens: not an inference-free model folder")
