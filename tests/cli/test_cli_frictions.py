@@ -1,4 +1,4 @@
-"""The small frictions of a first hour, each refused or explained before it costs anything: --tower onnx
+"""What a new user trips on, each refused or explained before it costs anything: --tower onnx
 with a model it cannot run (before any image is decoded, in the command line's words), a query longer
 than the text tower reads (runs, with a one-line note), a query of function words alone (no hits and a
 note), the tensor model.preprocess returns (encode_image takes it)."""
