@@ -61,7 +61,18 @@ FUSED = "release v2: STAIR + tagger fused, anchored queries"
 # 10.1%); not in any of the three papers. The STAIR part
 # reads images at the 128 px it was trained at, the tagger at its classifier's 224 (the "128+224" arm)
 FUSION = {"stair_size": 128, "tagger": "tagger-bag", "tagger_size": 224, "tagger_weight": 1.0, "anchor": 1.0,
-          "image_top_n": 100, "text_top_n": 40}
+          "image_top_n": 100, "text_top_n": 40,
+          # release v3 (chosen on photo-val, fashion-mnist:val, emoji:val and openclipart:val; docs/results.md
+          # "Release v3"): the tagger reads the whole image as its classifier was trained to (the network's
+          # own logits, top 20 classes: photo-val 64.2 -> 82.4 for the tagger alone), its class table keeps
+          # a class's own name in pieces, a hypernym's pieces at half weight, and weighs each token by how
+          # few classes share it (squared)
+          "tagger_options": {"pool": "image", "top_classes": 20, "name_pieces": 1.0, "hypernym_pieces": 0.5,
+                             "specificity": 2.0},
+          # query expansion on topic (models/query_filter.py): hubs of 2,000 training captions (top 20 of >=
+          # 10% of them) dropped, expanded tokens below MiniLM relatedness 0.3 to every query word dropped
+          "related_min": 0.3, "related_dim": 64, "hub_bank_size": 2000, "hub_top": 20, "hub_min_share": 0.1}
+HUB_BANK = ("emoji:train", "emoji:train-extra", "icons:train", "openclipart:train")  # training captions only
 # held-out concepts: test-concepts (Google drawings), icons:test, openclipart:test; held-out artists:
 # test-artists (OpenMoji), test-artists-hc (Fluent high-contrast); both at once: emoji:test, emoji:test-hc
 RETRIEVAL = ["emoji:test", "emoji:test-hc", "emoji:test-concepts", "emoji:test-artists", "emoji:test-artists-hc",
@@ -253,18 +264,32 @@ def tables(results: dict[str, dict]) -> str:
               "embedding, STAIR Table 5's CLIP arm):\n\n" + markdown_table(zs))
 
 
-def build_release(stair: Path, folder: Path, home, card: dict) -> None:
-    """Release v2 from a trained STAIR folder: fused with the tagger (FUSION), stored in float16 with its
-    card and the data build its STAIR part was trained on (splits.json, checked by the demo)."""
-    model = tokenspace.models.registry.build_model(fused_config(
-        [(stair, 1.0, 1.0, FUSION["stair_size"]), (FUSION["tagger"], FUSION["tagger_weight"], 0.0, FUSION["tagger_size"])],
+def build_release(stair: Path, folder: Path, home, card: dict) -> dict:
+    """The release from a trained STAIR folder: fused with the tagger (FUSION), its query filter fitted on
+    training captions, stored in float16 with its card and the data build its STAIR part was trained on
+    (splits.json, checked by the demo). Returns what the filter fitted (hubs, bank size)."""
+    from tokenspace.explain.ranking import HubBank
+    from tokenspace.models.config import ModelConfig
+    from tokenspace.models.query_filter import fit_query_filter, minilm_token_vectors
+
+    tagger = ModelConfig.load(FUSION["tagger"]).to_dict()
+    tagger["extra"].update(FUSION["tagger_options"])
+    cfg = fused_config(
+        [(stair, 1.0, 1.0, FUSION["stair_size"]), (tagger, FUSION["tagger_weight"], 0.0, FUSION["tagger_size"])],
         image_size=max(FUSION["stair_size"], FUSION["tagger_size"]),
-        anchor=FUSION["anchor"], image_top_n=FUSION["image_top_n"], text_top_n=FUSION["text_top_n"], name=RELEASE))
+        anchor=FUSION["anchor"], image_top_n=FUSION["image_top_n"], text_top_n=FUSION["text_top_n"], name=RELEASE)
+    cfg.extra.update(related_min=FUSION["related_min"], related_dim=FUSION["related_dim"])
+    model = tokenspace.models.registry.build_model(cfg)
     part = model.parts[0]  # alone (model.part(0)) it encodes as release v1 shipped: its own top-n
     part.config.extra = {**part.config.extra, **ENCODE_TOP_N}
     part.image_top_n, part.text_top_n = ENCODE_TOP_N["image_top_n"], ENCODE_TOP_N["text_top_n"]
+    bank = HubBank(HUB_BANK, FUSION["hub_bank_size"]).texts(home)
+    fitted = fit_query_filter(model.eval(), bank, minilm_token_vectors(FUSION["related_dim"]), FUSION["related_min"],
+                              top=FUSION["hub_top"], min_share=FUSION["hub_min_share"])
+    log(f"query filter: {len(fitted['hubs'])} hubs of {fitted['bank']} training captions dropped")
     model.save_pretrained(folder, dtype=torch.float16, card=card)
     write_text(folder / SPLITS_FILE, json.dumps(split_build(pipeline.home_dir(home)), indent=1) + "\n")
+    return fitted
 
 
 def main(argv=None) -> int:
@@ -283,6 +308,9 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "release_model.json"))
     ap.add_argument("--report-only", action="store_true",
                     help="rewrite the card and the docs section from --json's measurements (no training, no measuring)")
+    ap.add_argument("--build-only", action="store_true",
+                    help="with --stair-from: build and store the release folder, measure nothing (benchmarks.search_trust "
+                         "and a later --stored run measure it)")
     ap.add_argument("--stored", action="store_true",
                     help="re-measure the committed release folder as it is (weights and options untouched)")
     args = ap.parse_args(argv)
@@ -313,7 +341,11 @@ def main(argv=None) -> int:
         if not args.stored:
             stair = Path(args.stair_from) if args.stair_from else stair_run / "model"
             card = run_info(stair_run) if stair_here else {"recipe": card_recipe(stair)}
-            build_release(stair, folder, args.home, {**card, "notes": "(measuring)", "command": "make release-model"})
+            fitted = build_release(stair, folder, args.home, {**card, "notes": "(measuring)", "command": "make release-model"})
+            if args.build_only:
+                write_text(folder / "query_filter.json", json.dumps(fitted, indent=1) + "\n")
+                log(f"built {folder}; measure it with python -m benchmarks.search_trust")
+                return 0
         results = measure_all(folder, runs, args.home, previous, CORE if args.core else RETRIEVAL + PHOTOS)
     goals = targets(results[FUSED], results[STAIR], results["dense baseline"])
     goal_table = "\n".join(["| target | measured (v1 = the STAIR part alone) | goal | met |", "|---|---:|---:|---|"]

@@ -141,7 +141,7 @@ def test_expansion_keeps_the_querys_words_and_related_tokens_only(filtered, tiny
         ids, mask = m.tokenize(texts)
         raw = sum(w * unit(p.text_embed(ids, mask)) for w, p in zip(m.text_weights, m.parts))
         got = m.text_embed(ids, mask)
-    hubs = {tiny_vocab.id(t) for t in fitted["hubs"]}
+    hubs = {tiny_vocab.id(t) for t in fitted["hubs"]} | {i for i, t in enumerate(tiny_vocab.tokens) if t.startswith("##")}
     groups = {w: g for g in (("dog", "cat", "ball"), ("sun", "moon", "star")) for w in g}
     for row, text in enumerate(texts):
         own = {tiny_vocab.id(w) for w in text.split() if w not in ("a", "the", "with")}

@@ -10,6 +10,7 @@ Two rules, both fitted once and stored with the model's weights (a fused model's
 - **Query hubs are dropped.** Over a bank of training captions (never test text), a token the text side
   puts among the top ``top`` tokens of at least ``min_share`` of them, without it being their own word,
   is a hub (index/query_hubs.py measures the same on any query set).
+- **No word pieces.** An expansion never adds a ``##`` piece on its own.
 - **The rest must be related to a word of the query.** relatedness(u, query) = max over the query's own
   content tokens w of cos(e_u, e_w), with e the all-MiniLM-L6-v2 sentence encoder's vector of each
   vocabulary token read alone (``[CLS] token [SEP]``, mean-pooled, as sentence-transformers pools),
@@ -59,6 +60,16 @@ def token_vectors(encoder, tokenizer_vocab_size: int, dim: int = 64, batch_size:
     return (p / np.maximum(np.linalg.norm(p, axis=1, keepdims=True), 1e-12)).astype(np.float32)
 
 
+def minilm_token_vectors(dim: int = 64, ref: str = "asset:all-minilm-l6-v2") -> np.ndarray:
+    """``token_vectors`` of the all-MiniLM-L6-v2 sentence encoder (an offline asset: `tokenspace assets
+    install all-minilm-l6-v2`; its vocabulary is bert-base-uncased's, the one every part here shares)."""
+    from transformers import AutoModel  # start-up: only a release build fits a filter
+
+    from tokenspace.models.towers import resolve_weights
+
+    return token_vectors(AutoModel.from_pretrained(str(resolve_weights(ref))), 30522, dim)
+
+
 def fit_query_filter(model, bank_texts, vectors: np.ndarray, related_min: float, top: int = 20,
                      min_share: float = 0.1) -> dict:
     """Fill a fused model's filter: hubs from ``bank_texts`` (training captions), the token vectors
@@ -82,6 +93,9 @@ def fit_query_filter(model, bank_texts, vectors: np.ndarray, related_min: float,
     report = query_hubs(rows.tocsr(), top=top, min_share=min_share)
     drop = torch.zeros_like(model.expansion_drop)
     drop[list(report.hubs)] = 1.0
+    # a word piece alone ("##burn") is no word a reader recognises: an expansion never adds one (a query's
+    # own pieces stay: the anchor adds them)
+    drop[[i for i, t in enumerate(model.vocab.tokens) if t.startswith("##")]] = 1.0
     model.expansion_drop.copy_(drop)
     model.related.copy_(torch.from_numpy(vectors).to(model.related.dtype))
     return {"hubs": report.to_dict(model.vocab.tokens)["hubs"], "bank": len(bank_texts), "top": top,
