@@ -86,9 +86,9 @@ def _build(args) -> int:
             user = read_metadata_jsonl(args.metadata)
         except ValueError as e:
             raise CLIError(f"--metadata {e}") from None
+    ranking = build_ranking(args)  # also before the encoding: a bad flag or bank spec is found at once
     collection, own = _collection(args)  # before the model loads: a folder without images is found at once
     user = {k: {**own.get(k, {}), **user.get(k, {})} for k in set(own) | set(user)}  # --metadata wins
-    ranking = build_ranking(args)  # also before the encoding: a bad bank spec is found at once
     model = load_model(args.model, args.device)
     check_tower_flag(model, args.tower)  # before any image is decoded
     if not getattr(model, "sparse", True):  # float rows: the dense half of a hybrid search
