@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tokenspace.explain.hits import Contribution
+from tokenspace.explain.notes import has_content, query_notes
 from tokenspace.explain.ranking import Ranking, encode_queries
 from tokenspace.explain.search import explained_search, search_options
 from tokenspace.explain.steer import steer as steer_query
@@ -126,6 +127,7 @@ class Results:
     hits: list[Hit]
     fusion: str | None = None
     took_ms: float = 0.0
+    notes: tuple[str, ...] = ()  # how the query text was read, when the user should know (explain/notes.py)
 
 
 @dataclass(frozen=True)
@@ -309,7 +311,11 @@ class Searcher:
             if fused is None:
                 fused = self.index.search(q, k=k, **_prior(self.index, chosen), **options)[0] if q.nnz else []
             hits = [Hit(h.id, float(h.score), [], 0.0, self.item(h.id) or {}) for h in fused]
-        return Results(self.vocab.decode(q, top_k=None)[0], hits, fusion, (time.perf_counter() - t0) * 1000.0)
+        notes = tuple(query_notes(self.model, query)) if isinstance(query, str) else ()
+        if isinstance(query, str) and not has_content(self.model, query):
+            hits = []  # confident hits for "the" would answer nothing the user asked (explain/notes.py)
+        return Results(self.vocab.decode(q, top_k=None)[0], hits, fusion, (time.perf_counter() - t0) * 1000.0,
+                       notes)
 
     def _fused(self, query, q: SparseBatch, k: int, options: dict, fusion: str, weight: float, ranking: Ranking):
         if self.dense is None:

@@ -70,3 +70,20 @@ def test_encode_image_takes_what_preprocess_returns(world):
     assert len(one) == 1 and (one.indices == want.indices[want.indptr[0]:want.indptr[1]]).all()
     with pytest.raises(ValueError, match=r"model's own preprocessed pixels.*got \[2, 3, 8, 8\]"):
         model.encode_image(torch.zeros(2, 3, 8, 8))
+
+
+def test_the_library_and_the_service_give_the_same_notes(world):
+    from fastapi.testclient import TestClient
+
+    from tokenspace.searcher import Searcher
+    from tokenspace.serve.app import create_app
+
+    searcher = Searcher.open(world.index)
+    res = searcher.search("the", 3)
+    assert res.hits == [] and len(res.notes) == 1 and "names anything" in res.notes[0]
+    assert searcher.search("a red dog", 3).notes == ()
+    with TestClient(create_app(searcher)) as client:
+        body = client.post("/search", json={"text": "the", "k": 3}).json()
+        assert body["hits"] == [] and body["notes"] == list(res.notes)
+        long = client.post("/search", json={"text": " ".join(["a red dog"] * 10), "k": 2}).json()
+        assert len(long["hits"]) == 2 and "reads the first 14" in long["notes"][0]

@@ -176,6 +176,8 @@ class SearchResponse(BaseModel):
     query: list[TokenWeight] = Field(description="the (steered) query vector the index searched with")
     hits: list[SearchHit]
     took_ms: float
+    notes: list[str] = Field(default_factory=list, description="how the query text was read, when it matters: "
+                             "cut to the text encoder's length, or no word that names anything (then no hits)")
 
 
 class ExplainResponse(BaseModel):

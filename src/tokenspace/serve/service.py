@@ -110,7 +110,7 @@ class SearchService:
         except SearchError as e:
             raise ServiceError(str(e)) from None
         return {"query": [{"token": t, "weight": w} for t, w in res.query],
-                "hits": [self._hit(h) for h in res.hits], "took_ms": res.took_ms}
+                "hits": [self._hit(h) for h in res.hits], "took_ms": res.took_ms, "notes": list(res.notes)}
 
     def _hit(self, h) -> dict:
         return {

@@ -3,14 +3,12 @@ searcher.py's Searcher: the checks here only turn the command line into its argu
 into one line naming the option as typed)."""
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 from tokenspace.cli import search_output
 from tokenspace.cli.common import CLIError, UsageError, ranking_changes
 from tokenspace.cli.hybrid import check_dense_args
 from tokenspace.cli.model_loading import check_model_ref, one_thread
-from tokenspace.explain.notes import has_content, query_notes
 from tokenspace.index.metadata import parse_cli as parse_filters
 from tokenspace.searcher import DenseHalf, Searcher, SearchError
 
@@ -49,14 +47,11 @@ def run(args) -> int:
             res = searcher.search(query, args.k, **options)
         except SearchError as e:
             raise CLIError(as_typed(e).replace("give a text, not an image", "give query texts, not --image")) from None
-        notes = query_notes(searcher.model, query) if isinstance(query, str) else []
-        if isinstance(query, str) and not has_content(searcher.model, query):
-            res = dataclasses.replace(res, hits=[])  # confident hits for "the" would answer nothing asked
         if args.json:
-            print(search_output.json_line(query, res, fusion, notes), flush=True)
+            print(search_output.json_line(query, res, fusion, res.notes), flush=True)
         else:  # flushed per query: a reader (`| head -1`) sees the first hits while the next query runs
             print(search_output.text_block(query, res, fusion, several=len(queries) > 1, first=n == 0,
-                                           notes=notes), flush=True)
+                                           notes=res.notes), flush=True)
     return 0
 
 
