@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from tokenspace.cli.common import CLIError, UsageError, check_writable_place, ranking_changes
 from tokenspace.cli.hybrid import DENSE_IDS, build_dense_index
 from tokenspace.cli.index_loading import load_index
-from tokenspace.cli.model_loading import load_model, model_reference
+from tokenspace.cli.model_loading import device_named, load_model, model_reference
 from tokenspace.cli.run.search import as_typed
 from tokenspace.data.webdataset import folder_sources, manifest_sources, source_records
 from tokenspace.explain.ranking import ModelRanking, read_model_ranking
@@ -87,6 +87,7 @@ def _build(args) -> int:
         except ValueError as e:
             raise CLIError(f"--metadata {e}") from None
     ranking = build_ranking(args)  # also before the encoding: a bad flag or bank spec is found at once
+    device_named(args.device)  # a bad --device next, as on the other commands
     collection, own = _collection(args)  # before the model loads: a folder without images is found at once
     user = {k: {**own.get(k, {}), **user.get(k, {})} for k in set(own) | set(user)}  # --metadata wins
     model = load_model(args.model, args.device)
