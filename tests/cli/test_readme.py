@@ -59,7 +59,9 @@ def test_the_python_block_runs_verbatim(world, tmp_path, where):
     for name in re.findall(r"\"([\w-]+\.png)\"", code):
         shutil.copy(world.images[len(name) % len(world.images)], tmp_path / name)
     # the block's own names, checked after it ran: one result list per query, decode per row
-    check = ("\nassert isinstance(hits, list) and len(hits) == 1 and len(hits[0]) >= 1, hits"
+    # one result list per query; it may be empty: the test's images are coloured squares, which the
+    # release model need not tag with any token of "a sleeping cat" (a sparse search finds no overlap)
+    check = ("\nassert isinstance(hits, list) and len(hits) == 1 and isinstance(hits[0], list), hits"
              "\nprint('ok', len(imgs), index.size if hasattr(index, 'size') else len(index))\n")
     r = _run([sys.executable, "-W", "default", "-c", code + check], tmp_path, world.home)
     assert r.code == 0 and r.out.startswith("ok 2"), r.err
