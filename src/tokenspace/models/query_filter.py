@@ -65,7 +65,7 @@ def minilm_token_vectors(dim: int = 64, ref: str = "asset:all-minilm-l6-v2") -> 
     install all-minilm-l6-v2`; its vocabulary is bert-base-uncased's, the one every part here shares)."""
     from transformers import AutoModel  # start-up: only a release build fits a filter
 
-    from tokenspace.models.towers import resolve_weights
+    from tokenspace.models.towers import resolve_weights  # start-up: with the line above
 
     return token_vectors(AutoModel.from_pretrained(str(resolve_weights(ref))), 30522, dim)
 
