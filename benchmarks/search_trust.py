@@ -4,6 +4,7 @@ drawings as before, queries that stay on topic, the demo's searches.
     python -m benchmarks.search_trust                                   # the release model
     python -m benchmarks.search_trust --model runs/x/model --sets photo-val fashion-mnist:val
     python -m benchmarks.search_trust --quick                           # validation sets only
+    python -m benchmarks.search_trust --sweep-tagger                    # choose the tagger's readout
 
 Reports (a table on stdout, JSON in benchmarks/results/search_trust[-NAME].json):
 - zero-shot top-1 over the classes of each photo set: `photo-val` (../shared/data/photo-val: 500
@@ -16,7 +17,10 @@ Reports (a table on stdout, JSON in benchmarks/results/search_trust[-NAME].json)
 - the demo: word pieces (``##``) among each example search's top-20 query tokens, example searches with
   a relevant image at rank 1 (of 12), and where the first cat ranks for "a black cat", on the demo's own
   index (held-out drawings and sample photos) with the model's ranking.json.
-Validation sets choose; test sets only report.
+Validation sets choose; test sets only report. ``--sweep-tagger`` measures the model's tagger part alone (its
+image rows against the bag of the query's words) under each readout of READOUTS on the validation photo sets
+(photo-val at full resolution, Fashion-MNIST's training images at 28 px) and names the one ``best_setting``
+chooses: the highest mean over the sets, the earlier setting on a tie.
 """
 from __future__ import annotations
 
@@ -47,6 +51,26 @@ PHOTO_SETS = ("photo-val", "fashion-mnist:val", "fashion-mnist:test")
 RETRIEVAL_SETS = ("emoji:val", "openclipart:val", "emoji:test", "openclipart:test")
 QUICK = ("photo-val", "fashion-mnist:val", "emoji:val", "openclipart:val")
 BLACK_CAT = ("a black cat", "cat")
+# the tagger's readouts a sweep compares: (pool, top classes)
+READOUTS = (("cells", 5), ("cells", 1), ("image", 1), ("image", 5), ("image", 20), ("image", 50), ("both", 5))
+SWEEP_SETS = ("photo-val", "fashion-mnist:val")
+
+
+def best_setting(scores: dict) -> object:
+    """The setting with the highest mean score over its sets ({setting: {set: score}}); on a tie the one
+    listed first (a sweep lists the simpler or current setting first). Every setting must be scored on the
+    same sets."""
+    if not scores:
+        raise ValueError("best_setting needs at least one scored setting")
+    sets = {frozenset(v) for v in scores.values()}
+    if len(sets) != 1 or not next(iter(sets)):
+        raise ValueError(f"every setting must be scored on the same, non-empty sets: {scores}")
+    best, best_mean = None, float("-inf")
+    for setting, by_set in scores.items():
+        mean = sum(by_set.values()) / len(by_set)
+        if mean > best_mean:
+            best, best_mean = setting, mean
+    return best
 
 
 def log(msg: str) -> None:
@@ -107,12 +131,33 @@ def demo_numbers(model, ref) -> dict:
             "chips": chips, "n_pieces": sum(map(len, pieces.values()))}
 
 
+def sweep_tagger(model) -> dict:
+    """Zero-shot top-1 of the model's tagger part alone under each readout, and the chosen one."""
+    part = next(i for i, p in enumerate(model.parts) if p.family == "tagger")
+    tagger, tw, anchor = model.parts[part], list(model.text_weights), model.anchor
+    weights, was = list(model.image_weights), (tagger.pool, tagger.top_classes)
+    model.image_weights = [float(i == part) for i in range(len(model.parts))]  # the tagger's rows alone
+    model.text_weights, model.anchor, related = [0.0] * len(model.parts), 1.0, model.related_min  # the bag alone
+    model.related_min = None
+    scores: dict = {}
+    try:
+        for pool, k in READOUTS:
+            tagger.pool, tagger.top_classes = pool, k
+            scores[f"{pool}-{k}"] = {s: zeroshot(model, s)["ensemble_acc1"] for s in SWEEP_SETS}
+            log(f"tagger readout {pool}-{k}: {scores[f'{pool}-{k}']}")
+    finally:
+        model.image_weights, model.text_weights, model.anchor, model.related_min = weights, tw, anchor, related
+        tagger.pool, tagger.top_classes = was
+    return {"scores": scores, "chosen": best_setting(scores), "shipped": f"{was[0]}-{was[1]}"}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default=demo.RELEASE, help="a model folder or release name")
     ap.add_argument("--sets", nargs="+", default=None, help=f"photo and drawing sets (default: {PHOTO_SETS + RETRIEVAL_SETS})")
     ap.add_argument("--quick", action="store_true", help=f"validation sets only: {QUICK}")
     ap.add_argument("--no-demo", action="store_true", help="skip the demo's index (its 705 images)")
+    ap.add_argument("--sweep-tagger", action="store_true", help="choose the tagger part's readout (see above)")
     ap.add_argument("--name", default=None, help="results/search_trust-NAME.json (default: search_trust.json)")
     args = ap.parse_args(argv)
     sets = args.sets or (QUICK if args.quick else PHOTO_SETS + RETRIEVAL_SETS)
@@ -120,6 +165,14 @@ def main(argv=None) -> int:
         log(f"{PHOTO_VAL} is absent: photo-val skipped")
         sets = [s for s in sets if s != "photo-val"]
     model = load(args.model)
+    if args.sweep_tagger:
+        sweep = sweep_tagger(model)
+        print("| readout | " + " | ".join(SWEEP_SETS) + " |\n|---|" + "---:|" * len(SWEEP_SETS))
+        for name, by_set in sweep["scores"].items():
+            print(f"| {name}{' (chosen)' if name == sweep['chosen'] else ''} | "
+                  + " | ".join(f"{100 * by_set[s]:.1f}" for s in SWEEP_SETS) + " |")
+        write_json(ROOT / "benchmarks" / "results" / "search_trust-tagger-sweep.json", sweep, run_record(__file__, argv))
+        return 0
     out: dict = {"model": str(args.model), "zeroshot": {}, "retrieval": {}}
     for spec in sets:
         t = time.time()
