@@ -3,6 +3,7 @@
     python -m benchmarks.cli_startup                      # search vs the base commit, breakdown, --help table
     python -m benchmarks.cli_startup --runs 9 --index runs/demo/index --base 49b5e3d
     python -m benchmarks.cli_startup --no-base            # this checkout only
+    python -m benchmarks.cli_startup lean --index IDX    # the lean install (no torch) against the full one
 
 The search (`tokenspace search --index INDEX "a red heart" -k 3`) runs as a fresh process each time, for
 this checkout and for ``--base`` (checked out in a temporary `git worktree`, run by the same Python with
@@ -224,4 +225,9 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["lean"]:  # the lean install against the full one (benchmarks/lean_search.py)
+        from benchmarks.lean_search import cli as lean
+
+        lean(sys.argv[2:])
+    else:
+        main()

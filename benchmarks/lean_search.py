@@ -1,8 +1,8 @@
 """A search's wall time from a lean install (no torch) against this venv's full install, on an index whose
 model is inference-free.
 
-    python -m benchmarks.lean_search --index runs/if-idx                    # 7 runs each, interleaved
-    python -m benchmarks.lean_search --index runs/if-idx --runs 9 --json benchmarks/results/lean_search.json
+    python -m benchmarks.cli_startup lean --index runs/if-idx                    # 7 runs each, interleaved
+    python -m benchmarks.cli_startup lean --index runs/if-idx --runs 9 --json benchmarks/results/lean_search.json
 
 The lean install is made as tests/test_lean_install.py makes it (``make_lean_venv``, shared): this tree's
 wheel installed --no-deps into a fresh venv whose only other packages are the core's requirements,
@@ -96,13 +96,13 @@ def make_lean_venv(folder: Path) -> Path:
     return venv / "bin"
 
 
-def main() -> None:
+def cli(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--index", required=True, help="an index whose recorded model is inference-free")
     ap.add_argument("--query", default="a red heart")
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--json", default=None, help="write the figures here")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         lean = make_lean_venv(Path(tmp))
         arms = {"lean": str(lean / "tokenspace"), "full": str(Path(sys.executable).with_name("tokenspace"))}
@@ -116,7 +116,7 @@ def main() -> None:
                 t = time.perf_counter()
                 subprocess.run([script, *argv], env=env, capture_output=True, check=True, timeout=600)
                 times[name].append(time.perf_counter() - t)
-    result = {"command": " ".join(["python -m benchmarks.lean_search", *sys.argv[1:]]),
+    result = {"command": " ".join(["python -m benchmarks.cli_startup lean", *(sys.argv[1:] if argv is None else argv)]),
               "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "index": args.index,
               "query": args.query, "runs": args.runs, "load_average": os.getloadavg(), "cpus": os.cpu_count(),
               "seconds": {k: {"median": statistics.median(v), "min": min(v), "max": max(v), "all": v}
@@ -127,6 +127,3 @@ def main() -> None:
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
 
-
-if __name__ == "__main__":
-    main()

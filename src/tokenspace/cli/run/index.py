@@ -86,8 +86,8 @@ def _build(args) -> int:
             user = read_metadata_jsonl(args.metadata)
         except ValueError as e:
             raise CLIError(f"--metadata {e}") from None
+    device_named(args.device)  # a bad --device next, as on the other commands (before the bank's data is read)
     ranking = build_ranking(args)  # also before the encoding: a bad flag or bank spec is found at once
-    device_named(args.device)  # a bad --device next, as on the other commands
     collection, own = _collection(args)  # before the model loads: a folder without images is found at once
     user = {k: {**own.get(k, {}), **user.get(k, {})} for k in set(own) | set(user)}  # --metadata wins
     model = load_model(args.model, args.device)
