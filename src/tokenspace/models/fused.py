@@ -205,7 +205,7 @@ class FusedModel(DualEncoder):
 
     def part(self, i: int) -> DualEncoder:
         """Part ``i`` as a model of its own, as it was before fusing: its own copy of the tower at the
-        resolution its config names, its own top-n (release v2's ``part(0)`` is the unfused release)."""
+        resolution its config names, its own top-n (the release's ``part(0)`` is the unfused release v1)."""
         alone = copy.deepcopy(self.parts[i])
         tower = copy.deepcopy(self.image_tower)
         tower.image_size = alone.config.image_tower.get("image_size", self.part_sizes[i])
@@ -229,7 +229,7 @@ def fused_config(parts, *, image_size: int = 224, anchor: float = 0.0, image_top
                  text_top_n: int | None = None, vocab: str = "asset:bert-base-uncased-vocab",
                  name: str = "fused", max_text_len: int = 32, image_tower: str = "efficientnet-lite0"):
     """The config of a fused model: ``parts`` = [(model reference, image weight, text weight[, image size]),
-    ...] (benchmarks/release_model.py builds release v2 with it). The tower's weights come from part 0."""
+    ...] (benchmarks/release_model.py builds the release with it). The tower's weights come from part 0."""
     return ModelConfig.from_dict({
         "name": name, "family": "fused", "vocab": vocab, "max_text_len": max_text_len,
         "image_tower": {"type": image_tower, "weights": None, "image_size": image_size},

@@ -38,7 +38,7 @@ FAMILIES: dict[str, type[DualEncoder] | str] = {
     "sparse-clip": "tokenspace.models.sparse_clip:SparseClipModel",
     "visualsparta": "tokenspace.models.visualsparta:VisualSpartaModel",
     "tagger": "tokenspace.models.tagger:TaggerModel",  # training-free, from the backbone's ImageNet classifier
-    "fused": "tokenspace.models.fused:FusedModel",  # trained / training-free parts summed (release v2)
+    "fused": "tokenspace.models.fused:FusedModel",  # trained / training-free parts summed (the release)
     "sparsified": "tokenspace.models.sparsified:SparsifiedModel",  # a sparse head on a frozen dense model
     # the base model's image side, queries from a stored per-token weight (no text network)
     "inference-free": "tokenspace.models.inference_free:InferenceFreeModel",
