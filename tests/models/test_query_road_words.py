@@ -208,3 +208,26 @@ def test_the_gate_hands_a_confident_picture_to_the_judging_part(tiny_vocab, make
         cfg.extra["gate"] = bad
         with pytest.raises(ValueError, match="gate"):
             build_model(cfg, vocab=tiny_vocab)
+
+
+def test_token_vectors_of_a_tiny_bert_built_here():
+    from transformers import BertConfig, BertModel
+
+    from tokenspace.models.query_filter import token_vectors
+
+    torch.manual_seed(0)
+    bert = BertModel(BertConfig(vocab_size=200, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                intermediate_size=32, max_position_embeddings=8))
+    with torch.no_grad():  # tokens 7 and 9 read the same: their vectors must be the same
+        bert.embeddings.word_embeddings.weight[9] = bert.embeddings.word_embeddings.weight[7]
+    vec = token_vectors(bert, 200, dim=4, batch_size=64)
+    assert vec.shape == (200, 4) and np.allclose(np.linalg.norm(vec, axis=1), 1, atol=1e-5)
+    np.testing.assert_allclose(vec[7], vec[9], atol=1e-5)
+    # the slow reference: each token alone ([CLS] t [SEP], mean-pooled, unit), centred, its top-4 components
+    with torch.no_grad():
+        ids = torch.tensor([[101, t, 102] for t in range(200)])
+        h = torch.nn.functional.normalize(bert(input_ids=ids).last_hidden_state.mean(1), dim=-1).double().numpy()
+    h -= h.mean(axis=0)
+    ref = h @ np.linalg.svd(h, full_matrices=False)[2][:4].T
+    ref /= np.linalg.norm(ref, axis=1, keepdims=True)
+    np.testing.assert_allclose(vec, ref, atol=1e-4)
