@@ -26,6 +26,7 @@ from tokenspace.explain.ranking import Ranking, add_hub_prior, read_model_rankin
 from tokenspace.models.registry import DEFAULT_RELEASE as RELEASE
 from tokenspace.models.registry import load, release_path
 from tokenspace.searcher import Searcher
+from tokenspace.serve.smoke import check
 from tokenspace.train.recipe import Recipe
 
 EVAL_SPECS = ["emoji:test", "emoji:val", "openclipart:test:300"]
@@ -225,8 +226,6 @@ def run(out="runs/demo", home=None, quick: bool = False, results=None) -> dict:
                                    "in %, ties counted against the query, nnz = mean non-zero tokens per "
                                    "vector.\n\n" + table, command, heading="Release model and the demo's own "
                                    "training (demo)")
-    from tokenspace.serve.smoke import check  # optional: fastapi, uvicorn (the serve extra)
-
     served = check(stair, index_dir, QUERIES[0][0])
     print(f"\nweb page checked over HTTP on {served['url']}: page {served['page_bytes']} bytes, "
           f"POST /search {QUERIES[0][0]!r} -> " + ", ".join(f"{i} ({s:.2f})" for i, s, _ in served["hits"]))

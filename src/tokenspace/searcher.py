@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import tokenspace
 from tokenspace.explain.hits import Contribution
 from tokenspace.explain.notes import has_content, query_notes
 from tokenspace.explain.ranking import Ranking, encode_queries
@@ -42,6 +43,7 @@ from tokenspace.index.dense import DenseIndex  # faiss itself loads only when a 
 from tokenspace.index.folder import COLLECTION_FILE, DENSE_IDS, MANIFEST, index_model, read_collection_json
 from tokenspace.index.hybrid import DEPTH, hybrid_search
 from tokenspace.models.capabilities import MissingCapability, require_vectors
+from tokenspace.query_table import NeedsModelsExtra, TableQueries
 from tokenspace.sparse import SparseBatch
 
 dense_model_of = index_model  # a dense index folder names its model in its collection.json
@@ -377,15 +379,11 @@ def _load(model, device: str):
     if not isinstance(model, (str, Path)):
         return model
     if importlib.util.find_spec("torch") is None:  # a lean install: text queries from a stored table
-        from tokenspace.query_table import NeedsModelsExtra, TableQueries  # optional: the lean install's road
-
         try:
             return TableQueries(model)
         except (NeedsModelsExtra, OSError) as e:
             raise SearchError(f"model: {e}") from None
-    from tokenspace.models import registry  # start-up: torch (absent from a lean install)
-
-    loaded = registry.load(model)
+    loaded = tokenspace.load(model)  # torch loads here (absent from a lean install)
     return loaded.to(device) if device != "cpu" else loaded
 
 

@@ -63,11 +63,10 @@ def test_the_low_precision_max_gives_max_projections_values_and_gradients(gpu_ru
 
 
 def test_compile_blocks_finds_both_towers_blocks_and_the_step_is_unchanged(gpu_run):
+    from benchmarks import paper_costs
     from tokenspace.models.config import ModelConfig
     from tokenspace.models.registry import build_model
     from tokenspace.models.shrink import shrink
-
-    from benchmarks import paper_costs
     cfg = shrink(paper_costs.random_init(ModelConfig.load("stair-paper")), width=16, layers=2, vocab=40,
                  image_size=16, patch=8, heads=2)
     vocab = paper_costs.synthetic_vocab(40)

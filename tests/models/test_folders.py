@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import tokenspace
-from tokenspace.models import registry
+from tokenspace.models import registry, releases
 from tokenspace.models.card import render_card, run_info
 
 TEXTS = ["a red dog", "the blue cat on a car with a big hat and a small ball", "Dogs!", "sun moon star"]
@@ -168,7 +168,7 @@ def test_pretrained_false_builds_the_architecture(make_config, tiny_vocab, tmp_p
 def test_release_name_loads_trained_weights(make_model, tmp_path, monkeypatch):
     trained = make_model("stair", seed=7)
     trained.save_pretrained(tmp_path / "models" / "tiny-release")
-    monkeypatch.setattr(registry, "release_dirs", lambda: [tmp_path / "models"])
+    monkeypatch.setattr(releases, "release_dirs", lambda: [tmp_path / "models"])  # where registry looks too
     assert registry.list_releases() == ["tiny-release"]
     loaded = tokenspace.load("tiny-release")
     assert _same_weights(loaded, trained)

@@ -7,6 +7,7 @@ import importlib.util
 import os
 from pathlib import Path
 
+import tokenspace
 from tokenspace.cli.common import CLIError, one_line
 
 MODELS_EXTRA = "pip install 'tokenspace[models]'"
@@ -22,10 +23,8 @@ def load_model(ref: str, device: str = "cpu"):
     check_model_ref(ref)
     if not has_torch():
         raise CLIError(f"--model {ref}: encoding images needs torch and the encoders ({MODELS_EXTRA})")
-    from tokenspace.models.registry import load  # start-up: torch
-
     dev = device_named(device)
-    model = load(ref)
+    model = tokenspace.load(ref)  # torch loads here, not with this module
     return model.to(dev) if dev.type != "cpu" else model
 
 

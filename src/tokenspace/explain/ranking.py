@@ -36,6 +36,7 @@ import numpy as np
 
 from tokenspace.data.specs import load_data
 from tokenspace.models.classwords import emitted
+from tokenspace.models.releases import release_path
 from tokenspace.sparse import SparseBatch
 
 # In a model folder: the ranking chosen for it on validation data, {"search": Ranking fields, "hub_prior":
@@ -202,8 +203,6 @@ def model_folder(ref) -> Path | None:
     p = Path(str(ref))
     if p.is_dir():
         return p
-    from tokenspace.models.registry import release_path  # start-up: torch, which a search never needs here
-
     return release_path(str(ref))
 
 

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 
-
 SYNSETS_FILE = "imagenet_synsets.txt"  # one wnid per line, in classifier order
 LEMMAS_FILE = "imagenet_synset_to_lemma.txt"  # wnid<TAB>lemma, lemma, ...
 HYPERNYM_POINTERS = ("@", "@i")  # hypernym and instance hypernym (wndb(5))

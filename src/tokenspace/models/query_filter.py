@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from tokenspace.index.query_hubs import query_hubs
+from tokenspace.models.towers import resolve_weights
 
 
 def on_topic(own: torch.Tensor, input_ids: torch.Tensor, content: torch.Tensor, related: torch.Tensor,
@@ -64,8 +65,6 @@ def minilm_token_vectors(dim: int = 64, ref: str = "asset:all-minilm-l6-v2") -> 
     """``token_vectors`` of the all-MiniLM-L6-v2 sentence encoder (an offline asset: `tokenspace assets
     install all-minilm-l6-v2`; its vocabulary is bert-base-uncased's, the one every part here shares)."""
     from transformers import AutoModel  # start-up: only a release build fits a filter
-
-    from tokenspace.models.towers import resolve_weights  # start-up: with the line above
 
     return token_vectors(AutoModel.from_pretrained(str(resolve_weights(ref))), 30522, dim)
 

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 from safetensors import SafetensorError
 from safetensors.torch import load_model
 
-from tokenspace import assets
 from tokenspace.models.config import (
     CONFIG_FILE,
     TOKENIZER_FILE,
@@ -18,6 +17,7 @@ from tokenspace.models.config import (
     list_configs,
 )
 from tokenspace.models.options import FAMILY_OPTIONS
+from tokenspace.models.releases import DEFAULT_RELEASE, list_releases, release_dirs, release_path  # noqa: F401
 from tokenspace.models.towers import (
     light_text_towers,
     load_by_name,
@@ -105,29 +105,6 @@ def inner_model(ref: str | dict, vocab: Vocabulary) -> DualEncoder:
 # families whose every weight comes from pretrained assets (no training step): a config name is usable
 TRAINING_FREE = {"tagger", "fused"}  # fused: its parts come trained
 
-
-# the model `tokenspace serve` and `make demo` search with when none is named (models/<name>,
-# benchmarks/release_model.py writes it)
-DEFAULT_RELEASE = "tokenspace-stair-drawings"
-
-
-def release_dirs() -> list[Path]:
-    """Where release models (trained folders loadable by name) live: ``models/`` of a source checkout,
-    then ``$TOKENSPACE_HOME/models``."""
-    repo = Path(__file__).resolve().parents[3] / "models"
-    return [d for d in (repo, Path(assets.default_home()) / "models") if d.is_dir()]
-
-
-def release_path(name: str) -> Path | None:
-    for d in release_dirs():
-        p = d / name
-        if (p / "config.json").is_file():
-            return p
-    return None
-
-
-def list_releases() -> list[str]:
-    return sorted({p.parent.name for d in release_dirs() for p in d.glob("*/config.json")})
 
 
 def load(path_or_name: str | Path, pretrained: bool | None = None) -> DualEncoder:

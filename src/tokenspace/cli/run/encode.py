@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tokenspace.cli.common import CLIError
 from tokenspace.cli.model_loading import load_model, model_reference
-from tokenspace.cli.run.index import build_ranking, check_tower_flag
+from tokenspace.cli.run.index_build import build_ranking, check_tower_flag
 from tokenspace.encode import RECORD, check_index_dir, encode_to_index, open_shards
 from tokenspace.models.capabilities import require_vectors
 from tokenspace.outputs import INDEX, PARTS, check_output

@@ -8,6 +8,7 @@ from tokenspace.cli.common import CLIError, UsageError
 from tokenspace.cli.model_loading import check_model_ref, device_named, has_torch
 from tokenspace.cli.run.search import as_typed, dense_half
 from tokenspace.index.folder import index_model
+from tokenspace.models.releases import DEFAULT_RELEASE, release_path
 from tokenspace.searcher import Searcher, SearchError
 
 
@@ -15,8 +16,6 @@ def _default_release() -> str | None:
     """The release model, when installed (an index that names no model is searched with it)."""
     if not has_torch():  # a lean install loads no release model
         return None
-    from tokenspace.models.registry import DEFAULT_RELEASE, release_path  # start-up: torch
-
     return DEFAULT_RELEASE if release_path(DEFAULT_RELEASE) else None
 
 
