@@ -8,29 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tokenspace.cli import main
 from tokenspace.index import InvertedIndex
 from tokenspace.sparse import SparseBatch
 from tokenspace.vocab import SPECIAL_TOKENS, Vocabulary
-
-
-@pytest.fixture
-def cli(capsys, restore_cli_logging, tmp_path, monkeypatch):
-    """``cli(*args) -> (exit code, the one stderr line)``; fails on a traceback or several lines."""
-    monkeypatch.setenv("TOKENSPACE_HOME", str(tmp_path / "home"))
-
-    def run(*args):
-        try:
-            code = main([str(a) for a in args])
-        except SystemExit as e:
-            code = e.code
-        err = capsys.readouterr().err
-        assert "Traceback" not in err
-        lines = [ln for ln in err.splitlines() if ln.startswith("tokenspace")]
-        assert len(lines) <= 1, err
-        return code, lines[0] if lines else ""
-
-    return run
 
 
 def _index(folder: Path) -> Path:

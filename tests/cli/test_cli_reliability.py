@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from tokenspace.cli import main
 from tokenspace.index import InvertedIndex
 from tokenspace.sparse import SparseBatch
 from tokenspace.vocab import SPECIAL_TOKENS, Vocabulary
@@ -34,25 +33,6 @@ def queries(tmp_path) -> Path:
     q = tmp_path / "q.txt"
     q.write_text("a red dog\na blue cat\n")
     return q
-
-
-@pytest.fixture
-def cli(capsys, restore_cli_logging, tmp_path, monkeypatch):
-    """``cli(*args) -> (exit code, the one stderr line)``; fails on a traceback or several lines."""
-    monkeypatch.setenv("TOKENSPACE_HOME", str(tmp_path / "home"))
-
-    def run(*args):
-        try:
-            code = main([str(a) for a in args])
-        except SystemExit as e:  # argparse's usage errors and UsageError (parser.exit)
-            code = e.code
-        err = capsys.readouterr().err
-        assert "Traceback" not in err
-        lines = [ln for ln in err.splitlines() if ln.startswith("tokenspace")]
-        assert len(lines) <= 1, err
-        return code, lines[0] if lines else ""
-
-    return run
 
 
 def snapshot(folder: Path) -> dict:
