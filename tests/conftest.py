@@ -115,3 +115,24 @@ def restore_cli_logging():
     saved = logger.handlers[:], logger.level, logger.propagate
     yield
     logger.handlers[:], logger.level, logger.propagate = saved
+
+
+@pytest.fixture
+def ctrl_c(monkeypatch):
+    """A Ctrl-C while encode.py encodes its ``ctrl_c.at``-th batch (0: never, the start); ``ctrl_c.calls``
+    counts the batches encoded (set it to 0 between runs). For the kill-and-resume tests of ingestion."""
+    from types import SimpleNamespace
+
+    from tokenspace import encode  # here, not at the top: torch loads with it
+
+    state = SimpleNamespace(at=0, calls=0)
+    real = encode.encode_pixels
+
+    def encode_pixels(*args, **kwargs):
+        state.calls += 1
+        if state.calls == state.at:
+            raise KeyboardInterrupt  # Ctrl-C while this batch encodes
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(encode, "encode_pixels", encode_pixels)
+    return state

@@ -69,18 +69,9 @@ def test_index_build_and_encode_write_the_same_index(sources, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("command", [build, encode_shards])
-def test_a_killed_run_resumes_from_its_parts(sources, tmp_path, monkeypatch, capsys, command):
+def test_a_killed_run_resumes_from_its_parts(sources, tmp_path, ctrl_c, capsys, command):
     assert build(sources, tmp_path / "whole") == 0
-    calls, stop = [], [2]
-    real = encode.encode_pixels
-
-    def interrupted_at_the_second_batch(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == stop[0]:
-            raise KeyboardInterrupt  # Ctrl-C while the second part encodes (the first run only)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(encode, "encode_pixels", interrupted_at_the_second_batch)
+    ctrl_c.at, ctrl_c.calls = 2, 0  # Ctrl-C while the second part encodes (the first run only)
     out = tmp_path / "idx"
     assert command(sources, out) == 130
     assert "rerun the same command" in capsys.readouterr().err
@@ -90,10 +81,9 @@ def test_a_killed_run_resumes_from_its_parts(sources, tmp_path, monkeypatch, cap
         assert len(InvertedIndex.load(out)) == 4
     else:  # a build commits once, at the end
         assert not (out / "MANIFEST.json").exists()
-    calls.clear()
-    stop[0] = 0
+    ctrl_c.at, ctrl_c.calls = 0, 0
     assert command(sources, out) == 0
-    assert len(calls) == 2  # only the two parts missing were encoded again (4 images each)
+    assert ctrl_c.calls == 2  # only the two parts missing were encoded again (4 images each)
     assert_same_index(out, tmp_path / "whole")
 
 

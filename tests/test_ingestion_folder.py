@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tokenspace import encode
 from tokenspace.cli import main
 from tokenspace.data.webdataset import folder_sources
 from tokenspace.index import InvertedIndex
@@ -120,27 +119,17 @@ def test_bad_sources_are_named_before_the_model_loads(photos, tmp_path, capsys):
     assert e.value.code == 2 and "not allowed with" in capsys.readouterr().err
 
 
-def test_a_killed_folder_build_resumes_from_its_parts(photos, tmp_path, monkeypatch, capsys):
+def test_a_killed_folder_build_resumes_from_its_parts(photos, tmp_path, ctrl_c, capsys):
     model, root = photos
     assert build(model, tmp_path / "whole", "--images", str(root)) == 0
-    calls, stop = [], [2]
-    real = encode.encode_pixels
-
-    def interrupted_at_the_second_batch(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == stop[0]:
-            raise KeyboardInterrupt  # Ctrl-C while the second part encodes (the first run only)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(encode, "encode_pixels", interrupted_at_the_second_batch)
+    ctrl_c.at, ctrl_c.calls = 2, 0  # Ctrl-C while the second part encodes (the first run only)
     out = tmp_path / "idx"
     assert build(model, out, "--images", str(root)) == 130
     assert "rerun the same command" in capsys.readouterr().err
     assert sorted(p.name for p in Path(f"{out}.parts").glob("part-*.npz")) == ["part-000000.npz"]
-    calls.clear()
-    stop[0] = 0
+    ctrl_c.at, ctrl_c.calls = 0, 0
     assert build(model, out, "--images", str(root)) == 0
-    assert len(calls) == 3  # the parts still missing (13 files in parts of 4: the second to the fourth)
+    assert ctrl_c.calls == 3  # the parts still missing (13 files in parts of 4: the second to the fourth)
     x, y = InvertedIndex.load(out), InvertedIndex.load(tmp_path / "whole")
     ids = sorted(x.ids())
     assert ids == sorted(y.ids()) and len(ids) == 12
