@@ -85,3 +85,18 @@ def test_bad_text_inputs_are_refused_clearly(model):
         model.encode_text(["a dog", "  "])
     with pytest.raises(TypeError, match="strings"):
         model.encode_text([3])
+
+
+def test_a_batch_tensor_of_images_gives_one_sparse_row_per_image(model):
+    """model.preprocess's [N, 3, H, W] is N images: the sparse tensor has N rows, as for the list (not the
+    first row alone, as for one image), and batch_size slices it as it slices a list."""
+    imgs = _images(3)
+    want = model.encode_image(imgs).to_dense()
+    pixels = model.preprocess(imgs)
+    for batch_size in (64, 2):
+        t = model.encode_image(pixels, batch_size=batch_size, convert_to_sparse_tensor=True)
+        assert t.layout == torch.sparse_coo and t.shape == (3, len(model.vocab))
+        np.testing.assert_allclose(t.to_dense().numpy(), want, atol=1e-6)
+    one = model.encode_image(pixels[1], convert_to_sparse_tensor=True)  # one image's [3, H, W]: one vector
+    assert one.shape == (len(model.vocab),)
+    np.testing.assert_allclose(one.to_dense().numpy(), want[1], atol=1e-6)

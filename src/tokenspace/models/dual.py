@@ -163,9 +163,14 @@ class DualEncoder(nn.Module):
         """One image or a list (PIL images or paths) -> SparseBatch, one row per image (open_clip's name).
         ``convert_to_sparse_tensor=True`` returns a torch sparse COO tensor instead, as
         sentence-transformers' SparseEncoder does: [N, D] for a list, [D] for one image. Unreadable files
-        raise ImageLoadError; use ``tokenspace.data`` readers to skip and count them over a collection."""
-        single = not isinstance(images, (list, tuple))
-        images = [images] if single else list(images)
+        raise ImageLoadError; use ``tokenspace.data`` readers to skip and count them over a collection.
+        ``model.preprocess``'s [N, 3, H, W] tensor is N images (sliced in batches as a list is); one image's
+        [3, H, W] is one."""
+        if isinstance(images, torch.Tensor) and images.dim() == 4:
+            single = False  # a batch of pixels: its rows are the images, so a sparse tensor keeps all N
+        else:
+            single = not isinstance(images, (list, tuple))
+            images = [images] if single else list(images)
         outs = []
         with self._encoding(batch_size) as device:
             for s in tqdm(range(0, len(images), batch_size), disable=not progress, desc="encode images"):
