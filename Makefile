@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 EXTRAS  ?= models,data,st,dev,milvus,dense,explain,onnx
 
-.PHONY: install e2e-deps demo test bench assets system-packages bench-packages reproduce serve lint clean release-model
+.PHONY: install e2e-deps demo test bench assets system-packages bench-packages reproduce serve screenshot lint clean release-model
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -69,6 +69,13 @@ demo: assets
 
 serve: install
 	$(BIN)/tokenspace serve --index runs/demo/index
+
+# The README's screenshot (docs/screenshot-search.png): the browser test's driver serves the demo's index
+# (after `make demo`) on a free port, searches SHOT_QUERY and saves the page as the README shows it.
+SHOT_QUERY ?= a red heart
+screenshot: install e2e-deps
+	node tests/serve/e2e/search.mjs --index runs/demo/index --tokenspace $(BIN)/tokenspace \
+		--query "$(SHOT_QUERY)" --heatmap no --out docs/screenshot-search.png
 
 # The release model (models/tokenspace-stair-drawings): its STAIR part and the dense twin train in about 75
 # minutes on 2 cores, resumable (run it again after a stop); then release v2 = that STAIR part fused with the

@@ -1,6 +1,8 @@
 """End to end in headless Chromium: the app on a free loopback port, the page driven by playwright-core
 (tests/serve/e2e/search.mjs): type a query, see result cards with token chips, click for the heatmap,
-save a screenshot (into the test's temp folder, or $TOKENSPACE_SCREENSHOT; tests never write into docs/).
+save a screenshot (into the test's temp folder, or $TOKENSPACE_SCREENSHOT; tests never write into docs/:
+the README's is taken by the same driver on the demo index, `make screenshot`), filter on metadata, and
+see the model's note on a query of function words alone.
 
 Needs Debian's chromium (apt-get install -y chromium) and Node.js; playwright-core is installed into
 tests/serve/e2e/node_modules from its package-lock on first use. Skips, saying which, when one is missing.
@@ -86,11 +88,18 @@ def test_search_page_in_chromium(live_server, tmp_path):
     out = Path(os.environ.get("TOKENSPACE_SCREENSHOT", tmp_path / "screenshot-search.png"))
     out.parent.mkdir(parents=True, exist_ok=True)
     r = subprocess.run(["node", str(E2E / "search.mjs"), "--url", live_server, "--query", "a red dog",
-                        "--out", str(out), "--chromium", CHROMIUM, "--filter", "caption~blue"],
+                        "--out", str(out), "--chromium", CHROMIUM, "--filter", "caption~blue", "--note-query", "the"],
                        cwd=E2E, capture_output=True, text=True, timeout=180, check=False)
     assert r.returncode == 0, f"browser run failed:\n{r.stdout}\n{r.stderr}"
     seen = json.loads(r.stdout.strip().splitlines()[-1])
     assert seen["cards"] == 12 and seen["chips"] >= 12 * 2 and seen["heatmaps"] == 1
     # the filter box: only the rows whose caption holds "blue" (4 of the 12), though "a red dog" ranks others first
     assert len(seen["filtered"]) == 4 and all("blue" in c.split() for c in seen["filtered"]), seen["filtered"]
+    # the search's notes on the page: "the" names nothing, so no hits and the note saying why; the next
+    # search (with hits, no note) hides it again
+    noted = seen["noted"]
+    assert noted["cards"] == 0 and noted["results"] == "No image matches.", noted
+    assert len(noted["notes"]) == 1 and "no word that names anything" in noted["notes"][0], noted
+    assert noted["hiddenAfter"] is True
+    assert seen["stats"].startswith("12 images"), seen["stats"]
     assert out.stat().st_size > 10_000 and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

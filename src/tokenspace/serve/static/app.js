@@ -62,6 +62,18 @@ function showError(msg) {
   el.hidden = !msg;
 }
 
+// the search's notes (how the query text was read: cut to the text encoder's length, or nothing in it to
+// search for), one line each above the results; none: hidden
+function showNotes(notes) {
+  const el = $("notes");
+  el.replaceChildren(...(notes || []).map((n) => {
+    const li = document.createElement("li");
+    li.textContent = `Note: ${n}`;
+    return li;
+  }));
+  el.hidden = !el.children.length;
+}
+
 function chip(text, title, strength) {
   const c = document.createElement("span");
   c.className = "chip";
@@ -160,6 +172,7 @@ function showExamples(show) {
 async function search(ev) {
   ev.preventDefault();
   showError("");
+  showNotes([]);
   toUrl();
   const text = $("q").value;
   let body;
@@ -179,6 +192,7 @@ async function search(ev) {
   const data = await res.json().catch(() => null);
   if (!res.ok) { showError(errorText(data, res.status)); return; }
   renderQuery(data.query);
+  showNotes(data.notes);
   const results = $("results");
   results.replaceChildren(...data.hits.map((h) => card(h, text)));
   if (!data.hits.length) results.textContent = "No image matches.";
