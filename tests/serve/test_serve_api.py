@@ -54,6 +54,20 @@ def test_search_hits_are_explained_exactly(client):
         assert h["image_url"] == f"/image/{h['id']}" and h["text"].startswith("a ")
 
 
+def test_search_notes_field(client):
+    """``notes``: how the query text was read, in the schema and the answer (the page shows them): none for a
+    plain query, one for a query cut to the text encoder's length (still searched), one for a query that
+    names nothing (no hits)."""
+    spec = client.get("/openapi.json").json()
+    assert "notes" in spec["components"]["schemas"]["SearchResponse"]["properties"]
+    plain = client.post("/search", json={"text": "a red dog", "k": 3}).json()
+    assert plain["notes"] == [] and plain["hits"]
+    long = client.post("/search", json={"text": " ".join(["a red dog"] * 10), "k": 3}).json()
+    assert len(long["notes"]) == 1 and "word pieces long" in long["notes"][0] and len(long["hits"]) == 3, long["notes"]
+    empty = client.post("/search", json={"text": "the", "k": 3}).json()
+    assert empty["hits"] == [] and len(empty["notes"]) == 1 and "names anything" in empty["notes"][0]
+
+
 def ids(client, **body) -> set[str]:
     r = client.post("/search", json={"text": "a red dog", "k": 12, **body})
     assert r.status_code == 200, r.text
