@@ -30,7 +30,7 @@ from tokenspace.index.manifest import BANK_ARRAYS, FileEntry, HubPrior, Manifest
 from tokenspace.index.metadata import MetaFilter
 from tokenspace.index.query import Node
 from tokenspace.index.reorder import cluster_order
-from tokenspace.index.segment import ARRAYS, HEADS, Segment, duplicate, fwd_index_dtype, n_chunks, with_heads
+from tokenspace.index.segment import ARRAYS, HEADS, RESIDUAL, Segment, duplicate, fwd_index_dtype, n_chunks, with_heads
 from tokenspace.index.storage import IndexCorruptError
 from tokenspace.index.token_filter import TokenFilter
 from tokenspace.sparse import SparseBatch
@@ -48,7 +48,7 @@ class InvertedIndex:
 
     def __init__(self, dim: int, vocab: Vocabulary | None = None, *, dense_fraction: float = 0.125,
                  approx_top_n: int | None = None, deny: Sequence | None = None, allow: Sequence | None = None,
-                 impact_heads: bool = True, approx_mass: float | None = None):
+                 impact_heads: bool = True, approx_mass: float | None = None, residual_lists: bool = True):
         if vocab is not None and len(vocab) != dim:
             raise ValueError(f"vocabulary has {len(vocab)} entries but dim is {dim}")
         if not (isinstance(dense_fraction, (int, float)) and dense_fraction > 0):
@@ -66,6 +66,9 @@ class InvertedIndex:
         if not isinstance(impact_heads, (bool, np.bool_)):
             raise ValueError(f"impact_heads must be True or False, got {impact_heads!r}")
         self.impact_heads = bool(impact_heads)  # for the segments added from now on
+        if not isinstance(residual_lists, (bool, np.bool_)):
+            raise ValueError(f"residual_lists must be True or False, got {residual_lists!r}")
+        self.residual_lists = bool(residual_lists)  # likewise
         # index-side token blacklist / whitelist (STAIR App. D), applied to every document added
         self.token_filter = TokenFilter.resolve(self.dim, vocab, deny, allow)
         self._segments: list[Segment] = []
@@ -96,7 +99,7 @@ class InvertedIndex:
               approx_top_n: int | None = None, vocab: Vocabulary | None = None, deny: Sequence | None = None,
               allow: Sequence | None = None, metadata: Sequence[dict] | None = None,
               reorder: bool = False, impact_heads: bool = True, generic_share: float | None = None,
-              approx_mass: float | None = None) -> "InvertedIndex":
+              approx_mass: float | None = None, residual_lists: bool = True) -> "InvertedIndex":
         """Index ``batch`` (non-negative weights, sorted unique dims per row) under string ``ids``.
 
         dense_fraction: terms in at least this fraction of a segment's docs are stored as dense uint8
@@ -111,6 +114,13 @@ class InvertedIndex:
             until they hold this fraction of its weight, so a document with a few heavy terms keeps
             few and a flat one many. Exact search still reads every term. In (0, 1), or None; with
             approx_top_n too, a term must pass both. Stored with the index (format version 7).
+        residual_lists: keep and save the residual lists (the postings approx_top_n / approx_mass leave
+            out of the approximate lists; only exact search and the dim filters ``must``, ``must_not``
+            and ``where`` read them). False leaves them out of the index (a sixth of it on
+            real-text-100K with approx_mass 0.8, docs/benchmarks.md): approximate search is unchanged,
+            and the first exact search (or dim filter) of each segment derives them from the stored
+            rows, O(postings), and keeps them in memory; the answers are the same. Format version 9;
+            every later ``add`` and ``compact`` follows the choice.
         vocab: names of the dims (defaults to batch.vocab); stored with the index, used by ``where=``.
         deny / allow: index-side token blacklist / whitelist (STAIR App. D; dims or token names): denied
             dims are dropped from every document before indexing, and with ``allow`` only those dims
@@ -139,7 +149,8 @@ class InvertedIndex:
             metadata = None if metadata is None else [metadata[i] for i in order]
         index = cls(batch.dim, vocab if vocab is not None else batch.vocab,
                     dense_fraction=dense_fraction, deny=deny, allow=allow,
-                    approx_top_n=approx_top_n, impact_heads=impact_heads, approx_mass=approx_mass)
+                    approx_top_n=approx_top_n, impact_heads=impact_heads, approx_mass=approx_mass,
+                    residual_lists=residual_lists)
         if generic_share is not None:
             index.token_filter = TokenFilter.generic(batch, generic_share, index.token_filter)
         index.add(batch, ids, metadata=metadata)
@@ -178,7 +189,8 @@ class InvertedIndex:
             batch, ids, prior = batch[perm], [ids[i] for i in perm], prior[perm]
             rows = None if rows is None else [rows[i] for i in perm]
         seg = Segment.build(batch, ids, dense_fraction=self.dense_fraction, approx_top_n=self.approx_top_n,
-                            impact_heads=self.impact_heads, metadata=rows, approx_mass=self.approx_mass or 0.0)
+                            impact_heads=self.impact_heads, metadata=rows, approx_mass=self.approx_mass or 0.0,
+                            residual_lists=self.residual_lists)
         base = self._total()
         self._segments.append(seg)
         self._deleted.append(None)
@@ -238,7 +250,7 @@ class InvertedIndex:
                 prior.append(self._priors[si][live])
         fresh = InvertedIndex(self.dim, self.vocab, dense_fraction=self.dense_fraction,
                               approx_top_n=self.approx_top_n or None, impact_heads=self.impact_heads,
-                              approx_mass=self.approx_mass)
+                              approx_mass=self.approx_mass, residual_lists=self.residual_lists)
         fresh._hub, fresh.info = self._hub, self.info
         if ids:  # the stored rows are already filtered: not again (scaling is not idempotent)
             fresh.add(SparseBatch.concat(rows).with_vocab(self.vocab), ids, metadata=meta,
@@ -519,7 +531,7 @@ class InvertedIndex:
             opt = None
             if mask is None or mask.any():
                 opt = self._options(si, kk, min(rr, seg.n), mode == "exact", al, qm, mask, fl, pw, weights)
-            plan.append((base, seg, seg.kernel_tuple(), opt, kk))
+            plan.append((base, seg, seg.kernel_tuple(mode == "exact"), opt, kk))
             base += seg.n
         return plan
 
@@ -701,6 +713,7 @@ class InvertedIndex:
             "dense_fraction": self.dense_fraction, "approx_top_n": self.approx_top_n or None,
             "approx_mass": self.approx_mass,
             "impact_heads": all(seg.has_heads for seg in self._segments),
+            "residual_lists": all(seg.stores_residual for seg in self._segments),
             "token_filter": self.token_filter.to_dict() if self.token_filter else None,
             "hub_prior": self.hub_prior,
             "path": str(self._path) if self._path else None,
@@ -760,11 +773,13 @@ class InvertedIndex:
                 names[si] = f"seg-{self._next_seg:06d}"
                 self._next_seg += 1
                 texts = {manifest.META_FILE: _metadata.dumps(seg.metadata())} if seg.has_metadata() else None
-                files = storage.write_segment(root, names[si], {a: seg.arrays[a] for a in ARRAYS}, texts)
+                files = storage.write_segment(root, names[si], {a: seg.arrays[a] for a in ARRAYS if a in seg.arrays},
+                                              texts)
                 seg.files = {f"{names[si]}/{rel}": FileEntry(f"{names[si]}/{rel}", meta["bytes"], meta["crc32"])
                              for rel, meta in files.items()}
                 if remap:  # the files were just written from these arrays: no checks needed
-                    seg.arrays = {a: storage.load_array(root / names[si] / f"{a}.npy", mmap=True) for a in ARRAYS}
+                    seg.arrays = {a: storage.load_array(root / names[si] / f"{a}.npy", mmap=True) for a in ARRAYS
+                                  if a in seg.arrays}
                     seg._kernel_arrays = None
                     if texts:  # the rows' dicts too: read back from the file on first use
                         seg._meta, seg._meta_index = None, None
@@ -865,6 +880,7 @@ class InvertedIndex:
                 seg.meta_file = root / s.metadata.file  # parsed on first use (metadata.loads checks it)
             index._segments.append(seg)
             index.impact_heads = index.impact_heads and seg.has_heads  # later adds follow the built ones
+            index.residual_lists = index.residual_lists and seg.stores_residual
             dele = None
             if s.tombstones:
                 tomb = root / s.tombstones.file
@@ -1020,13 +1036,14 @@ def _check_segment(seg: Segment, where: Path) -> None:
         "head_ptr": (1,) if "head_ptr" in a and not seg.has_heads else (len(kernels.HEAD_CODES) * (cells - 1) + 1,),
         "fwd_indices": (int(a["fwd_indptr"][-1]) if len(a["fwd_indptr"]) else -1,),
         "fwd_values": a["fwd_indices"].shape, "main_docs": (int(a["main_ptr"][-1]),),
-        "main_codes": a["main_docs"].shape, "res_docs": (int(a["res_ptr"][-1]),),
-        "res_codes": a["res_docs"].shape, "ids_blob": (int(a["ids_ptr"][-1]),),
+        "main_codes": a["main_docs"].shape, "ids_blob": (int(a["ids_ptr"][-1]),),
     }
+    if "res_ptr" in a:  # absent in a segment built with residual_lists=False (the manifest has checked: all three)
+        expect.update(res_docs=(int(a["res_ptr"][-1]),), res_codes=a["res_docs"].shape)
     if "head_ptr" in a:  # absent in a segment of format version < 4 (segment.with_heads)
         expect.update(head_docs=(int(a["head_ptr"][-1]),), head_codes=a["head_docs"].shape)
     for name, dt in dict(_DTYPES, fwd_indices=fwd_index_dtype(dim)).items():
-        if name in HEADS and name not in a:
+        if (name in HEADS or name in RESIDUAL) and name not in a:
             continue
         if a[name].dtype != dt or a[name].shape != expect[name]:
             raise IndexCorruptError(f"{where}/{name}.npy: dtype {a[name].dtype} shape {a[name].shape}, "

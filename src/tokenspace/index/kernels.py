@@ -266,6 +266,58 @@ def fill_postings(indptr, indices, values, scale, is_main, dense_slot, n_dense, 
     return main_docs, main_codes, res_docs, res_codes, dense, bmax
 
 
+@njit(cache=True, nogil=True)
+def residual_lists(indptr, indices, values, scale, dense_slot, dense, main_ptr, main_docs):
+    """(res_ptr, res_docs, res_codes): the residual lists of a segment that did not keep them, derived from
+    its forward store and its main lists and dense columns. A posting is residual when its weight is > 0
+    and it is in neither its term's main list nor its dense column (fill_postings put every other one
+    there), so the answer is what fill_postings built, code for code, whatever cut chose the main
+    postings. One pass over the rows finds them (a cursor per (term, chunk) cell moves through the main
+    lists in doc order), a second writes them."""
+    n = len(indptr) - 1
+    dim = len(scale)
+    n_chunks = (len(main_ptr) - 1) // dim
+    res_ptr = np.zeros(dim * n_chunks + 1, np.int64)
+    is_res = np.zeros(len(indices), np.bool_)
+    cur = main_ptr[:-1].copy()
+    for i in range(n):
+        ch = i // POSTING_CHUNK
+        off = i - ch * POSTING_CHUNK
+        for p in range(indptr[i], indptr[i + 1]):
+            if values[p] <= 0.0:
+                continue
+            t = np.int64(indices[p])
+            s = dense_slot[t]
+            if s >= 0 and dense[s, i] > 0:
+                continue
+            cell = t * n_chunks + ch
+            if s < 0 and cur[cell] < main_ptr[cell + 1] and np.int64(main_docs[cur[cell]]) == off:
+                cur[cell] += 1
+                continue
+            is_res[p] = True
+            res_ptr[cell + 1] += 1
+    for c in range(len(res_ptr) - 1):
+        res_ptr[c + 1] += res_ptr[c]
+    res_docs = np.empty(res_ptr[-1], np.uint16)
+    res_codes = np.empty(res_ptr[-1], np.uint8)
+    inv = np.zeros(dim, np.float32)
+    for t in range(dim):
+        if scale[t] > 0:
+            inv[t] = np.float32(1.0) / scale[t]
+    pos = res_ptr[:-1].copy()
+    for i in range(n):
+        ch = i // POSTING_CHUNK
+        off = np.uint16(i - ch * POSTING_CHUNK)
+        for p in range(indptr[i], indptr[i + 1]):
+            if is_res[p]:
+                t = np.int64(indices[p])
+                cell = t * n_chunks + ch
+                res_docs[pos[cell]] = off
+                res_codes[pos[cell]] = encode(values[p], inv[t])
+                pos[cell] += 1
+    return res_ptr, res_docs, res_codes
+
+
 # ----------------------------------------------------------------------------- search
 class SegmentArrays(NamedTuple):
     """The arrays of one segment that search reads (segment.ARRAYS says what they hold), handed to the

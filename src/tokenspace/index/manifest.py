@@ -14,8 +14,9 @@ weight; each segment's ``prior`` file, float32 per row, named like tombstones); 
 collection ``info`` ({"model": the reference of the model that encoded the rows, "ranking": the default
 ranking's fields}: what a search session needs besides the rows, so an index folder is searchable on its
 own); 7 adds the optional ``approx_mass`` (the build's mass cut of the approximate lists, kept for later
-adds and compaction). Versions 2 (no ``n``, no metadata), 3 (no heads: computed at load), 4 (no hub
-prior), 5 (no info) and 6 (no mass cut) are still read.
+adds and compaction); 9 lets a segment leave out its three residual-list files (segment.RESIDUAL: all or
+none; built with residual_lists=False). Versions 2 (no ``n``, no metadata), 3 (no heads: computed at load), 4 (no hub
+prior), 5 (no info), 6 (no mass cut) and 7-8 (every segment with its residual lists) are still read.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tokenspace.index import kernels, storage
-from tokenspace.index.segment import ARRAYS, HEADS
+from tokenspace.index.segment import ARRAYS, HEADS, RESIDUAL
 from tokenspace.index.storage import VERSION, IndexCorruptError
 
 SEGMENT_NAME = re.compile(r"seg-[0-9]{6}")
@@ -319,6 +320,9 @@ def _segment(f: _Fields, value, field: str, version: int, next_segment: int) -> 
     files_doc = v["files"]
     arrays = {f"{name}/{a}.npy" for a in ARRAYS if version >= 4 or a not in HEADS}
     meta = frozenset({f"{name}/{META_FILE}"} if version >= 3 else set())
+    residual = {f"{name}/{a}.npy" for a in RESIDUAL}
+    if version >= 9 and isinstance(files_doc, dict) and not residual & files_doc.keys():
+        arrays -= residual  # a segment built with residual_lists=False: none of the three
     f.obj(files_doc, f"{field}.files", arrays, meta)
     files = {rel: f.entry(e, f"{field}.files[{rel!r}]", file=rel, keyed=True)
              for rel, e in files_doc.items()}

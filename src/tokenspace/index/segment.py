@@ -5,6 +5,7 @@ memory-mapped from disk and shared between threads without locks.
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -29,6 +30,9 @@ ARRAYS = (
 # the impact heads (format version 4) are derived from the main lists and dense columns: a segment saved
 # by an older version has no files for them and gets them computed when loaded (with_heads)
 HEADS = ("head_ptr", "head_docs", "head_codes")
+# the residual lists: a segment built with residual_lists=False keeps and saves none (format version 9);
+# exact search and dim filters derive them from the forward store on first use (Segment.residual)
+RESIDUAL = ("res_ptr", "res_docs", "res_codes")
 # Posting lists (format version 2): the docs are cut into chunks of kernels.POSTING_CHUNK (65,536);
 # main_ptr / res_ptr hold dim * n_chunks + 1 cell pointers, the postings of term t in chunk c being
 # [ptr[t * n_chunks + c], ptr[t * n_chunks + c + 1]), and main_docs / res_docs hold each doc as a uint16
@@ -65,6 +69,9 @@ class Segment:
     _meta: list[dict] | None = field(default=None, repr=False)
     meta_file: Path | None = field(default=None, repr=False)
     _meta_index: metadata.RowIndex | None = field(default=None, repr=False)
+    # the residual lists derived in memory for a segment that does not store them (residual())
+    _residual: tuple | None = field(default=None, repr=False, compare=False)
+    _residual_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def __getattr__(self, name):  # arrays read as attributes: seg.main_docs
         arrays = self.__dict__.get("arrays")
@@ -75,7 +82,8 @@ class Segment:
     # ----------------------------------------------------------------- build
     @classmethod
     def build(cls, batch: SparseBatch, ids: list[str], *, dense_fraction: float, approx_top_n: int,
-              impact_heads: bool = True, metadata: list[dict] | None = None, approx_mass: float = 0.0) -> "Segment":
+              impact_heads: bool = True, metadata: list[dict] | None = None, approx_mass: float = 0.0,
+              residual_lists: bool = True) -> "Segment":
         indptr, indices, values = batch.indptr, batch.indices, batch.values
         n, dim = len(batch), batch.dim
         nch = n_chunks(n)
@@ -117,9 +125,33 @@ class Segment:
             head_ptr=head_ptr, head_docs=head_docs, head_codes=head_codes,
             ids_ptr=ids_ptr, ids_blob=ids_blob,
         )
+        if not residual_lists:  # approximate search never reads them; exact search derives them (residual)
+            for name in RESIDUAL:
+                del arrays[name]
         if metadata is not None and not any(metadata):
             metadata = None  # no field anywhere: no file
         return cls(n, dim, approx_top_n, arrays, list(ids), _meta=metadata)
+
+    @property
+    def stores_residual(self) -> bool:
+        """Whether the segment keeps (and saves) its residual lists; False: built with residual_lists=False,
+        they are derived when first needed (residual)."""
+        return RESIDUAL[0] in self.arrays
+
+    def residual(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(res_ptr, res_docs, res_codes): the stored residual lists, or for a segment that keeps none the
+        ones derived from its forward store, main lists and dense columns (kernels.residual_lists: the
+        arrays a build with them would have stored), made once under a lock and kept in memory."""
+        if self.stores_residual:
+            return tuple(self.arrays[a] for a in RESIDUAL)
+        if self._residual is None:
+            with self._residual_lock:
+                if self._residual is None:
+                    a = self.arrays
+                    self._residual = kernels.residual_lists(
+                        a["fwd_indptr"], a["fwd_indices"], a["fwd_values"], a["scale"], a["dense_slot"], a["dense"],
+                        a["main_ptr"], a["main_docs"])
+        return self._residual
 
     @property
     def has_heads(self) -> bool:
@@ -267,29 +299,37 @@ class Segment:
         if s >= 0:
             out |= self.dense[s] > 0
         nch = n_chunks(self.n)
+        res_ptr, res_docs, _ = self.residual()
         for c in range(nch):
             cell = d * nch + c
             base = c * kernels.POSTING_CHUNK
             if s < 0:
                 out[base + self.main_docs[self.main_ptr[cell]:self.main_ptr[cell + 1]].astype(np.int64)] = True
-            out[base + self.res_docs[self.res_ptr[cell]:self.res_ptr[cell + 1]].astype(np.int64)] = True
+            out[base + res_docs[res_ptr[cell]:res_ptr[cell + 1]].astype(np.int64)] = True
         return out
 
     def nbytes(self) -> int:
         return int(sum(a.nbytes for a in self.arrays.values()))
 
-    def kernel_arrays(self) -> kernels.SegmentArrays:
+    def kernel_arrays(self, exact: bool = True) -> kernels.SegmentArrays:
         """The arrays search reads, as the kernels take them (built once: attribute lookups cost
-        ~1 us each per query otherwise)."""
-        if self._kernel_arrays is None:
+        ~1 us each per query otherwise). Only exact search reads the residual lists: for approximate
+        search a segment that keeps none hands empty ones (and derives nothing)."""
+        if self._kernel_arrays is None or (exact and self._kernel_arrays.res_ptr is _NO_RESIDUAL[0]):
+            if self.stores_residual or exact:
+                res = self.residual()
+            else:
+                res = self._residual if self._residual is not None else _NO_RESIDUAL
             self._kernel_arrays = kernels.SegmentArrays(
-                **{name: self.arrays[name] for name in kernels.SegmentArrays._fields})
+                **{name: self.arrays[name] for name in kernels.SegmentArrays._fields if name not in RESIDUAL},
+                **dict(zip(RESIDUAL, res)))
         return self._kernel_arrays
 
-    def kernel_tuple(self) -> tuple:
-        """kernel_arrays() as the plain tuple the kernels take (kernels.search_query), made once per
-        kernel_arrays (a save with remap=True makes new ones)."""
-        arrays = self.kernel_arrays()
+    def kernel_tuple(self, exact: bool = True) -> tuple:
+        """kernel_arrays(exact) as the plain tuple the kernels take (kernels.search_query), made once per
+        kernel_arrays (a save with remap=True makes new ones, an exact search on a segment that keeps no
+        residual lists too)."""
+        arrays = self.kernel_arrays(exact)
         cached = self.__dict__.get("_kernel_tuple")
         if cached is None or cached[0] is not arrays:
             cached = self.__dict__["_kernel_tuple"] = (arrays, tuple(arrays))
@@ -300,7 +340,7 @@ class Segment:
         """Fill out_* rows (local doc numbers, exact scores, counts) for the query rows `rows` (see
         kernels.search_batch; options from kernels.search_options)."""
         try:
-            kernels.search_batch(self.kernel_arrays(), options, q.indptr, q.indices, q.values, rows,
+            kernels.search_batch(self.kernel_arrays(options.exact), options, q.indptr, q.indices, q.values, rows,
                                  out_docs, out_scores, out_count, kernels.scratch(self.dim))
         except BaseException:  # the buffers may be left dirty: the next search gets fresh ones
             kernels.drop_scratch()
@@ -319,6 +359,10 @@ def _id_blob(ids: list[str]) -> tuple[np.ndarray, np.ndarray]:
     blobs = [s.encode("utf-8") for s in ids]
     np.cumsum(np.fromiter(map(len, blobs), np.int64, len(blobs)), out=ptr[1:])
     return ptr, np.frombuffer(b"".join(blobs), np.uint8)
+
+
+# the residual lists approximate search is handed by a segment that keeps none (it never reads them)
+_NO_RESIDUAL = (np.zeros(1, np.int64), np.empty(0, np.uint16), np.empty(0, np.uint8))
 
 
 def no_heads() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
