@@ -25,6 +25,7 @@ each file is, is index/folder.py's.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import threading
 import time
 from collections import OrderedDict
@@ -32,10 +33,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 import tokenspace
 from tokenspace.explain.hits import Contribution
 from tokenspace.explain.notes import has_content, query_notes
-from tokenspace.explain.ranking import Ranking, encode_queries
+from tokenspace.explain.ranking import Ranking, encode_queries, model_folder
 from tokenspace.explain.search import explained_search, search_options
 from tokenspace.explain.steer import steer as steer_query
 from tokenspace.index import InvertedIndex
@@ -43,9 +46,11 @@ from tokenspace.index.dense import DenseIndex  # faiss itself loads only when a 
 from tokenspace.index.folder import COLLECTION_FILE, DENSE_IDS, MANIFEST, index_model, read_collection_json
 from tokenspace.index.hybrid import DEPTH, hybrid_search
 from tokenspace.models.capabilities import MissingCapability, require_vectors
+from tokenspace.models.fused_queries import FusedQueries, Unsupported
 from tokenspace.query_table import NeedsModelsExtra, TableQueries
 from tokenspace.sparse import SparseBatch
 
+log = logging.getLogger(__name__)
 dense_model_of = index_model  # a dense index folder names its model in its collection.json
 
 
@@ -179,8 +184,13 @@ class Searcher:
         # one model call at a time: the CPU is the bottleneck, and torch's own threads already use every
         # core, so concurrent calls would only thrash (the index itself is read-only and lock-free)
         self.model_lock = threading.Lock()
+        # what encodes text queries: the model, or its text side in numpy where that equals it
+        # (models/fused_queries.py: the release model's queries for a fraction of the CPU)
+        self.queries = text_queries(model)
         self._cache: OrderedDict[tuple, SparseBatch] = OrderedDict()  # repeated queries skip the model
         self._cache_size = cache_size
+        self._cache_lock = threading.Lock()
+        self._batches = _Batches(self._encode_texts)
 
     @classmethod
     def open(cls, index, model=None, dense=None, ranking: Ranking | Mapping | None = None, *, device: str = "cpu",
@@ -239,25 +249,33 @@ class Searcher:
     # ------------------------------------------------------------------ encoding
     def encode_text(self, text: str, ranking: Ranking | None = None) -> SparseBatch:
         """The model's vector of a text (one row) shaped by ``ranking``'s expansion and floor (default:
-        the session's), cached by text and shaping."""
+        the session's), cached by text and shaping. Texts asked for at once from several threads (a
+        service under load) are encoded together, in one batch: the same rows, one model call."""
         text = text.strip()
         if not text:
             raise SearchError("the query text is empty")
         ranking = ranking or self.ranking
         key = (text, ranking.expansion, ranking.expansion_floor)
-        with self.model_lock:
+        with self._cache_lock:
             hit = self._cache.get(key)
             if hit is not None:
                 self._cache.move_to_end(key)
                 return hit
-            try:
-                q = encode_queries(self.model, [text], ranking).with_vocab(self.vocab)
-            except ValueError as e:  # shaping a model whose dims are not its tokens
-                raise SearchError(f"expansion: {e}") from None
+        q = self._batches.encode(text, ranking)
+        with self._cache_lock:
             self._cache[key] = q
             if len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
-            return q
+        return q
+
+    def _encode_texts(self, texts: list[str], ranking: Ranking) -> SparseBatch:
+        """One model call for several texts, shaped by one ranking (SearchError for a shaping the model
+        cannot take)."""
+        with self.model_lock:
+            try:
+                return encode_queries(self.queries, texts, ranking).with_vocab(self.vocab)
+            except ValueError as e:  # shaping a model whose dims are not its tokens
+                raise SearchError(f"expansion: {e}") from None
 
     def encode_image(self, image) -> SparseBatch:
         """The query vector of an image (a PIL image or a ``pathlib.Path``)."""
@@ -361,6 +379,90 @@ class Searcher:
         return len(idx), self.vocab.decode(row, top_k=top_k)[0]
 
 
+class _Batches:
+    """Texts asked for by several threads at once, encoded together: a thread queues its text and waits
+    for its turn; the first to get it encodes every queued text in one call and hands each thread its
+    row. A text alone is encoded at once (no waiting for company). Why: a model call costs per call (the
+    release model's text side reads its 15.6 MB of word embeddings once per call, whatever the number
+    of texts), so under load a batch of 16 costs little more than one text."""
+
+    def __init__(self, encode, max_batch: int = 64):
+        self.encode_many, self.max_batch = encode, max_batch
+        self._queue: list[_Slot] = []
+        self._queue_lock = threading.Lock()
+        self._turn = threading.Lock()
+
+    def encode(self, text: str, ranking: Ranking) -> SparseBatch:
+        slot = _Slot(text, ranking)
+        with self._queue_lock:
+            self._queue.append(slot)
+        while not slot.done:
+            with self._turn:
+                if slot.done:
+                    break
+                with self._queue_lock:
+                    batch, self._queue[:] = self._queue[: self.max_batch], self._queue[self.max_batch:]
+                self._run(batch)
+        if slot.error is not None:
+            raise slot.error
+        return slot.row
+
+    def _run(self, batch: list[_Slot]) -> None:
+        groups: dict[Ranking, list[_Slot]] = {}
+        for slot in batch:
+            groups.setdefault(slot.ranking, []).append(slot)
+        for ranking, slots in groups.items():
+            texts = list(dict.fromkeys(s.text for s in slots))  # each distinct text once
+            try:
+                rows = self.encode_many(texts, ranking)
+                for s in slots:
+                    s.row = rows[texts.index(s.text)]
+            except Exception as e:  # noqa: BLE001 - handed to the waiting threads, raised in each
+                for s in slots:
+                    s.error = e
+                if len(texts) > 1:  # one text's error must not fail the others: each alone
+                    for s in slots:
+                        try:
+                            s.row, s.error = self.encode_many([s.text], ranking)[0], None
+                        except Exception as alone:  # noqa: BLE001
+                            s.error = alone
+            finally:
+                for s in slots:
+                    s.done = True
+
+
+class _Slot:
+    """One thread's text in a batch: filled with its row or its error, then done."""
+
+    __slots__ = ("text", "ranking", "row", "error", "done")
+
+    def __init__(self, text: str, ranking: Ranking):
+        self.text, self.ranking = text, ranking
+        self.row: SparseBatch | None = None
+        self.error: BaseException | None = None
+        self.done = False
+
+
+def text_queries(model):
+    """What encodes a session's text queries: the model's text side in numpy (models/fused_queries.py)
+    where it reproduces this model, checked on a few texts against the model itself; else the model."""
+    if isinstance(model, (FusedQueries, TableQueries)) or getattr(model, "family", None) not in ("fused", "stair"):
+        return model
+    try:
+        fast = FusedQueries.from_model(model)
+    except (Unsupported, AttributeError, TypeError, KeyError):
+        return model
+    probe = ["a red car on the street", "the", "two dogs and a cat playing with a ball 42"]
+    want, got = model.encode_text(probe), fast.encode_text(probe)
+    same = (np.array_equal(want.indptr, got.indptr) and np.array_equal(want.indices, got.indices)
+            and np.allclose(want.values, got.values, rtol=0, atol=1e-5))
+    if not same:  # model code this copy does not know: the model itself, slower but right
+        log.warning("the numpy text side of %s differs from the model's: text queries run the model",
+                    getattr(getattr(model, "config", None), "name", model.family))
+        return model
+    return fast
+
+
 def _check_prior(index, weight: float) -> None:
     """A prior weight above 0 needs an index with a hub prior (ValueError ``prior_weight: ...``)."""
     if hasattr(index, "prior_weight"):
@@ -378,9 +480,14 @@ def _load(model, device: str):
     """A model object as given; a folder or release name loaded (on ``device``)."""
     if not isinstance(model, (str, Path)):
         return model
-    if importlib.util.find_spec("torch") is None:  # a lean install: text queries from a stored table
+    if importlib.util.find_spec("torch") is None:  # a lean install: text queries without a network
+        folder = model_folder(model) or Path(model)
         try:
-            return TableQueries(model)
+            return FusedQueries.from_folder(folder)  # a fused or STAIR model's text side, in numpy
+        except (Unsupported, OSError):
+            pass
+        try:
+            return TableQueries(folder)  # an inference-free model's stored table
         except (NeedsModelsExtra, OSError) as e:
             raise SearchError(f"model: {e}") from None
     loaded = tokenspace.load(model)  # torch loads here (absent from a lean install)

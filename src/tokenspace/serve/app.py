@@ -21,6 +21,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
+from pydantic import TypeAdapter
 
 from tokenspace.searcher import Searcher
 from tokenspace.serve import schemas
@@ -50,6 +51,10 @@ SLOW_BODY = {408: {"model": schemas.Error, "description": "the request body did 
              413: {"model": schemas.Error, "description": "the request body is too large"}}
 MULTIPART_SLACK = 64 * 1024  # bytes of multipart framing (boundaries, part headers) around an upload
 UPLOAD_PATH = "/search/image"
+# a search's response checked against its schema and written as JSON in the request's own thread: what
+# FastAPI does for a response_model, less its second trip through the thread pool (the check runs there
+# for a plain function) and its per-request setup; the schema in /docs stays the response_model's
+SEARCH_RESPONSE = TypeAdapter(schemas.SearchResponse)
 
 
 def create_app(searcher: Searcher, *, upload_pixels: int = UPLOAD_PIXEL_BUDGET) -> FastAPI:
@@ -111,9 +116,9 @@ def build_app(service: SearchService, max_upload_bytes: int = MAX_UPLOAD_BYTES,
     def search(req: schemas.SearchRequest):
         """Images for a text; ``must``/``must_not``/``where`` filter on tokens, ``filter`` on the rows'
         metadata, ``steer`` reweights the query."""
-        return service.search_text(req.text, req.k, req.must, req.must_not, req.where, req.steer,
-                                   filter=req.meta_filter(), fusion=req.fusion, weight=req.weight,
-                                   **req.ranking())
+        return _search_json(service.search_text(req.text, req.k, req.must, req.must_not, req.where, req.steer,
+                                                filter=req.meta_filter(), fusion=req.fusion, weight=req.weight,
+                                                **req.ranking()))
 
     @app.post(UPLOAD_PATH, response_model=schemas.SearchResponse,
               responses={400: {"model": schemas.Error, "description": "malformed multipart body"},
@@ -136,7 +141,7 @@ def build_app(service: SearchService, max_upload_bytes: int = MAX_UPLOAD_BYTES,
         # until the query vector is computed (uploads.py), so the uploads in flight never decode more than
         # the budget: one that does not fit gets a 503
         opened = open_upload(upload, max_bytes=max_upload_bytes, max_pixels=min(MAX_UPLOAD_PIXELS, budget.capacity))
-        return decode_within(budget, opened, lambda image: service.search_image(image, k))
+        return _search_json(decode_within(budget, opened, lambda image: service.search_image(image, k)))
 
     @app.get("/explain/{id:path}", response_model=schemas.ExplainResponse, responses=ERRORS)
     def explain(id: str, top_k: Annotated[int, Query(ge=1, le=200)] = 20):
@@ -158,6 +163,11 @@ def build_app(service: SearchService, max_upload_bytes: int = MAX_UPLOAD_BYTES,
     return app
 
 
+def _search_json(content: dict) -> Response:
+    """A SearchResponse as JSON (see SEARCH_RESPONSE)."""
+    return Response(SEARCH_RESPONSE.dump_json(SEARCH_RESPONSE.validate_python(content)), media_type="application/json")
+
+
 def _json_safe(value):
     """``value`` with what strict JSON cannot encode made printable: non-finite floats as strings,
     unpaired surrogates as backslash escapes."""
@@ -170,6 +180,18 @@ def _json_safe(value):
     if isinstance(value, str):
         return value.encode("utf-8", "backslashreplace").decode("utf-8")
     return value
+
+
+def one_blas_thread() -> None:
+    """numpy's BLAS on one thread per call. Why: the service answers many requests at once on threads of
+    its own, and OpenBLAS's pool spins on the cores between calls: with 2 threads, serving distinct
+    queries of the release model spent more CPU spinning there than encoding (benchmarks/serve_load.py's
+    "pools" column). Needs threadpoolctl (scikit-learn's, so the models extra has it); without it, as is."""
+    try:
+        from threadpoolctl import threadpool_limits  # optional: models (scikit-learn brings it)
+    except ImportError:
+        return
+    threadpool_limits(1, user_api="blas")
 
 
 def _check_port_free(host: str, port: int) -> None:
@@ -193,6 +215,7 @@ def run(searcher: Searcher, host: str = "127.0.0.1", port: int = 8000,
         upload_pixels: int = UPLOAD_PIXEL_BUDGET) -> None:
     """Serve the API and page over a search session with uvicorn (what `tokenspace serve` calls)."""
     _check_port_free(host, port)
+    one_blas_thread()
     app = create_app(searcher, upload_pixels=upload_pixels)
     logging.getLogger(__name__).info("serving %d images on http://%s:%d  (API docs at /docs)",
                                      app.state.service.stats()["size"], host, port)
