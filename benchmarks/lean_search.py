@@ -1,15 +1,20 @@
 """A search's wall time from a lean install (no torch) against this venv's full install, on an index whose
-model is inference-free.
+model is inference-free; and, with --release-index, the full install's search on an index of the release
+model (its text tower runs the query).
 
     python -m benchmarks.cli_startup lean --index runs/if-idx                    # 7 runs each, interleaved
-    python -m benchmarks.cli_startup lean --index runs/if-idx --runs 9 --json benchmarks/results/lean_search.json
+    python -m benchmarks.cli_startup lean --index runs/if-idx --release-index runs/demo/index \
+        --runs 9 --json benchmarks/results/lean_search.json
 
 The lean install is made as tests/test_lean_install.py makes it (``make_lean_venv``, shared): this tree's
 wheel installed --no-deps into a fresh venv whose only other packages are the core's requirements,
 linked from this venv (no network). Each search (`tokenspace search --index INDEX "a red heart" -k 3`) is
-a fresh process; the two installs alternate run by run, so load on a shared machine falls on both alike;
+a fresh process; the installs alternate run by run, so load on a shared machine falls on all alike;
 one warm-up run each first (numba's on-disk cache filled, the file cache warm). Reports the median and
-range of each, and the machine's load average, which says how far from a quiet machine the figures are.
+range of each one's wall time and of its CPU time (user + system of the search process: on a quiet
+machine a one-thread search's wall time is about its CPU time), and the
+machine's load average, which says how far from a quiet machine the wall figures are. Targets: 0.5 s
+for the lean search, 1 s for the release model's.
 """
 from __future__ import annotations
 
@@ -17,6 +22,8 @@ import argparse
 import importlib.metadata as md
 import json
 import os
+import resource
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -24,10 +31,11 @@ import sys
 import tempfile
 import time
 import zipfile
-from datetime import datetime, timezone
 from pathlib import Path
 
 from packaging.requirements import Requirement
+
+from benchmarks.common import run_record
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -96,34 +104,69 @@ def make_lean_venv(folder: Path) -> Path:
     return venv / "bin"
 
 
+TARGETS_S = {"lean": 0.5, "release": 1.0}  # wall, on a quiet machine
+
+
+def child_cpu() -> float:
+    """User + system CPU seconds of this process's waited-for children so far."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def time_arms(arms: dict[str, list[str]], runs: int, env: dict) -> dict[str, dict[str, list[float]]]:
+    """Each arm's command (a fresh process) once to warm up, then ``runs`` times, the arms interleaved;
+    {arm: {"wall": [...], "cpu": [...]}} in seconds."""
+    for argv in arms.values():  # warm-up: numba's cache, the file cache
+        subprocess.run(argv, env=env, capture_output=True, check=True, timeout=600)
+    times: dict[str, dict[str, list[float]]] = {k: {"wall": [], "cpu": []} for k in arms}
+    for _ in range(runs):
+        for name, argv in arms.items():
+            cpu, t = child_cpu(), time.perf_counter()
+            subprocess.run(argv, env=env, capture_output=True, check=True, timeout=600)
+            times[name]["wall"].append(time.perf_counter() - t)
+            times[name]["cpu"].append(child_cpu() - cpu)
+    return times
+
+
+def stats(v: list[float]) -> dict:
+    return {"median": round(statistics.median(v), 3), "min": round(min(v), 3), "max": round(max(v), 3),
+            "all": [round(x, 3) for x in v]}
+
+
 def cli(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--index", required=True, help="an index whose recorded model is inference-free")
+    ap.add_argument("--release-index", default=None,
+                    help="also time the full install's search on this index of the release model (e.g. "
+                         "runs/demo/index): the query runs through its text tower")
     ap.add_argument("--query", default="a red heart")
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--json", default=None, help="write the figures here")
     args = ap.parse_args(argv)
+    record = run_record(__file__, argv)
+    record["command"] = " ".join(["python -m benchmarks.cli_startup lean",
+                                  *(sys.argv[2:] if argv is None else argv)])
+    search = ["search", args.query, "-k", "3"]
     with tempfile.TemporaryDirectory() as tmp:
         lean = make_lean_venv(Path(tmp))
-        arms = {"lean": str(lean / "tokenspace"), "full": str(Path(sys.executable).with_name("tokenspace"))}
+        full = str(Path(sys.executable).with_name("tokenspace"))
+        arms = {"lean": [str(lean / "tokenspace"), *search, "--index", args.index],
+                "full": [full, *search, "--index", args.index]}
+        if args.release_index:
+            arms["release"] = [full, *search, "--index", args.release_index]
         env = dict(os.environ, NUMBA_CACHE_DIR=str(Path(tmp) / "numba"))
-        argv = ["search", "--index", args.index, args.query, "-k", "3"]
-        for script in arms.values():  # warm-up: numba's cache, the file cache
-            subprocess.run([script, *argv], env=env, capture_output=True, check=True, timeout=600)
-        times: dict[str, list[float]] = {k: [] for k in arms}
-        for _ in range(args.runs):
-            for name, script in arms.items():
-                t = time.perf_counter()
-                subprocess.run([script, *argv], env=env, capture_output=True, check=True, timeout=600)
-                times[name].append(time.perf_counter() - t)
-    result = {"command": " ".join(["python -m benchmarks.cli_startup lean", *(sys.argv[1:] if argv is None else argv)]),
-              "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "index": args.index,
-              "query": args.query, "runs": args.runs, "load_average": os.getloadavg(), "cpus": os.cpu_count(),
-              "seconds": {k: {"median": statistics.median(v), "min": min(v), "max": max(v), "all": v}
-                          for k, v in times.items()}}
-    for k, v in result["seconds"].items():
-        print(f"{k}: median {v['median']:.2f} s ({v['min']:.2f}-{v['max']:.2f}) over {args.runs} runs")
+        times = time_arms(arms, args.runs, env)
+    result = {**record, "index": args.index, "release_index": args.release_index, "query": args.query,
+              "runs": args.runs, "load_average": os.getloadavg(), "cpus": os.cpu_count(),
+              "commands": {k: shlex.join(["tokenspace", *v[1:]]) for k, v in arms.items()},
+              "targets_s": {k: v for k, v in TARGETS_S.items() if k in arms},
+              "seconds": {k: stats(v["wall"]) for k, v in times.items()},
+              "cpu_seconds": {k: stats(v["cpu"]) for k, v in times.items()}}
+    for k in times:
+        w, c = result["seconds"][k], result["cpu_seconds"][k]
+        target = f", target {TARGETS_S[k]} s" if k in TARGETS_S else ""
+        print(f"{k}: median {w['median']:.2f} s wall ({w['min']:.2f}-{w['max']:.2f}), {c['median']:.2f} s CPU, "
+              f"over {args.runs} runs{target}")
     print(f"load average {result['load_average'][0]:.1f} on {result['cpus']} cores")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
-
