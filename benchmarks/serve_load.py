@@ -176,19 +176,24 @@ class StageClock:
                 "encode_calls": self.batches, "encoded_texts": self.texts}
 
 
-def serve(model: str, index: str, port: int, split_file: str, text_side: str = "auto", batch: bool = True) -> None:
+def serve(model: str, index: str, port: int, split_file: str, text_side: str = "auto", batch: bool = True,
+          before: str = "") -> None:
     """The server process: ``tokenspace serve``'s session and app, each stage's CPU counted (StageClock).
     ``text_side="model"``: text queries through the model itself (torch), not its numpy copy;
-    ``batch=False``: one text per encoder call. SIGUSR1 starts the count, SIGUSR2 writes it to
-    ``split_file``."""
+    ``batch=False``: one text per encoder call; ``before``: comma-separated service changes undone, to
+    measure what each did ("response": /search's dict validated and written by FastAPI's response_model,
+    as before; "blas": numpy's BLAS pool as numpy starts it). SIGUSR1 starts the count, SIGUSR2 writes it
+    to ``split_file``."""
     from tokenspace.explain import search as explain_search
     from tokenspace.searcher import Searcher
-    from tokenspace.serve.app import run
+    from tokenspace.serve import app
 
     searcher = Searcher.open(index, model)
     clock = StageClock()
     if text_side == "model":
-        searcher.queries = searcher.model
+        searcher.fast_text = lambda: False  # the service keeps the model's own text side
+    else:
+        searcher.fast_text()  # what the service does when it starts (here first, to report which)
     if not batch:
         searcher._batches.max_batch = 1
     encode = clock.wrap("encode", searcher._encode_texts)
@@ -206,17 +211,27 @@ def serve(model: str, index: str, port: int, split_file: str, text_side: str = "
         setattr(index_, name, clock.wrap("explain", getattr(index_, name)))
     explain_search.contributions = clock.wrap("explain", explain_search.contributions)
     signal.signal(signal.SIGUSR1, lambda *_: clock.start())
-    signal.signal(signal.SIGUSR2, lambda *_: Path(split_file).write_text(json.dumps(clock.stop())))
+    def dump(*_):  # whole or absent: the client reads the file as soon as it appears
+        tmp = Path(split_file + ".tmp")
+        tmp.write_text(json.dumps(clock.stop()))
+        os.replace(tmp, split_file)
+
+    signal.signal(signal.SIGUSR2, dump)
+    undone = {x for x in before.split(",") if x}
+    if "response" in undone:
+        app._search_json = lambda content: content  # FastAPI then validates and writes it (response_model)
+    if "blas" in undone:
+        app.one_blas_thread = lambda: None
     print(json.dumps({"text_encoder": type(searcher.queries).__name__, "model": type(searcher.model).__name__}),
           flush=True)
-    run(searcher, host="127.0.0.1", port=port)
+    app.run(searcher, host="127.0.0.1", port=port)
 
 
-def start_server(model: str, index: Path, port: int, split_file: Path, text_side: str, batch: bool):
+def start_server(model: str, index: Path, port: int, split_file: Path, text_side: str, batch: bool, before: str = ""):
     code = ("import sys; from benchmarks.serve_load import serve; "
-            "serve(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6] == '1')")
+            "serve(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6] == '1', sys.argv[7])")
     cmd = [sys.executable, "-c", code, str(model), str(index), str(port), str(split_file), text_side,
-           "1" if batch else "0"]
+           "1" if batch else "0", before]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 300
     while time.time() < deadline:
@@ -440,6 +455,8 @@ def main(argv=None) -> int:
     p.add_argument("--text-side", choices=("auto", "model"), default="auto",
                    help="auto: the session's choice (numpy where it equals the model); model: the model itself")
     p.add_argument("--no-batch", action="store_true", help="one text per encoder call (no micro-batches)")
+    p.add_argument("--before", default="", help="service changes undone, comma-separated: response (FastAPI "
+                   "validates and writes /search's dict), blas (numpy's BLAS pool as numpy starts it)")
     p.add_argument("--tiny-images", type=int, default=200)
     p.add_argument("--write", help="markdown file whose 'serve' section gets the figures")
     p.add_argument("--json", help="also write the summary as JSON here")
@@ -471,10 +488,12 @@ def main(argv=None) -> int:
         words = [t for t in vocab.tokens if t.isalpha() and t.islower() and len(t) > 2][:5000] or WORDS
         split_file = Path(tmp) / "split.json"
         port = free_port()
-        server, started = start_server(model, index, port, split_file, args.text_side, not args.no_batch)
-        summary = {"name": args.name or f"{Path(str(model)).name}, {started['text_encoder']}", "world": world,
+        server, started = start_server(model, index, port, split_file, args.text_side, not args.no_batch, args.before)
+        name = f"{Path(str(model)).name}: {started['text_encoder']}" + ("" if args.no_batch else ", batched") + (
+            f", before: {args.before}" if args.before else "")
+        summary = {"name": args.name or name, "world": world,
                    "model": str(model), "index": str(index), "text_encoder": started["text_encoder"],
-                   "batch": not args.no_batch, "client": args.client, "connections": args.connections,
+                   "batch": not args.no_batch, "before": args.before, "client": args.client, "connections": args.connections,
                    "duration_s": args.duration, "loads": {}}
         try:
             for i, load in enumerate(loads):

@@ -184,9 +184,8 @@ class Searcher:
         # one model call at a time: the CPU is the bottleneck, and torch's own threads already use every
         # core, so concurrent calls would only thrash (the index itself is read-only and lock-free)
         self.model_lock = threading.Lock()
-        # what encodes text queries: the model, or its text side in numpy where that equals it
-        # (models/fused_queries.py: the release model's queries for a fraction of the CPU)
-        self.queries = text_queries(model)
+        # what encodes text queries: the model, or its text side in numpy (fast_text)
+        self.queries = model
         self._cache: OrderedDict[tuple, SparseBatch] = OrderedDict()  # repeated queries skip the model
         self._cache_size = cache_size
         self._cache_lock = threading.Lock()
@@ -267,6 +266,15 @@ class Searcher:
             if len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
         return q
+
+    def fast_text(self) -> bool:
+        """Encode text queries with the model's text side in numpy where it equals the model
+        (models/fused_queries.py: the release model's queries for a tenth of the CPU, and batches of them
+        cheaper still), checked on a few texts against the model; True when it does. Its set-up (the
+        weights copied, the check: 0.1-0.4 s) pays for itself in a session that answers many queries, as
+        the service does; a command that answers one does not call it."""
+        self.queries = text_queries(self.model)
+        return self.queries is not self.model
 
     def _encode_texts(self, texts: list[str], ranking: Ranking) -> SparseBatch:
         """One model call for several texts, shaped by one ranking (SearchError for a shaping the model

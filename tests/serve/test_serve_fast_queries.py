@@ -59,8 +59,9 @@ def test_the_service_scores_as_the_library(fused_world):
 
     model, index_dir = fused_world
     searcher = Searcher.open(index_dir, model)
-    assert isinstance(searcher.queries, FusedQueries)  # the fast path is the one measured here
+    assert searcher.queries is model  # a session starts with the model, and a service switches
     service = SearchService(searcher)
+    assert isinstance(searcher.queries, FusedQueries)  # the fast path is the one compared here
     index = InvertedIndex.load(index_dir)
     with TestClient(build_app(service)) as client:
         for text in TEXTS:
@@ -78,6 +79,7 @@ def test_the_service_scores_as_the_library(fused_world):
 def test_shaped_queries_as_the_library(fused_world):
     model, index_dir = fused_world
     searcher = Searcher.open(index_dir, model, ranking={"expansion": 0.5, "expansion_floor": 0.2})
+    assert searcher.fast_text()
     ranking = Ranking(expansion=0.5, expansion_floor=0.2)
     for text in TEXTS:
         want = encode_queries(model, [text], ranking)
@@ -89,6 +91,7 @@ def test_shaped_queries_as_the_library(fused_world):
 def test_concurrent_texts_are_encoded_together(fused_world):
     model, index_dir = fused_world
     searcher = Searcher.open(index_dir, model)
+    assert searcher.fast_text()
     calls = []
     encode_many = searcher._batches.encode_many
     gate = threading.Event()

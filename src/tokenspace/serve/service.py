@@ -58,6 +58,7 @@ class SearchService:
         if not isinstance(searcher, Searcher):
             raise TypeError(f"SearchService wraps a Searcher (Searcher.open), got {type(searcher).__name__}")
         self.searcher = searcher
+        searcher.fast_text()  # a service answers many queries: the numpy text side, where it equals the model
         model = searcher.model
         self.model_name = model_name or getattr(getattr(model, "config", None), "name", None) or "model"
         self._nnz: int | None = None
