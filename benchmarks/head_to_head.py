@@ -382,7 +382,7 @@ def main(argv=None):
                if "batch_qps" in r else "- | -")
         print(f"| {r['engine']} | {r['setting']} | {r['recall']:.3f} | {one} | {bat} |")
     for b in builds:
-        print(f"built {b['engine']}: {b['build_s']:.1f} s, {(b['index_bytes'] or 0) / 2**20:,.1f} MB")
+        print(f"built {b['engine']}: {b['build_s']:.1f} s, {(b['index_bytes'] or 0) / 1e6:,.1f} MB")
     for key, val in report["family_ratios"].items():
         if val:
             print(f"{key}: median {val['median']:.2f}x (passes {', '.join(f'{x:.2f}' for x in val['per_pass'])}; "
