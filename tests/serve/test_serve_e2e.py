@@ -103,3 +103,40 @@ def test_search_page_in_chromium(live_server, tmp_path):
     assert noted["hiddenAfter"] is True
     assert seen["stats"].startswith("12 images"), seen["stats"]
     assert out.stat().st_size > 10_000 and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+def test_the_driver_serves_an_index_itself_as_make_screenshot_does(make_model, tiny_pairs, tmp_path, monkeypatch,
+                                                                   restore_cli_logging):
+    """`make screenshot`'s road: search.mjs --index DIR starts `tokenspace serve` on DIR (the model the index
+    records) on a free port, takes the page and stops the server."""
+    import sys
+
+    from tokenspace.cli import main
+    from tokenspace.data.manifest import Record, write_manifest
+
+    reason = _playwright_ready()
+    if reason:
+        pytest.skip(reason)
+    home = tmp_path / "home"
+    monkeypatch.setenv("TOKENSPACE_HOME", str(home))
+    make_model("stair").save_pretrained(tmp_path / "model")
+    paths, texts = tiny_pairs
+    manifest = write_manifest([Record(p.stem, str(p), t, "train") for p, t in zip(paths, texts)],
+                              tmp_path / "tiny.jsonl")
+    assert main(["index", "build", "--model", str(tmp_path / "model"), "--data", f"{manifest}:train",
+                 "--out", str(tmp_path / "idx"), "--tower", "torch", "--workers", "0"]) == 0
+    script = Path(sys.executable).with_name("tokenspace")
+    if not script.exists():
+        pytest.skip(f"no console script beside {sys.executable} (pip install -e . makes it)")
+    out = tmp_path / "shot.png"
+    r = subprocess.run(["node", str(E2E / "search.mjs"), "--index", str(tmp_path / "idx"), "--tokenspace", str(script),
+                        "--query", "a red dog", "--heatmap", "no", "--out", str(out), "--chromium", CHROMIUM],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
+                       env=dict(os.environ, TOKENSPACE_HOME=str(home)))
+    assert r.returncode == 0, f"browser run failed:\n{r.stdout}\n{r.stderr}"
+    seen = json.loads(r.stdout.strip().splitlines()[-1])
+    assert seen["cards"] == 12 and seen["heatmaps"] == 0, seen
+    stats = seen["stats"]  # the model the index names, as the page header shows it
+    assert stats.startswith("12 images · ") and stats.endswith(" · model tiny-stair"), stats
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -64,7 +64,7 @@ const browser = await chromium.launch({
   headless: true,
   args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
     "--disable-component-update", "--disable-sync"],
-});
+}).catch(async (e) => { if (server) await server.stop(); throw e; });  // the server outlives no failed run
 try {
   const page = await browser.newPage({ viewport: { width: Number(opt.width), height: Number(opt.height) } });
   const errors = [];
