@@ -4,11 +4,13 @@ where the server's CPU goes (encode, search, explain, HTTP).
     python -m benchmarks.serve_load                       # the release model over runs/demo/index
     python -m benchmarks.serve_load --model runs/if-model --name inference-free   # another model, same index
     python -m benchmarks.serve_load --tiny                # the tiny world (a tiny STAIR model built in code)
-    python -m benchmarks.serve_load --queries distinct --text-side model --no-batch    # as before the fast path
+    python -m benchmarks.serve_load --queries distinct --text-side model --no-batch --before response,blas  # as before
+    python -m benchmarks.serve_load --processes 2         # two server processes on the port (serve/processes.py)
     python -m benchmarks.serve_load --json benchmarks/results/serve_load.json --write benchmarks/results/serve_load.md
 
 The server runs in its own process, as `tokenspace serve` runs it (``Searcher.open`` then
-``tokenspace.serve.app.run``: uvicorn), so that the client does not share its interpreter. The default
+``tokenspace.serve.app.run``: uvicorn), so that the client does not share its interpreter; with
+``--processes N``, N of them on the one port (``serve/processes.py: run_processes``), each counted. The default
 index is the demo's (`make demo` writes runs/demo/index; built here with `tokenspace index build` when
 absent). Three loads, one after the other, each after an untimed warm-up:
 
@@ -176,17 +178,17 @@ class StageClock:
                 "encode_calls": self.batches, "encoded_texts": self.texts}
 
 
-def serve(model: str, index: str, port: int, split_file: str, text_side: str = "auto", batch: bool = True,
-          before: str = "") -> None:
-    """The server process: ``tokenspace serve``'s session and app, each stage's CPU counted (StageClock).
+def open_measured(model: str, index: str, split_dir: str, text_side: str = "auto", batch: bool = True,
+                  before: str = ""):
+    """In a server process: ``tokenspace serve``'s session, each stage's CPU counted (StageClock).
     ``text_side="model"``: text queries through the model itself (torch), not its numpy copy;
     ``batch=False``: one text per encoder call; ``before``: comma-separated service changes undone, to
     measure what each did ("response": /search's dict validated and written by FastAPI's response_model,
     as before; "blas": numpy's BLAS pool as numpy starts it). SIGUSR1 starts the count, SIGUSR2 writes it
-    to ``split_file``."""
+    to ``split_dir``/split-PID.json."""
     from tokenspace.explain import search as explain_search
     from tokenspace.searcher import Searcher
-    from tokenspace.serve import app
+    from tokenspace.serve import app, processes
 
     searcher = Searcher.open(index, model)
     clock = StageClock()
@@ -210,29 +212,60 @@ def serve(model: str, index: str, port: int, split_file: str, text_side: str = "
     for name in ("get", "hubness"):
         setattr(index_, name, clock.wrap("explain", getattr(index_, name)))
     explain_search.contributions = clock.wrap("explain", explain_search.contributions)
-    signal.signal(signal.SIGUSR1, lambda *_: clock.start())
+    split_file = Path(split_dir) / f"split-{os.getpid()}.json"
+
     def dump(*_):  # whole or absent: the client reads the file as soon as it appears
-        tmp = Path(split_file + ".tmp")
+        tmp = split_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(clock.stop()))
         os.replace(tmp, split_file)
 
+    signal.signal(signal.SIGUSR1, lambda *_: clock.start())
     signal.signal(signal.SIGUSR2, dump)
     undone = {x for x in before.split(",") if x}
     if "response" in undone:
         app._search_json = lambda content: content  # FastAPI then validates and writes it (response_model)
     if "blas" in undone:
-        app.one_blas_thread = lambda: None
+        app.one_blas_thread = processes.one_blas_thread = lambda: None
     print(json.dumps({"text_encoder": type(searcher.queries).__name__, "model": type(searcher.model).__name__}),
           flush=True)
-    app.run(searcher, host="127.0.0.1", port=port)
+    return searcher
 
 
-def start_server(model: str, index: Path, port: int, split_file: Path, text_side: str, batch: bool, before: str = ""):
-    code = ("import sys; from benchmarks.serve_load import serve; "
-            "serve(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6] == '1', sys.argv[7])")
-    cmd = [sys.executable, "-c", code, str(model), str(index), str(port), str(split_file), text_side,
-           "1" if batch else "0", before]
+def serve(model: str, index: str, port: int, split_dir: str, text_side: str = "auto", batch: bool = True,
+          before: str = "", processes: int = 1) -> None:
+    """The server: ``app.run`` over one measured session, or ``processes`` of them on the port
+    (serve/processes.py), as a user would start them."""
+    if processes > 1:
+        import functools
+
+        from tokenspace.serve.processes import run_processes
+
+        run_processes(functools.partial(open_measured, model, index, split_dir, text_side, batch, before),
+                      processes, "127.0.0.1", port)
+    else:
+        from tokenspace.serve import app
+
+        app.run(open_measured(model, index, split_dir, text_side, batch, before), host="127.0.0.1", port=port)
+
+
+def server_pids(proc: subprocess.Popen, processes: int) -> list[int]:
+    """The processes that answer: the server itself, or the ones run_processes started."""
+    if processes == 1:
+        return [proc.pid]
+    kids = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+    return [int(k) for k in kids if b"spawn_main" in Path(f"/proc/{k}/cmdline").read_bytes()]
+
+
+def start_server(model: str, index: Path, port: int, split_dir: Path, text_side: str, batch: bool, before: str = "",
+                 processes: int = 1):
+    code = ("import sys; from benchmarks.serve_load import serve; serve(sys.argv[1], sys.argv[2], int(sys.argv[3]), "
+            "sys.argv[4], sys.argv[5], sys.argv[6] == '1', sys.argv[7], int(sys.argv[8]))")
+    cmd = [sys.executable, "-c", code, str(model), str(index), str(port), str(split_dir), text_side,
+           "1" if batch else "0", before, str(processes)]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    started = [json.loads(proc.stdout.readline() or "null") for _ in range(processes)]  # each opened its session
+    if None in started:
+        raise RuntimeError(f"the server exited: {proc.stderr.read()[-2000:]}")
     deadline = time.time() + 300
     while time.time() < deadline:
         if proc.poll() is not None:
@@ -241,7 +274,8 @@ def start_server(model: str, index: Path, port: int, split_file: Path, text_side
             with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
                 s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
                 if s.recv(64).startswith(b"HTTP/1.1 200"):
-                    return proc, json.loads(proc.stdout.readline())
+                    time.sleep(1.0)  # the other processes' sockets: each listens once its session is open
+                    return proc, started[0]
         except OSError:
             time.sleep(0.3)
     proc.kill()
@@ -404,6 +438,17 @@ def summarise(results, errors, elapsed, client_cpu, split: dict | None = None) -
     return out
 
 
+def added(splits: list[dict]) -> dict:
+    """The servers' splits summed (wall time: the longest)."""
+    out = {}
+    for k, v in splits[0].items():
+        if isinstance(v, dict):
+            out[k] = {s: sum(x[k].get(s, 0.0) for x in splits) for s in set().union(*(x[k] for x in splits))}
+        else:
+            out[k] = max(x[k] for x in splits) if k == "wall_s" else sum(x[k] for x in splits)
+    return out
+
+
 def cpu_split(split: dict, n: int) -> dict:
     """The server's CPU per request (ms): encode, search, explain, pools, HTTP (the rest) and the total."""
     per = lambda s: 1000.0 * s / max(n, 1)  # noqa: E731
@@ -457,6 +502,8 @@ def main(argv=None) -> int:
     p.add_argument("--no-batch", action="store_true", help="one text per encoder call (no micro-batches)")
     p.add_argument("--before", default="", help="service changes undone, comma-separated: response (FastAPI "
                    "validates and writes /search's dict), blas (numpy's BLAS pool as numpy starts it)")
+    p.add_argument("--processes", type=int, default=1, help="server processes on the port (serve/processes.py: "
+                   "the Python side of a search runs on one core at a time in one process)")
     p.add_argument("--tiny-images", type=int, default=200)
     p.add_argument("--write", help="markdown file whose 'serve' section gets the figures")
     p.add_argument("--json", help="also write the summary as JSON here")
@@ -486,32 +533,43 @@ def main(argv=None) -> int:
 
             vocab = Vocabulary.from_file(folder / "vocab.txt")
         words = [t for t in vocab.tokens if t.isalpha() and t.islower() and len(t) > 2][:5000] or WORDS
-        split_file = Path(tmp) / "split.json"
+        split_dir = Path(tmp) / "splits"
+        split_dir.mkdir()
         port = free_port()
-        server, started = start_server(model, index, port, split_file, args.text_side, not args.no_batch, args.before)
-        name = f"{Path(str(model)).name}: {started['text_encoder']}" + ("" if args.no_batch else ", batched") + (
-            f", before: {args.before}" if args.before else "")
-        summary = {"name": args.name or name, "world": world,
-                   "model": str(model), "index": str(index), "text_encoder": started["text_encoder"],
-                   "batch": not args.no_batch, "before": args.before, "client": args.client, "connections": args.connections,
-                   "duration_s": args.duration, "loads": {}}
+        server = None
         try:
+            server, started = start_server(model, index, port, split_dir, args.text_side, not args.no_batch,
+                                           args.before, args.processes)
+            pids = server_pids(server, args.processes)
+            name = (f"{Path(str(model)).name}: {started['text_encoder']}" + ("" if args.no_batch else ", batched")
+                    + (f", before: {args.before}" if args.before else "")
+                    + (f", {args.processes} processes" if args.processes > 1 else ""))
+            summary = {"name": args.name or name, "world": world, "model": str(model), "index": str(index),
+                       "text_encoder": started["text_encoder"], "batch": not args.no_batch, "before": args.before,
+                       "processes": args.processes, "client": args.client, "connections": args.connections,
+                       "duration_s": args.duration, "loads": {}}
             for i, load in enumerate(loads):
-                split_file.unlink(missing_ok=True)
+                for f in split_dir.glob("*.json"):
+                    f.unlink()
+
+                def signal_all(sig):
+                    for pid in pids:
+                        os.kill(pid, sig)
                 results, errors, elapsed, cpu = asyncio.run(run_load(
                     port, args.connections, args.duration, Requests(load, ids, words, seed=i), args.client,
-                    on_start=lambda: os.kill(server.pid, signal.SIGUSR1),
-                    on_stop=lambda: os.kill(server.pid, signal.SIGUSR2)))
+                    on_start=lambda: signal_all(signal.SIGUSR1), on_stop=lambda: signal_all(signal.SIGUSR2)))
                 for _ in range(100):
-                    if split_file.exists():
+                    if len(list(split_dir.glob("*.json"))) == len(pids):
                         break
                     time.sleep(0.1)
-                split = json.loads(split_file.read_text()) if split_file.exists() else None
+                found = [json.loads(f.read_text()) for f in split_dir.glob("*.json")]
+                split = added(found) if len(found) == len(pids) else None
                 summary["loads"][load] = summarise(results, errors, elapsed, cpu, split)
                 print(rows({**summary, "loads": {load: summary["loads"][load]}})[0], flush=True)
         finally:
-            server.terminate()
-            server.wait(10)
+            if server is not None:
+                server.terminate()
+                server.wait(30)
     print(json.dumps(summary, indent=2))
     record = run_record(__file__, argv)
     if args.json:

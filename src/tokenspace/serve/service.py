@@ -6,6 +6,7 @@ server. Results are plain dicts shaped like the response schemas in ``schemas.py
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from urllib.parse import quote
@@ -45,6 +46,12 @@ def _jsonable(value):
     if isinstance(value, np.ndarray):
         return value.tolist()
     return value
+
+
+@functools.lru_cache(maxsize=65536)
+def image_url(doc_id: str) -> str:
+    """The URL of an indexed image, kept: quoting each hit's id was half the cost of building the hits' dicts."""
+    return f"/image/{quote(doc_id, safe='')}"
 
 
 class SearchService:
@@ -117,7 +124,7 @@ class SearchService:
         return {
             "id": h.id,
             "score": float(h.score),
-            "image_url": f"/image/{quote(h.id, safe='')}" if h.item.get("image") else None,
+            "image_url": image_url(h.id) if h.item.get("image") else None,
             "text": h.item.get("text"),
             "label": h.item.get("label"),
             "tokens": [c.to_dict() for c in h.parts],
