@@ -13,7 +13,9 @@ best class under the same shaping and idf (CLIP's prompt ensemble, cosine).
     python -m benchmarks.search_quality --split test --rankings benchmarks/search_quality_rows.json   # the table
 
 ``--split val-mixed`` / ``test-mixed`` index every split's images together (as the demo indexes several
-sources in one index, where hubs of one source crowd the others' queries) and add the icon sets' names.
+sources in one index, where hubs of one source crowd the others' queries) and add the icon sets' names;
+val-mixed also holds photo-val's 500 photos (../shared/data/photo-val, validation only; skipped when
+absent), each searched by its class name, so a ranking is chosen for collections of drawings and photos.
 
 Writes benchmarks/results/search_quality-<split>.json and prints a table (best first on val).
 """
@@ -29,6 +31,8 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.common import run_record, write_json
+from benchmarks.search_trust import PHOTO_VAL
+from benchmarks.search_trust import records as split_records
 from tokenspace import pipeline
 from tokenspace.eval import ZeroShotEvaluator
 from tokenspace.explain.ranking import Ranking, encode_queries
@@ -42,7 +46,7 @@ RELEASE = "tokenspace-stair-drawings"
 BANK_SPECS = ["emoji:train", "emoji:train-extra", "icons:train", "openclipart:train"]
 BANK_SIZE = 8000  # captions drawn from them (deterministic): r_D's top-K means settle well before
 SPLITS = {"val": ["emoji:val", "openclipart:val"], "test": ["emoji:test", "openclipart:test"],
-          "val-mixed": ["emoji:val", "openclipart:val", "icons:val"],
+          "val-mixed": ["emoji:val", "openclipart:val", "icons:val", "photo-val"],
           "test-mixed": ["emoji:test", "openclipart:test", "icons:test"]}
 PHOTOS = {"val": "fashion-mnist:val", "test": "fashion-mnist:test", "val-mixed": "fashion-mnist:val",
           "test-mixed": "fashion-mnist:test"}
@@ -104,10 +108,10 @@ def main(argv=None) -> int:
     mixed = args.split.endswith("-mixed")
     t0 = time.time()
     model = load(args.model)
-    specs = SPLITS[args.split]
+    specs = [s for s in SPLITS[args.split] if s != "photo-val" or (PHOTO_VAL / "labels.tsv").exists()]
     data = {}
     for spec in specs:
-        enc = pipeline.image_grids(model, pipeline.load_split(spec), progress=False)
+        enc = pipeline.image_grids(model, split_records(spec), progress=False)
         texts, target = pipeline.texts_and_targets(enc.records)
         names = [t.split(" — ")[0] for t in texts]
         data[spec] = (model.encode_image_grids(enc.grids), [r.id for r in enc.records], {"": texts, " name": names},

@@ -154,6 +154,23 @@ def test_expansion_keeps_the_querys_words_and_related_tokens_only(filtered, tiny
     assert fitted["bank"] == len(bank) and fitted["related_dim"] == 4
 
 
+def test_topic_mask_is_what_the_filter_keeps(filtered, tiny_vocab):
+    """The mask a part is fine-tuned under is the one its queries are filtered with: 1 exactly where
+    text_embed keeps a part's expansion (own words, related non-hubs), and None without a filter."""
+    m, vec = filtered
+    fit_query_filter(m, ["a red dog", "a blue cat", "the sun and a star"], vec, related_min=0.5, top=3, min_share=0.6)
+    with torch.no_grad():
+        ids, mask = m.tokenize(["a dog", "red hat with a ball"])
+        keep = m.topic_mask(ids, mask)
+        raw = sum(w * unit(p.text_embed(ids, mask)) for w, p in zip(m.text_weights, m.parts))
+        got = m.text_embed(ids, mask) - m.anchor * unit(m.bag(ids, mask))
+    assert set(keep.unique().tolist()) <= {0.0, 1.0} and 0 < keep.sum() < keep.numel()
+    torch.testing.assert_close(got, raw * keep, atol=1e-6, rtol=0)
+    assert keep[0, tiny_vocab.id("dog")] == 1 and keep[0, tiny_vocab.id("cat")] == 1 and keep[0, tiny_vocab.id("moon")] == 0
+    m.related_min = None
+    assert m.topic_mask(ids, mask) is None
+
+
 def test_the_filter_is_stored_with_the_weights(filtered, tmp_path):
     from tokenspace.models.registry import from_pretrained
 

@@ -185,15 +185,26 @@ class FusedModel(DualEncoder):
         out = torch.zeros(input_ids.shape[0], len(self.vocab), device=input_ids.device)
         return out.scatter_reduce(1, input_ids, valid, reduce="amax", include_self=True)
 
+    def topic_mask(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                   own: torch.Tensor | None = None) -> torch.Tensor | None:
+        """[B, V] 1 for the tokens the query filter lets an expansion add (None without a filter). Also
+        what a part is fine-tuned under, so that its text side learns to carry its signal on these tokens
+        (benchmarks/release_model.py ``--filter-steps``)."""
+        if self.related_min is None:
+            return None
+        own = self.bag(input_ids, attention_mask) if own is None else own
+        return on_topic(own, input_ids, attention_mask.bool() & self.content[input_ids], self.related,
+                        self.expansion_drop, self.related_min)
+
     def text_embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         own = self.bag(input_ids, attention_mask)
         expansion = 0.0
         for w, part in zip(self.text_weights, self.parts):
             if w:
                 expansion = expansion + w * _unit(part.text_embed(input_ids, attention_mask))
-        if self.related_min is not None and isinstance(expansion, torch.Tensor):
-            expansion = expansion * on_topic(own, input_ids, attention_mask.bool() & self.content[input_ids],
-                                             self.related, self.expansion_drop, self.related_min)
+        keep = self.topic_mask(input_ids, attention_mask, own) if isinstance(expansion, torch.Tensor) else None
+        if keep is not None:
+            expansion = expansion * keep
         return self.anchor * _unit(own) + expansion
 
     def image_scores(self, grid: torch.Tensor) -> torch.Tensor:
