@@ -295,7 +295,7 @@ def build_release(stair: Path, folder: Path, home, card: dict) -> dict:
     return fitted
 
 
-def filter_finetune(folder: Path, out: Path, steps: int, lr: float, home) -> None:
+def filter_finetune(folder: Path, out: Path, steps: int, lr: float, home, batch_size: int | None = None) -> None:
     """Fine-tune the stored release's STAIR part with its query filter in the loop, then store the release
     again with the new part. Why: the filter drops expansion tokens (hubs, words unrelated to the query) that
     the part was trained to rely on, so its signal on drawings vanished with them (emoji:val 15.4 -> 13.6);
@@ -321,7 +321,8 @@ def filter_finetune(folder: Path, out: Path, steps: int, lr: float, home) -> Non
     recipe = Recipe.load(RECIPES[STAIR], eval_every=0, checkpoint_every=100, stages=[
         {"name": "filtered", "steps": steps, "lr": lr, "restrict_text": False, "freeze_image": False,
          "warmup_steps": max(1, steps // 10), "schedule": "linear"}],
-        loss={**FILTER_FT_LOSS})  # FLOPs at full weight from step 0: the part is trained already
+        loss={**FILTER_FT_LOSS},  # FLOPs at full weight from step 0: the part is trained already
+        **({"batch_size": batch_size} if batch_size else {}))
     enc = pipeline.image_grids(stair, pipeline.load_data(recipe.data["train"], home), home, True)
     Trainer(stair, recipe, pipeline.caption_pairs(enc.grids, enc.records), out, progress=True).fit(resume=True)
     tuned = {k: v for k, v in stair.state_dict().items() if not k.startswith("image_tower.")}
