@@ -388,29 +388,46 @@ class Searcher:
 
 
 class _Batches:
-    """Texts asked for by several threads at once, encoded together: a thread queues its text and waits
-    for its turn; the first to get it encodes every queued text in one call and hands each thread its
-    row. A text alone is encoded at once (no waiting for company). Why: a model call costs per call (the
-    release model's text side reads its 15.6 MB of word embeddings once per call, whatever the number
-    of texts), so under load a batch of 16 costs little more than one text."""
+    """Texts asked for by several threads at once, encoded together. A thread queues its text; if no batch
+    is running it leads: it takes every queued text, encodes them in one call, wakes the threads whose rows
+    are ready and hands the lead to the first thread still queued (or ends the run). A text alone is
+    encoded at once (no waiting for company), and a thread whose row is ready returns at once (never behind
+    the next batch, and no other thread is woken for nothing). Why batches: a model call costs per call (the
+    release model's text side reads its 15.6 MB of word embeddings once per call, whatever the number of
+    texts), so under load a batch of 16 costs little more than one text."""
 
     def __init__(self, encode, max_batch: int = 64):
         self.encode_many, self.max_batch = encode, max_batch
         self._queue: list[_Slot] = []
-        self._queue_lock = threading.Lock()
-        self._turn = threading.Lock()
+        self._lock = threading.Lock()  # guards the queue and ``_running``
+        self._running = False
 
     def encode(self, text: str, ranking: Ranking) -> SparseBatch:
         slot = _Slot(text, ranking)
-        with self._queue_lock:
+        with self._lock:
             self._queue.append(slot)
-        while not slot.done:
-            with self._turn:
-                if slot.done:
-                    break
-                with self._queue_lock:
-                    batch, self._queue[:] = self._queue[: self.max_batch], self._queue[self.max_batch:]
+            slot.lead = not self._running
+            self._running = True
+        if not slot.lead:
+            slot.woken.wait()  # its row is ready, or the lead was handed to it
+        while not slot.done:  # leading: a batch that holds this text (the queue is first come, first served)
+            with self._lock:
+                batch, self._queue[:] = self._queue[: self.max_batch], self._queue[self.max_batch:]
+            try:
                 self._run(batch)
+            finally:
+                for s in batch:
+                    if s.row is None and s.error is None:  # the leader was interrupted (Ctrl-C) mid-batch
+                        s.error = RuntimeError("the batch that encoded this text was interrupted")
+                    s.done = True
+                    if s is not slot:
+                        s.woken.set()
+                with self._lock:
+                    if not self._queue:
+                        self._running = False
+                    elif slot.done:  # the next batch is another thread's to lead
+                        self._queue[0].lead = True
+                        self._queue[0].woken.set()
         if slot.error is not None:
             raise slot.error
         return slot.row
@@ -440,15 +457,17 @@ class _Batches:
 
 
 class _Slot:
-    """One thread's text in a batch: filled with its row or its error, then done."""
+    """One thread's text in a batch: filled with its row or its error, then done; ``woken`` when done or
+    when it is to lead the next batch."""
 
-    __slots__ = ("text", "ranking", "row", "error", "done")
+    __slots__ = ("text", "ranking", "row", "error", "done", "lead", "woken")
 
     def __init__(self, text: str, ranking: Ranking):
         self.text, self.ranking = text, ranking
         self.row: SparseBatch | None = None
         self.error: BaseException | None = None
-        self.done = False
+        self.done = self.lead = False
+        self.woken = threading.Event()
 
 
 def text_queries(model):

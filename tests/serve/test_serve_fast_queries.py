@@ -128,27 +128,69 @@ def test_one_texts_error_fails_only_its_own_request():
         return [f"row of {t}" for t in texts]
 
     batches = _Batches(encode_many)
-    slots = []
-    with batches._turn:  # hold the turn: the three texts queue and go in one batch
-        out = {}
+    with batches._lock:  # as if a batch were running: the three texts queue and go in the next one
+        batches._running = True
+    out = {}
 
-        def ask(t):
-            try:
-                out[t] = batches.encode(t, Ranking())
-            except ValueError as e:
-                out[t] = e
+    def ask(t):
+        try:
+            out[t] = batches.encode(t, Ranking())
+        except ValueError as e:
+            out[t] = e
 
-        threads = [threading.Thread(target=ask, args=(t,)) for t in ("good", "bad", "fine")]
-        for th in threads:
-            th.start()
-        while len(batches._queue) < 3:
-            pass
-        slots = list(batches._queue)
+    threads = [threading.Thread(target=ask, args=(t,)) for t in ("good", "bad", "fine")]
+    for th in threads:
+        th.start()
+    while len(batches._queue) < 3:
+        pass
+    slots = list(batches._queue)
+    with batches._lock:  # the running batch ends: it hands the lead to the first text queued
+        batches._queue[0].lead = True
+        batches._queue[0].woken.set()
     for th in threads:
         th.join(10)
     assert len(slots) == 3
     assert out["good"] == "row of good" and out["fine"] == "row of fine"
     assert isinstance(out["bad"], ValueError)
+
+
+def test_a_ready_row_does_not_wait_for_the_next_batch():
+    entered = {t: threading.Event() for t in "abd"}
+    gate = {t: threading.Event() for t in "abd"}
+
+    def encode_many(texts, ranking):
+        for t in "abd":
+            if t in texts:
+                entered[t].set()
+                gate[t].wait(10)
+        return [f"row of {t}" for t in texts]
+
+    batches = _Batches(encode_many)
+    out: dict[str, str] = {}
+    threads = {t: threading.Thread(target=lambda t=t: out.__setitem__(t, batches.encode(t, Ranking())))
+               for t in "abcd"}
+
+    def queued(n):
+        while len(batches._queue) < n:
+            pass
+
+    threads["a"].start()  # leads a batch of its own
+    assert entered["a"].wait(10)
+    threads["b"].start()
+    threads["c"].start()
+    queued(2)
+    gate["a"].set()  # "a" is done and hands the lead to "b": b and c go together
+    assert entered["b"].wait(10)
+    threads["d"].start()
+    queued(1)
+    gate["b"].set()  # b and c are done; "d" leads the next batch, which waits on its gate
+    assert entered["d"].wait(10)
+    threads["c"].join(10)
+    assert out.get("c") == "row of c" and "d" not in out  # c came back while d's batch still runs
+    gate["d"].set()
+    for th in threads.values():
+        th.join(10)
+    assert out == {t: f"row of {t}" for t in "abcd"}
 
 
 def test_a_numpy_copy_that_differs_is_not_used(make_model, monkeypatch, caplog):

@@ -2,13 +2,14 @@
 
 A search spends its time encoding the query: the release model's text side is a two-layer, 128-wide BERT,
 its MLM head tied to the 30,522 word embeddings, the lexical anchor and the query filter
-(models/fused.py, models/stair.py, models/query_filter.py). In torch one query costs ~35 ms of CPU, most
-of it per-call overhead of small operators (module calls, the eval() walk of every submodule, a float16
-table converted to float32 on every call). The same arithmetic in numpy, with the float16 tables
-converted once at load and the vocabulary products taken over the real (unpadded) positions only, is
-the same vector to 1e-5 (tests/models/test_fused_queries.py) for a fraction of the CPU, and a search
-with the release model then needs no torch at all (query_table.py does the same for an inference-free
-model).
+(models/fused.py, models/stair.py, models/query_filter.py). In torch one query's text side took 25 ms of
+the service's CPU (benchmarks/serve_load.py), much of it per call: module calls, the eval() walk of every
+submodule, the filter's float16 table converted to float32 on every call, torch's thread pool. The same
+arithmetic in numpy, the float16 tables converted once at load, the vocabulary product over the real
+(unpadded) positions only and the filter over the ~50-100 tokens the expansion adds, is the same vector to
+1e-5 (tests/models/test_fused_queries.py) for 40% of that CPU alone and a tenth in batches of 15, and a
+search with the release model then needs no torch at all (query_table.py does the same for an
+inference-free model).
 
     q = FusedQueries.from_folder("models/tokenspace-stair-drawings").encode_text(["a red car"])
 
