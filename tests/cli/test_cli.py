@@ -329,12 +329,23 @@ def _free_port() -> int:
 def test_serve_answers_and_refuses_a_missing_index(world, tmp_path):
     r = world.run("serve", "--model", world.model, "--index", tmp_path / "nowhere")
     assert r.code == 1 and "nowhere" in r.error_line()
+    _serve_answers(world)
 
+
+def test_serve_from_two_processes_answers_and_stops(world):
+    r = world.run("serve", "--index", world.index, "--processes", "0")
+    assert r.code == 2 and "--processes" in r.err
+    _serve_answers(world, "--processes", "2")
+
+
+def _serve_answers(world, *extra):
+    """`tokenspace serve` on the world's index answers /stats, then stops on SIGTERM without a traceback."""
     port = _free_port()
     script = Path(sys.executable).with_name("tokenspace")
     env = dict(os.environ, TOKENSPACE_HOME=str(world.home))
     # no --model: serve loads the model the index names (collection.json)
-    proc = subprocess.Popen([str(script), "serve", "--index", str(world.index), "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen([str(script), "serve", "--index", str(world.index), "--port", str(port), *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         deadline, body = time.monotonic() + 120, None
         while time.monotonic() < deadline and proc.poll() is None:

@@ -24,6 +24,9 @@ def add_arguments(sv: argparse.ArgumentParser) -> None:
                     help="hybrid search: a dense index of the same images (`index build` with a dense model); "
                          "requests then may set \"fusion\"")
     sv.add_argument("--dense-model", default=None, help="--dense-index: default the model it was built with")
+    sv.add_argument("--processes", type=positive_int, default=1, metavar="N",
+                    help="server processes sharing the one port, each with its own search session (a search's "
+                         "Python work runs on one core per process: up to one per core; default 1)")
     sv.add_argument("--upload-pixels", type=positive_int, default=UPLOAD_PIXELS, metavar="N",
                     help="memory bound: image uploads in flight decode at most N pixels at once, about 9 bytes "
                          "each at the peak (default 50,000,000: two 25-megapixel uploads, about 0.45 GB); "

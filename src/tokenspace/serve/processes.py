@@ -28,6 +28,7 @@ from tokenspace.serve.app import (
     _check_port_free,
     create_app,
     one_blas_thread,
+    run,  # noqa: F401 - one process: what `tokenspace serve` runs without --processes (cli/run/serve.py)
     server_settings,
 )
 

@@ -1,6 +1,8 @@
 """tokenspace serve --model M --index I: the HTTP API and web page."""
 from __future__ import annotations
 
+import argparse
+import functools
 import socket
 from pathlib import Path
 
@@ -34,12 +36,24 @@ def run(args) -> int:
         raise UsageError("--dense-model: only with --dense-index (hybrid search)")
     check_model_ref(model_ref)
     check_model_ref(args.dense_model, "--dense-model")
+    session = functools.partial(open_session, args.index, model_ref, args.dense_index, args.dense_model, args.device)
+    searcher = session()  # here first, with several processes too: a bad index or model is one error, not N
+    if args.processes == 1:
+        app.run(searcher, host=args.host, port=args.port, upload_pixels=args.upload_pixels)
+        return 0
+    del searcher  # each process opens its own (spawned: torch's threads do not survive a fork)
+    app.run_processes(session, args.processes, host=args.host, port=args.port,
+                                upload_pixels=args.upload_pixels)
+    return 0
+
+
+def open_session(index, model_ref, dense_index, dense_model, device) -> Searcher:
+    """The search session `serve` runs (module level: several processes each call it after a spawn)."""
     try:  # the index, its ranking, the dense half (hybrid search), then the model: one session
-        searcher = Searcher.open(args.index, model_ref, dense_half(args, args.device), device=args.device)
+        dense = dense_half(argparse.Namespace(dense_index=dense_index, dense_model=dense_model), device)
+        return Searcher.open(index, model_ref, dense, device=device)
     except SearchError as e:
         raise CLIError(as_typed(e)) from None
-    app.run(searcher, host=args.host, port=args.port, upload_pixels=args.upload_pixels)
-    return 0
 
 
 def _recorded_model(index_dir) -> str | None:
@@ -62,7 +76,9 @@ def _check_host(host: str) -> None:
 
 
 def web_app():
-    """tokenspace.serve.app (its ``run`` serves a model and an index folder until Ctrl-C)."""
-    from tokenspace.serve import app  # optional: fastapi (the serve extra); `serve --help` works without it
+    """tokenspace.serve.processes: ``run`` serves a session from this process (serve/app.py's), ``run_processes``
+    from several on one port, until Ctrl-C."""
+    # optional: fastapi (the serve extra); `serve --help` works without it
+    from tokenspace.serve import processes  # run (one process, serve/app.py's) and run_processes (several)
 
-    return app
+    return processes
