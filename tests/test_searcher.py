@@ -161,3 +161,24 @@ def test_an_older_index_with_collection_json_still_opens(built, tmp_path):
     InvertedIndex.build(InvertedIndex.load(out).get(["red-dog"]), ["red-dog"]).save(without)
     with pytest.raises(SearchError, match="does not name its model"):
         Searcher.open(without)
+
+
+def test_a_search_that_finds_nothing_says_why(built):
+    """An index whose images hold none of the query's tokens answers no hits and a note naming the query's
+    tokens (with filters, that they filtered too); a search with hits has no such note."""
+    from tokenspace.sparse import SparseBatch
+
+    model = built[0]
+    probe = Searcher.open(built[3], model)
+    q = probe.query_vector("a red dog")
+    held = set(q.to_scipy().indices.tolist())
+    other = next(i for i in range(len(model.vocab)) if i not in held and not model.vocab.tokens[i].startswith("["))
+    rows = SparseBatch.from_dicts([{other: 1.0}, {other: 0.5}], dim=len(model.vocab), vocab=model.vocab)
+    searcher = Searcher.open(InvertedIndex.build(rows, ["a", "b"]), model)
+    res = searcher.search("a red dog", 3)
+    assert res.hits == [] and len(res.notes) == 1, res.notes
+    top = [t for t, _ in model.vocab.decode(searcher.query_vector("a red dog"), top_k=5)[0]]
+    assert res.notes[0].startswith(f"no indexed image holds any of the query's tokens ({', '.join(top)})")
+    filtered = searcher.search("a red dog", 3, must=[model.vocab.tokens[other]])
+    assert filtered.hits == [] and filtered.notes[-1].endswith("and passes the filters: try other or broader words")
+    assert not any("no indexed image" in n for n in probe.search("a red dog", 3).notes)

@@ -342,6 +342,10 @@ class Searcher:
         notes = tuple(query_notes(self.model, query)) if isinstance(query, str) else ()
         if isinstance(query, str) and not has_content(self.model, query):
             hits = []  # confident hits for "the" would answer nothing the user asked (explain/notes.py)
+        elif not hits and q.nnz and len(self.index):  # an empty page with no word of why reads as a fault
+            words = ", ".join(t for t, _ in self.vocab.decode(q, top_k=5)[0])
+            notes += (f"no indexed image holds any of the query's tokens ({words})"
+                      + (" and passes the filters" if options else "") + ": try other or broader words",)
         return Results(self.vocab.decode(q, top_k=None)[0], hits, fusion, (time.perf_counter() - t0) * 1000.0,
                        notes)
 
