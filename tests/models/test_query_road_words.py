@@ -248,3 +248,32 @@ def test_token_vectors_of_a_tiny_bert_built_here():
     ref = h @ np.linalg.svd(h, full_matrices=False)[2][:4].T
     ref /= np.linalg.norm(ref, axis=1, keepdims=True)
     np.testing.assert_allclose(vec, ref, atol=1e-4)
+
+
+def test_a_part_s_image_rows_without_word_pieces(tiny_vocab, make_model, tmp_path):
+    """``image_pieces: false`` on a part: its image row loses its lone word pieces before it is normalised
+    and summed (the slow reference: the part's own row, ## entries zeroed, L2-normalised); the other part's
+    row keeps them; the option is stored with the config."""
+    import torch.nn.functional as F
+
+    from tokenspace.models.config import ModelConfig
+    from tokenspace.models.registry import build_model, from_pretrained
+
+    a = make_model("stair", seed=0).save_pretrained(tmp_path / "a")
+    cfg = ModelConfig(name="tiny-pieces", family="fused", image_tower={"type": "tiny-cnn", "channels": 16, "image_size": 32},
+                      text_tower={"type": "bag-of-tokens", "vocab_size": len(tiny_vocab)}, max_text_len=16,
+                      extra={"parts": [{"model": str(a), "image": 1.0, "text": 1.0, "image_pieces": False},
+                                       {"model": str(a), "image": 0.5, "text": 0.0}]})  # one backbone
+    m = build_model(cfg, vocab=tiny_vocab).eval()
+    pieces = torch.tensor([t.startswith("##") for t in tiny_vocab.tokens])
+    with torch.no_grad():
+        grid = m.image_grid(torch.rand(3, 3, 32, 32))
+        rows = [p.image_embed(m.part_grid(grid, i)) for i, p in enumerate(m.parts)]
+        assert rows[0][:, pieces].abs().sum() > 0 and rows[1][:, pieces].abs().sum() > 0  # both parts emit some
+        want = F.normalize(rows[0].masked_fill(pieces, 0.0), dim=-1) + 0.5 * F.normalize(rows[1], dim=-1)
+        torch.testing.assert_close(m.image_embed(grid), want, atol=1e-6, rtol=0)
+    m.save_pretrained(tmp_path / "fused")
+    assert from_pretrained(tmp_path / "fused").image_pieces == [False, True]
+    with pytest.raises(ValueError, match="image_pieces must be true or false"):
+        ModelConfig(name="x", family="fused", image_tower=cfg.image_tower, text_tower=cfg.text_tower,
+                    extra={"parts": [{"model": str(a), "image": 1.0, "text": 1.0, "image_pieces": "no"}]})

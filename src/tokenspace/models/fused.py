@@ -70,6 +70,9 @@ class FusedModel(DualEncoder):
         opts = config.options
         self.parts = nn.ModuleList(inner_model(p["model"], self.tokenizer.vocab) for p in opts.parts)
         self.image_weights = [p["image"] for p in opts.parts]
+        # a part's image rows without lone word pieces: a trained part's "##cre", "##sto" match no word a
+        # query adds (the filter adds none) and are no word a reader recognises; they only dilute its row
+        self.image_pieces = [p["image_pieces"] for p in opts.parts]
         size = self.image_tower.image_size
         self.part_sizes = [p["image_size"] or size for p in opts.parts]
         self.text_weights = [p["text"] for p in opts.parts]
@@ -86,6 +89,8 @@ class FusedModel(DualEncoder):
         # side, not here, so a model loaded to encode queries never runs its image tower (a text search's
         # start-up: 0.04 s on a quiet machine, seconds on a loaded one)
         self._cells: dict[int, tuple[int, int]] | None = None if len(self.sizes) > 1 else {}
+        whole = torch.tensor([not t.startswith("##") for t in vocab.tokens], dtype=torch.float32)
+        self.register_buffer("whole_words", whole, persistent=False)
         keep = torch.tensor(emitted_mask(tuple(self.tokenizer.vocab.tokens)))
         self.register_buffer("content", keep, persistent=False)  # which ids count as content words
         self.related_min = opts.related_min
@@ -164,7 +169,8 @@ class FusedModel(DualEncoder):
         for i, (w, part) in enumerate(zip(self.image_weights, self.parts)):
             if w:
                 scale = w if i == judge else w * (1 - take)
-                out = out + scale * _unit(part.image_embed(self.part_grid(grid, i)))
+                emb = part.image_embed(self.part_grid(grid, i))
+                out = out + scale * _unit(emb if self.image_pieces[i] else emb * self.whole_words)
         return out if isinstance(out, torch.Tensor) else grid.new_zeros(grid.shape[0], len(self.vocab))
 
     def _gate(self, grid: torch.Tensor) -> tuple[int | None, torch.Tensor | float]:
@@ -227,8 +233,8 @@ class FusedModel(DualEncoder):
     def portable_config(self):
         cfg = super().portable_config()
         sizes = [p["image_size"] for p in self.config.options.parts]
-        parts = [{"model": part.portable_config().to_dict(), "image": a, "text": t, "image_size": s}
-                 for part, a, t, s in zip(self.parts, self.image_weights, self.text_weights, sizes)]
+        parts = [{"model": part.portable_config().to_dict(), "image": a, "text": t, "image_size": s, "image_pieces": ps}
+                 for part, a, t, s, ps in zip(self.parts, self.image_weights, self.text_weights, sizes, self.image_pieces)]
         # the weights as they are now (a sweep sets them on a built model), not as the config was built
         cfg.extra = {**cfg.extra, "parts": parts, "anchor": self.anchor, "image_top_n": self.image_top_n,
                      "text_top_n": self.text_top_n, "related_min": self.related_min,

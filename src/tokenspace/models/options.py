@@ -207,7 +207,8 @@ class FusedOptions(FamilyOptions):
 
     ``parts``: [{"model": a model folder, release or training-free config name (a config being built) or
     the part's portable config (a saved folder), "image": weight, "text": weight, "image_size": px or
-    null (the fused tower's)}]; a part with text weight 0 adds nothing to the text side. ``anchor``:
+    null (the fused tower's), "image_pieces": false to drop lone word pieces (``##x``) from the part's image
+    rows (default true)}]; a part with text weight 0 adds nothing to the text side. ``anchor``:
     weight of the bag of the text's own content word pieces (lexical anchoring, not in any of the three
     papers). Top-n: as STAIR's, after fusing."""
 
@@ -234,7 +235,7 @@ class FusedOptions(FamilyOptions):
         for i, part in enumerate(parts):
             if not isinstance(part, dict):
                 raise ValueError(f"fused part {i} must be a mapping {{model, image, text}}, not {part!r}")
-            check_keys(part, ("model", "image", "text", "image_size"), f"fused part {i}")
+            check_keys(part, ("model", "image", "text", "image_size", "image_pieces"), f"fused part {i}")
             if not isinstance(part.get("model"), (str, dict)):
                 raise ValueError(f"fused part {i} needs model: a model folder, release or config name")
             w = {k: _number(part.get(k, 1.0), f"parts[{i}].{k}") for k in ("image", "text")}
@@ -243,7 +244,10 @@ class FusedOptions(FamilyOptions):
             size = _number(part.get("image_size"), f"parts[{i}].image_size", int, allow_none=True)
             if size is not None and size < 1:
                 raise ValueError(f"fused part {i}: image_size must be a positive integer, not {size}")
-            checked.append({"model": part["model"], **w, "image_size": size})
+            pieces = part.get("image_pieces", True)
+            if not isinstance(pieces, bool):
+                raise ValueError(f"fused part {i}: image_pieces must be true or false, not {pieces!r}")
+            checked.append({"model": part["model"], **w, "image_size": size, "image_pieces": pieces})
         self._set("parts", tuple(checked))
         self._set("anchor", _number(self.anchor, "anchor"))
         self._set("related_min", _number(self.related_min, "related_min", allow_none=True))
