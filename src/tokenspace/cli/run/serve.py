@@ -42,8 +42,7 @@ def run(args) -> int:
         app.run(searcher, host=args.host, port=args.port, upload_pixels=args.upload_pixels)
         return 0
     del searcher  # each process opens its own (spawned: torch's threads do not survive a fork)
-    app.run_processes(session, args.processes, host=args.host, port=args.port,
-                                upload_pixels=args.upload_pixels)
+    app.run_processes(session, args.processes, host=args.host, port=args.port, upload_pixels=args.upload_pixels)
     return 0
 
 
