@@ -37,6 +37,7 @@ from tokenspace.models.config import (  # noqa: F401 - the folder file names, re
 )
 from tokenspace.models.options import FamilyOptions
 from tokenspace.models.pooling import keep_top
+from tokenspace.models.texts import as_texts
 from tokenspace.models.towers import build_image_tower, build_text_tower
 from tokenspace.sparse import SparseBatch
 from tokenspace.vocab import Vocabulary, WordPieceTokenizer
@@ -194,14 +195,7 @@ class DualEncoder(nn.Module):
         """One text or a list -> SparseBatch, one row per text (open_clip's name; ``convert_to_sparse_tensor``
         as in ``encode_image``). Empty texts raise ValueError: an empty caption has no meaning to encode,
         and silently returning a zero row hides data bugs."""
-        single = isinstance(texts, str)
-        texts = [texts] if single else list(texts)
-        bad = [i for i, t in enumerate(texts) if not isinstance(t, str)]
-        if bad:
-            raise TypeError(f"encode_text takes strings; position {bad[0]} is {type(texts[bad[0]]).__name__}")
-        empty = [i for i, t in enumerate(texts) if not t.strip()]
-        if empty:
-            raise ValueError(f"empty text at positions {empty[:10]}")
+        texts, single = as_texts(texts)
         outs = []
         with self._encoding(batch_size) as device:
             for s in tqdm(range(0, len(texts), batch_size), disable=not progress, desc="encode texts"):

@@ -27,6 +27,7 @@ import numpy as np
 from scipy.special import erf
 
 from tokenspace.models.classwords import emitted_mask
+from tokenspace.models.texts import as_texts
 from tokenspace.sparse import SparseBatch
 from tokenspace.vocab import Vocabulary, WordPieceTokenizer
 
@@ -317,13 +318,7 @@ class FusedQueries:
 
     def encode_text(self, texts: str | Sequence[str], batch_size: int = 256, **_) -> SparseBatch:
         """One text or a list -> one row each (models/dual.py ``encode_text``; the same errors)."""
-        texts = [texts] if isinstance(texts, str) else list(texts)
-        bad = [i for i, t in enumerate(texts) if not isinstance(t, str)]
-        if bad:
-            raise TypeError(f"encode_text takes strings; position {bad[0]} is {type(texts[bad[0]]).__name__}")
-        empty = [i for i, t in enumerate(texts) if not t.strip()]
-        if empty:
-            raise ValueError(f"empty text at positions {empty[:10]}")
+        texts, _ = as_texts(texts)
         if not texts:
             return SparseBatch.empty(0, len(self.vocab), self.vocab)
         outs = []

@@ -46,6 +46,7 @@ from tokenspace.models.config import ModelConfig
 from tokenspace.models.dual import DualEncoder
 from tokenspace.models.options import FAMILY_OPTIONS, FamilyOptions, _top_n
 from tokenspace.models.registry import build_model, inner_model, load
+from tokenspace.models.texts import as_texts
 from tokenspace.sparse import SparseBatch
 
 FROM_BASE = {"type": "from-base"}  # an inference-free config's towers: the base model's own
@@ -172,14 +173,7 @@ class InferenceFreeModel(DualEncoder):
                     convert_to_sparse_tensor: bool = False):
         """One text or a list -> SparseBatch (``encode_text``'s contract) with no network: tokenize, look up
         each distinct token's weight, keep the ``text_top_n`` heaviest, normalise (cosine bases)."""
-        single = isinstance(texts, str)
-        texts = [texts] if single else list(texts)
-        bad = [i for i, t in enumerate(texts) if not isinstance(t, str)]
-        if bad:
-            raise TypeError(f"encode_text takes strings; position {bad[0]} is {type(texts[bad[0]]).__name__}")
-        empty = [i for i, t in enumerate(texts) if not t.strip()]
-        if empty:
-            raise ValueError(f"empty text at positions {empty[:10]}")
+        texts, single = as_texts(texts)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         table, cosine = self._weights(), self.similarity_fn_name == "cosine"
