@@ -109,6 +109,15 @@ def tiny_pairs(tmp_path):
 
 
 @pytest.fixture
+def tiny_manifest(tiny_pairs, tmp_path):
+    """tiny_pairs as a JSONL manifest of the "train" split (the path; ``--data PATH:train`` reads it)."""
+    from tokenspace.data.manifest import Record, write_manifest
+
+    paths, texts = tiny_pairs
+    return write_manifest([Record(p.stem, str(p), t, "train") for p, t in zip(paths, texts)], tmp_path / "tiny.jsonl")
+
+
+@pytest.fixture
 def restore_cli_logging():
     """cli.main installs its stderr handler on "tokenspace" for the whole process: put it back after."""
     logger = logging.getLogger("tokenspace")

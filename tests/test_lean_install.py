@@ -20,23 +20,19 @@ import pytest
 
 from benchmarks.lean_search import make_lean_venv
 from tokenspace.cli import main
-from tokenspace.data.manifest import Record, write_manifest
 
 pytestmark = pytest.mark.slow  # a wheel build, a venv and three fresh processes: about a minute
 
 
 @pytest.fixture
-def lean(make_model, tiny_pairs, tmp_path, monkeypatch, restore_cli_logging):
+def lean(make_model, tiny_manifest, tmp_path, monkeypatch, restore_cli_logging):
     """(the fresh venv's bin folder, an index built with an inference-free model, its environment)."""
     home = tmp_path / "home"
     monkeypatch.setenv("TOKENSPACE_HOME", str(home))
     make_model("stair").save_pretrained(tmp_path / "model")
-    paths, texts = tiny_pairs
-    manifest = write_manifest([Record(p.stem, str(p), t, "train") for p, t in zip(paths, texts)],
-                              tmp_path / "tiny.jsonl")
-    assert main(["sparsify", "--inference-free", str(tmp_path / "model"), "--data", f"{manifest}:train",
+    assert main(["sparsify", "--inference-free", str(tmp_path / "model"), "--data", f"{tiny_manifest}:train",
                  "--weights", "idf", "--out", str(tmp_path / "if-model")]) == 0
-    assert main(["index", "build", "--model", str(tmp_path / "if-model"), "--data", f"{manifest}:train",
+    assert main(["index", "build", "--model", str(tmp_path / "if-model"), "--data", f"{tiny_manifest}:train",
                  "--out", str(tmp_path / "idx"), "--tower", "torch", "--workers", "0"]) == 0
 
     bin_ = make_lean_venv(tmp_path / "lean")

@@ -106,14 +106,13 @@ def test_search_page_in_chromium(live_server, tmp_path):
 
 
 @pytest.mark.slow
-def test_the_driver_serves_an_index_itself_as_make_screenshot_does(make_model, tiny_pairs, tmp_path, monkeypatch,
+def test_the_driver_serves_an_index_itself_as_make_screenshot_does(make_model, tiny_manifest, tmp_path, monkeypatch,
                                                                    restore_cli_logging):
     """`make screenshot`'s road: search.mjs --index DIR starts `tokenspace serve` on DIR (the model the index
     records) on a free port, takes the page and stops the server."""
     import sys
 
     from tokenspace.cli import main
-    from tokenspace.data.manifest import Record, write_manifest
 
     reason = _playwright_ready()
     if reason:
@@ -121,10 +120,7 @@ def test_the_driver_serves_an_index_itself_as_make_screenshot_does(make_model, t
     home = tmp_path / "home"
     monkeypatch.setenv("TOKENSPACE_HOME", str(home))
     make_model("stair").save_pretrained(tmp_path / "model")
-    paths, texts = tiny_pairs
-    manifest = write_manifest([Record(p.stem, str(p), t, "train") for p, t in zip(paths, texts)],
-                              tmp_path / "tiny.jsonl")
-    assert main(["index", "build", "--model", str(tmp_path / "model"), "--data", f"{manifest}:train",
+    assert main(["index", "build", "--model", str(tmp_path / "model"), "--data", f"{tiny_manifest}:train",
                  "--out", str(tmp_path / "idx"), "--tower", "torch", "--workers", "0"]) == 0
     script = Path(sys.executable).with_name("tokenspace")
     if not script.exists():
