@@ -339,15 +339,15 @@ class Searcher:
             if fused is None:
                 fused = self.index.search(q, k=k, **_prior(self.index, chosen), **options)[0] if q.nnz else []
             hits = [Hit(h.id, float(h.score), [], 0.0, self.item(h.id) or {}) for h in fused]
+        tokens = self.vocab.decode(q, top_k=None)[0]  # heaviest first
         notes = tuple(query_notes(self.model, query)) if isinstance(query, str) else ()
         if isinstance(query, str) and not has_content(self.model, query):
             hits = []  # confident hits for "the" would answer nothing the user asked (explain/notes.py)
-        elif not hits and q.nnz and len(self.index):  # an empty page with no word of why reads as a fault
-            words = ", ".join(t for t, _ in self.vocab.decode(q, top_k=5)[0])
+        elif not hits and tokens and len(self.index):  # an empty page with no word of why reads as a fault
+            words = ", ".join(t for t, _ in tokens[:5])
             notes += (f"no indexed image holds any of the query's tokens ({words})"
                       + (" and passes the filters" if options else "") + ": try other or broader words",)
-        return Results(self.vocab.decode(q, top_k=None)[0], hits, fusion, (time.perf_counter() - t0) * 1000.0,
-                       notes)
+        return Results(tokens, hits, fusion, (time.perf_counter() - t0) * 1000.0, notes)
 
     def _fused(self, query, q: SparseBatch, k: int, options: dict, fusion: str, weight: float, ranking: Ranking):
         if self.dense is None:
