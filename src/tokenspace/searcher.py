@@ -47,7 +47,7 @@ from tokenspace.index.folder import COLLECTION_FILE, DENSE_IDS, MANIFEST, index_
 from tokenspace.index.hybrid import DEPTH, hybrid_search
 from tokenspace.models.capabilities import MissingCapability, require_vectors
 from tokenspace.models.fused_queries import FusedQueries, Unsupported
-from tokenspace.query_table import NeedsModelsExtra, TableQueries
+from tokenspace.query_table import MODELS_EXTRA, NeedsModelsExtra, TableQueries
 from tokenspace.sparse import SparseBatch
 
 log = logging.getLogger(__name__)
@@ -146,11 +146,11 @@ class DenseHalf:
     index: object
 
     @classmethod
-    def open(cls, index, model=None, device: str = "cpu") -> DenseHalf:
+    def open(cls, index, model=None, device: str = "cpu", torch_threads: int | None = None) -> DenseHalf:
         """The dense half of a DenseIndex folder (`index build` with a dense model), or of a DenseIndex
         given in code; ``model``: its dense model, a model or a folder or release name (default: the one
-        the folder records). SearchError (``dense_index: ...`` / ``dense_model: ...``) for a folder
-        without a dense index or a model that is not dense."""
+        the folder records). ``torch_threads``: as Searcher.open's. SearchError (``dense_index: ...`` /
+        ``dense_model: ...``) for a folder without a dense index or a model that is not dense."""
         folder = index if isinstance(index, (str, Path)) else None
         if folder is not None:
             index = load_dense_index(folder)
@@ -161,7 +161,7 @@ class DenseHalf:
         if model is None:
             raise SearchError("dense_model: a dense index given in code needs its dense model")
         ref = model if isinstance(model, (str, Path)) else None
-        model = _load(model, device)
+        model = _load(model, device, torch_threads=torch_threads)
         try:
             require_vectors(model, False, f"dense_model {ref}" if ref is not None else "dense_model")
         except MissingCapability as e:
@@ -176,9 +176,10 @@ class Searcher:
     (hybrid search). Start one with ``Searcher.open``."""
 
     def __init__(self, model, index, collection: Collection, ranking: Ranking, *, dense: DenseHalf | None = None,
-                 base_dir=None, cache_size: int = 1024):
+                 base_dir=None, cache_size: int = 1024, text_only: bool = False):
         # the parts as Searcher.open checked them: the one constructor callers use is open
         self.model, self.index, self.vocab = model, index, model.vocab
+        self.text_only = text_only  # opened for text queries alone: an image query is refused in words
         self.collection, self.ranking, self.dense = collection, ranking, dense
         self.base_dir = Path(base_dir) if base_dir is not None else None
         # one model call at a time: the CPU is the bottleneck, and torch's own threads already use every
@@ -193,14 +194,20 @@ class Searcher:
 
     @classmethod
     def open(cls, index, model=None, dense=None, ranking: Ranking | Mapping | None = None, *, device: str = "cpu",
-             verify: bool = True, items: Mapping | None = None, cache_size: int = 1024) -> Searcher:
+             verify: bool = True, items: Mapping | None = None, cache_size: int = 1024,
+             text_only: bool = False, torch_threads: int | None = None) -> Searcher:
         """The session over ``index``: an index folder (`tokenspace index build` / `encode`), or an
         index opened in code. ``model``: a model, or a folder or release name (default: the model the
         index records). ``dense``: the dense half of a hybrid search: a DenseHalf, or the folder of a
         dense index of the same images (its model: the one the folder records). ``ranking``: the
         session's ranking, a Ranking, or {lever: value} changing the index's stored one (None keeps a
         lever). ``items``: id -> {image, text, label, source} shown beside hits instead of what the
-        index records. Checked in the order a user's wait asks for: the index and the ranking, the dense
+        index records. ``text_only``: the session answers text queries alone (`tokenspace search` with a
+        query text), so a model named by folder or release name loads as its text side without torch
+        where it has one (see ``_load``), torch installed or not; its image queries are refused.
+        ``torch_threads``: torch's threads, set before a model loads in torch (None: torch's own; 1 for a
+        process that encodes a few short texts, where a second thread gains nothing and, on a busy
+        machine, waits for a core). Checked in the order a user's wait asks for: the index and the ranking, the dense
         half, then the model; SearchError (``<option>: ...``) for what it refuses."""
         base_dir = None
         if isinstance(index, (str, Path)):
@@ -215,7 +222,7 @@ class Searcher:
             raise SearchError(str(e)) from None
         if dense is not None:
             if not isinstance(dense, DenseHalf):
-                dense = DenseHalf.open(dense, device=device)
+                dense = DenseHalf.open(dense, device=device, torch_threads=torch_threads)
             if len(dense.index) != len(index):
                 raise SearchError(f"dense_index: it holds {len(dense.index)} images and the index {len(index)}: "
                                   "index the same collection with the sparse and the dense model")
@@ -225,14 +232,15 @@ class Searcher:
                 where = f"the index at {base_dir}" if base_dir is not None else "the index"
                 raise SearchError(f"model: {where} does not name its model; give one")
         ref = model if isinstance(model, (str, Path)) else None
-        model = _load(model, device)
+        model = _load(model, device, text_only, torch_threads)
         try:
             require_vectors(model, True, f"model {ref}" if ref is not None else "model",
                             "search with a sparse model (a dense one is the dense half of a hybrid search: "
                             "--dense-model with --dense-index)")
         except MissingCapability as e:
             raise SearchError(str(e)) from None
-        return cls(model, index, collection, resolved, dense=dense, base_dir=base_dir, cache_size=cache_size)
+        return cls(model, index, collection, resolved, dense=dense, base_dir=base_dir, cache_size=cache_size,
+                   text_only=text_only)
 
     # ------------------------------------------------------------------ ranking
     def resolve(self, **changes) -> Ranking:
@@ -286,9 +294,19 @@ class Searcher:
                 raise SearchError(f"expansion: {e}") from None
 
     def encode_image(self, image) -> SparseBatch:
-        """The query vector of an image (a PIL image or a ``pathlib.Path``)."""
-        with self.model_lock:
-            return self.model.encode_image([image]).with_vocab(self.vocab)
+        """The query vector of an image (a PIL image or a ``pathlib.Path``). SearchError (``image: ...``)
+        from a session whose model is a text side alone (``text_only``, or a lean install)."""
+        if self.text_only:
+            raise SearchError("image: this session was opened for text queries alone (text_only=True); open one "
+                              "without it to search by an image")
+        if not hasattr(self.model, "encode_image"):  # a numpy text side (a lean install): no image tower
+            raise SearchError(f"image: searching by an image runs the model's image tower: that needs torch "
+                              f"({MODELS_EXTRA})")
+        try:
+            with self.model_lock:
+                return self.model.encode_image([image]).with_vocab(self.vocab)
+        except NeedsModelsExtra as e:  # an inference-free model's table, in a lean install
+            raise SearchError(f"image: {e}") from None
 
     def steer(self, query: SparseBatch, weights: Mapping[str, float] | None) -> SparseBatch:
         try:
@@ -507,11 +525,17 @@ def _prior(index, ranking: Ranking) -> dict:
     return ranking.index_options() if hasattr(index, "prior_weight") else {}
 
 
-def _load(model, device: str):
-    """A model object as given; a folder or release name loaded (on ``device``)."""
+def _load(model, device: str, text_only: bool = False, torch_threads: int | None = None):
+    """A model object as given; a folder or release name loaded (on ``device``). The one place that
+    decides whether torch loads: not for a session of text queries alone (``text_only``), nor in a lean
+    install (no torch), where the model's text side without a network (a fused or STAIR model's in
+    numpy, equal to the model's to 1e-5: tests/models/test_fused_queries.py; an inference-free model's
+    stored table) answers them; importing torch alone costs a one-query process 2-3 s. Else the model
+    itself, torch and all, on ``torch_threads`` threads when given."""
     if not isinstance(model, (str, Path)):
         return model
-    if importlib.util.find_spec("torch") is None:  # a lean install: text queries without a network
+    lean = importlib.util.find_spec("torch") is None
+    if text_only or lean:
         folder = model_folder(model) or Path(model)
         try:
             return FusedQueries.from_folder(folder)  # a fused or STAIR model's text side, in numpy
@@ -520,7 +544,13 @@ def _load(model, device: str):
         try:
             return TableQueries(folder)  # an inference-free model's stored table
         except (NeedsModelsExtra, OSError) as e:
-            raise SearchError(f"model: {e}") from None
+            if lean:
+                raise SearchError(f"model: {e}") from None
+        # with torch: a model whose queries need its network (a dense model, a config name) loads below
+    if torch_threads is not None:
+        import torch  # third-party, here: the model's load below imports it anyway; set before the load
+
+        torch.set_num_threads(torch_threads)
     loaded = tokenspace.load(model)  # torch loads here (absent from a lean install)
     return loaded.to(device) if device != "cpu" else loaded
 

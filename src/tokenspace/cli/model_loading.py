@@ -41,17 +41,6 @@ def check_model_ref(ref, option: str = "--model") -> None:
         raise CLIError(f"{option} {ref} is a file; give a model folder (config.json + model.safetensors) or a release name")
 
 
-def one_thread() -> None:
-    """Torch on one thread, for a command whose model work is loading a model and encoding a few short
-    texts (a text search): a two-layer BERT over a dozen tokens gains nothing from more, and on a busy
-    2-core machine the second thread's waits for a core cost a query 0.2 s instead of 5 ms and the
-    model's load 0.2-0.6 s instead of 0.18 s (its weight copies). Call it before the model loads."""
-    if has_torch():  # a lean install has no threads of torch's to set
-        import torch  # start-up: torch, which the model's load imports next anyway
-
-        torch.set_num_threads(1)
-
-
 def model_reference(ref: str) -> str:
     """What an index records as its model (collection.json) so that a later command loads the same one
     from any folder: a model folder as its absolute path, a release or config name as the name (as

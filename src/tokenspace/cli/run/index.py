@@ -240,7 +240,7 @@ def _export_queries(args, path: Path):
     # penalty no engine's sparse query can carry: left out
     changes = {"prior_weight": 0.0, **({"idf": 0.0} if getattr(args, "qdrant_idf", False) else {})}
     try:
-        searcher = Searcher.open(args.index, model_ref, ranking=changes)
+        searcher = Searcher.open(args.index, model_ref, ranking=changes, text_only=True)  # texts alone: no torch
         queries = SparseBatch.concat([searcher.query_vector(t) for t in texts])
     except SearchError as e:
         raise CLIError(as_typed(e)) from None

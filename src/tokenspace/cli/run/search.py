@@ -8,7 +8,7 @@ from pathlib import Path
 from tokenspace.cli import search_output
 from tokenspace.cli.common import CLIError, UsageError, ranking_changes
 from tokenspace.cli.hybrid import check_dense_args
-from tokenspace.cli.model_loading import check_model_ref, one_thread
+from tokenspace.cli.model_loading import MODELS_EXTRA, check_model_ref, has_torch
 from tokenspace.index.metadata import parse_cli as parse_filters
 from tokenspace.searcher import DenseHalf, Searcher, SearchError
 
@@ -29,10 +29,16 @@ def run(args) -> int:
     check_dense_args(args)
     check_model_ref(args.model)
     check_model_ref(args.dense_model, "--dense-model")
-    if not args.image:
-        one_thread()  # the model loads and encodes a few short texts: no work worth a second thread
+    if args.image and not has_torch():  # refused before the index loads: there is no image tower to run
+        raise CLIError(f"--image: searching by an image runs the model's image tower: that needs torch "
+                       f"({MODELS_EXTRA})")
+    # text queries: the model's text side without torch where it has one (Searcher.open's text_only), else
+    # torch on one thread (it encodes a few short texts: no work worth a second thread)
+    text_only = not args.image
+    threads = 1 if text_only else None
     try:  # the index, the ranking (a flag left out keeps the index's), the dense half, then the model
-        searcher = Searcher.open(args.index, args.model, dense_half(args), ranking_changes(args))
+        searcher = Searcher.open(args.index, args.model, dense_half(args, torch_threads=threads), ranking_changes(args),
+                                 text_only=text_only, torch_threads=threads)
     except SearchError as e:
         raise CLIError(as_typed(e)) from None
     if len(searcher.index) == 0:
@@ -70,9 +76,9 @@ def as_typed(e: Exception) -> str:
     return OPTIONS[first] + sep + rest if sep and first in OPTIONS else text
 
 
-def dense_half(args, device: str = "cpu"):
+def dense_half(args, device: str = "cpu", torch_threads: int | None = None):
     """--dense-index (and --dense-model) as Searcher.open takes them: the folder, whose own record names
     its model, or the half opened with the model given."""
     if args.dense_index is None or args.dense_model is None:
         return args.dense_index
-    return DenseHalf.open(args.dense_index, args.dense_model, device)
+    return DenseHalf.open(args.dense_index, args.dense_model, device, torch_threads)
