@@ -1,0 +1,105 @@
+"""`tokenspace search` with query texts runs no torch, torch installed or not: a fused (release-like) model's
+text side in numpy answers them (Searcher.open's text_only), with the hits, scores and query tokens that
+the torch model itself gives; the torch model still loads where a session needs it (an image query, a
+model without a numpy text side), and a text-only session refuses an image query in words."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tokenspace.cli import main
+from tokenspace.models.fused_queries import FusedQueries
+from tokenspace.searcher import Searcher, SearchError
+
+TEXTS = ["a red dog", "a blue car and a green tree", "big cat", "the", "red red red"]
+
+
+@pytest.fixture
+def fused_index(tiny_vocab, make_model, tiny_pairs, tmp_path):
+    """(a tiny fused model as the release model is made: a STAIR part, the lexical anchor and a fitted
+    query filter; its saved folder; an index of tiny_pairs by it)."""
+    import torch
+
+    from tokenspace.data.manifest import Record
+    from tokenspace.index import InvertedIndex
+    from tokenspace.models.config import ModelConfig
+    from tokenspace.models.query_filter import fit_query_filter
+    from tokenspace.models.registry import build_model
+    from tokenspace.pipeline import write_collection_meta
+
+    part = make_model("stair", seed=0).save_pretrained(tmp_path / "part")
+    cfg = ModelConfig(name="tiny-fused", family="fused", image_tower={"type": "tiny-cnn", "channels": 16, "image_size": 32},
+                      text_tower={"type": "bag-of-tokens", "vocab_size": len(tiny_vocab)}, max_text_len=16,
+                      extra={"parts": [{"model": str(part), "image": 1.0, "text": 1.0}], "anchor": 1.0,
+                             "text_top_n": 8, "related_min": 0.3, "related_dim": 4})
+    model = build_model(cfg, vocab=tiny_vocab).eval()
+    torch.manual_seed(0)
+    with torch.no_grad():
+        model.parts[0].text_tower.mlm_bias.normal_(0, 2.0)  # an expansion with strong tokens
+    vec = np.random.default_rng(0).normal(size=(len(tiny_vocab), 4)).astype(np.float32)
+    fit_query_filter(model, ["a red dog", "a blue cat"], vec / np.linalg.norm(vec, axis=1, keepdims=True), 0.3,
+                     top=3, min_share=0.6)
+    folder = model.save_pretrained(tmp_path / "fused")
+    paths, texts = tiny_pairs
+    records = [Record(id=p.stem, image=str(p), text=t, split="test") for p, t in zip(paths, texts)]
+    index_dir = tmp_path / "index"
+    InvertedIndex.build(model.encode_image(paths), [r.id for r in records]).save(index_dir)
+    write_collection_meta(index_dir, records)
+    return model, folder, index_dir, paths
+
+
+def test_the_cli_text_search_answers_as_the_torch_model(fused_index, capsys, restore_cli_logging):
+    model, folder, index_dir, _ = fused_index
+    want = Searcher.open(index_dir, model)  # the torch model itself encodes the queries
+    assert main(["search", "--index", str(index_dir), "--model", str(folder), *TEXTS, "-k", "5", "--json"]) == 0
+    got = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(got) == len(TEXTS) and sum(len(line["hits"]) for line in got) >= 10
+    for text, line in zip(TEXTS, got):
+        res = want.search(text, 5)
+        assert [h["id"] for h in line["hits"]] == [h.id for h in res.hits], text
+        assert np.allclose([h["score"] for h in line["hits"]], [h.score for h in res.hits], rtol=0, atol=1e-5)
+        assert [t["token"] for t in line["query_tokens"]] == [t for t, _ in res.query], text
+        assert np.allclose([t["weight"] for t in line["query_tokens"]], [w for _, w in res.query], rtol=0, atol=1e-5)
+        assert line["notes"] == list(res.notes), text
+
+
+def test_a_text_only_session_loads_the_text_side_and_refuses_images(fused_index):
+    model, folder, index_dir, paths = fused_index
+    s = Searcher.open(index_dir, folder, text_only=True)
+    assert isinstance(s.model, FusedQueries)
+    want = Searcher.open(index_dir, model)
+    for text in TEXTS:
+        a, b = s.search(text, 5), want.search(text, 5)
+        assert [h.id for h in a.hits] == [h.id for h in b.hits] and a.notes == b.notes
+        assert np.allclose([h.score for h in a.hits], [h.score for h in b.hits], rtol=0, atol=1e-5)
+    with pytest.raises(SearchError, match="^image: this session was opened for text queries alone"):
+        s.search(paths[0], 3)
+    full = Searcher.open(index_dir, folder)  # not text-only: the model itself, image tower and all
+    assert not isinstance(full.model, FusedQueries) and full.search(paths[0], 3).hits
+
+
+def test_a_text_only_session_loads_a_model_without_a_numpy_text_side_in_torch(make_model, tiny_pairs, tmp_path):
+    from tokenspace.index import InvertedIndex
+
+    model = make_model("visualsparta").eval()  # its text side is not reproduced in numpy: the torch model
+    folder = model.save_pretrained(tmp_path / "vs")
+    paths, _ = tiny_pairs
+    InvertedIndex.build(model.encode_image(paths), [p.stem for p in paths]).save(tmp_path / "index")
+    s = Searcher.open(tmp_path / "index", folder, text_only=True)
+    assert type(s.model).__name__ == type(model).__name__
+    assert [h.id for h in s.search("a red dog", 3).hits] == [h.id for h in Searcher.open(tmp_path / "index", model)
+                                                             .search("a red dog", 3).hits]
+
+
+def test_the_cli_text_search_imports_no_torch(fused_index):
+    _, folder, index_dir, _ = fused_index
+    code = ("import sys; from tokenspace.cli import main; "
+            f"code = main(['search', '--index', {str(index_dir)!r}, '--model', {str(folder)!r}, 'a red dog']); "
+            "print('torch-imported' if 'torch' in sys.modules else 'no-torch', code, file=sys.stderr)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and p.stderr.strip().splitlines()[-1] == "no-torch 0", p.stderr
+    assert "1." in p.stdout  # the hits were printed
