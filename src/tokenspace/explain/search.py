@@ -16,8 +16,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from tokenspace.explain.hits import Contribution, contributions
 from tokenspace.explain.steer import resolve_tokens
 from tokenspace.index.metadata import MetaFilter
@@ -78,10 +76,9 @@ def explained_search(index, query: SparseBatch, k: int = 10, *, hits=None, vocab
         hits = index.search(query, k=k, **extra, **options)[0] if query.nnz else []
     if not hits:
         return []
-    docs = index.get([h.id for h in hits])
-    if vocab is not None:
-        docs = docs.with_vocab(vocab)
-    penalty = (prior_weight * index.hubness([h.id for h in hits]) if ranked and prior_weight and has_prior
-               else np.zeros(len(hits)))
-    return [ExplainedHit(h.id, float(h.score), parts, float(p))
-            for h, parts, p in zip(hits, contributions(query, docs), penalty)]
+    ids = [h.id for h in hits]
+    docs = index.get(ids)
+    penalty = ((prior_weight * index.hubness(ids)).tolist() if ranked and prior_weight and has_prior
+               else [0.0] * len(hits))
+    return [ExplainedHit(h.id, float(h.score), parts, p)
+            for h, parts, p in zip(hits, contributions(query, docs, vocab=vocab), penalty)]
