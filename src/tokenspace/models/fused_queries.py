@@ -24,9 +24,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
-from scipy.special import erf
 
-from tokenspace.models.classwords import emitted_mask
+from tokenspace.models.classwords import emitted
 from tokenspace.models.texts import as_texts
 from tokenspace.sparse import SparseBatch
 from tokenspace.vocab import Vocabulary, WordPieceTokenizer
@@ -49,6 +48,10 @@ class Unsupported(ValueError):
 
 
 def _gelu(x: np.ndarray) -> np.ndarray:  # the exact (erf) form, transformers' "gelu"
+    # scipy.special on first use: its import (0.1-0.2 s) is paid by a search whose model runs this
+    # activation, not by every importer of this module (an inference-free model's search is one)
+    from scipy.special import erf
+
     return (x * np.float32(0.5) * (np.float32(1.0) + erf(x * np.float32(1 / np.sqrt(2))))).astype(np.float32)
 
 
@@ -219,7 +222,7 @@ class FusedQueries:
                 self.parts.append((w, _stair_text(model, get, f"parts.{i}.", vocab)))
             self.anchor = float(extra.get("anchor", 0.0))
             self.related_min = extra.get("related_min")
-            self.content = emitted_mask(tuple(self.tokenizer.vocab.tokens))
+            self._content: dict[int, bool] = {}  # token id -> emitted(token), filled as queries ask (is_content)
             if self.related_min is not None:
                 self.related_min = float(self.related_min)
                 self.drop = get("expansion_drop") != 0  # [V]: query hubs and lone word pieces
@@ -287,7 +290,7 @@ class FusedQueries:
     def _fused_row(self, ids: np.ndarray, mask: np.ndarray, expansion: tuple[np.ndarray, np.ndarray] | None):
         """One text's fused vector as (sorted dims, weights): anchor x unit(own) + expansion x on_topic."""
         real = ids[mask.astype(bool)]
-        content = real[self.content[real]]  # the text's own content word pieces, with repeats
+        content = real[self.is_content(real)]  # the text's own content word pieces, with repeats
         own = np.unique(content)
         if self.anchor and len(own):
             # unit(own): 1 / sqrt(n) on each of its n tokens, in float32 as torch divides
@@ -315,6 +318,19 @@ class FusedQueries:
         w[np.searchsorted(dims, cand)] += cand_w
         keep = w > 0
         return dims[keep], w[keep]
+
+    def is_content(self, ids: np.ndarray) -> np.ndarray:
+        """Whether each id's token is a content word piece (classwords.emitted, the lexical anchor's
+        test), remembered per token: a query asks about its own dozen tokens, and the mask of all 30,522
+        at load (classwords.emitted_mask) cost a one-query search 0.05-0.1 s."""
+        tokens, known = self.tokenizer.vocab.tokens, self._content
+        out = np.empty(len(ids), bool)
+        for j, i in enumerate(ids.tolist()):
+            hit = known.get(i)
+            if hit is None:
+                hit = known[i] = emitted(tokens[i])
+            out[j] = hit
+        return out
 
     def encode_text(self, texts: str | Sequence[str], batch_size: int = 256, **_) -> SparseBatch:
         """One text or a list -> one row each (models/dual.py ``encode_text``; the same errors)."""
