@@ -8,7 +8,7 @@ from pathlib import Path
 from tokenspace.cli import search_output
 from tokenspace.cli.common import CLIError, UsageError, ranking_changes
 from tokenspace.cli.hybrid import check_dense_args
-from tokenspace.cli.model_loading import MODELS_EXTRA, check_model_ref, has_torch
+from tokenspace.cli.model_loading import MODELS_EXTRA, check_model_ref, has_torch, one_blas_thread
 from tokenspace.index.metadata import parse_cli as parse_filters
 from tokenspace.searcher import DenseHalf, Searcher, SearchError
 
@@ -33,9 +33,11 @@ def run(args) -> int:
         raise CLIError(f"--image: searching by an image runs the model's image tower: that needs torch "
                        f"({MODELS_EXTRA})")
     # text queries: the model's text side without torch where it has one (Searcher.open's text_only), else
-    # torch on one thread (it encodes a few short texts: no work worth a second thread)
+    # torch; either on one thread (it encodes a few short texts: no work worth a second thread)
     text_only = not args.image
     threads = 1 if text_only else None
+    if text_only:
+        one_blas_thread()
     try:  # the index, the ranking (a flag left out keeps the index's), the dense half, then the model
         searcher = Searcher.open(args.index, args.model, dense_half(args, torch_threads=threads), ranking_changes(args),
                                  text_only=text_only, torch_threads=threads)
