@@ -15,7 +15,9 @@ Where the time goes: the breakdown runs the search's steps as library calls, one
 fresh process per checkout, timing each (import torch, import the search command, load the index, load
 the model, encode the query, search; the rest of the process's wall time is the interpreter's start and
 exit: a plain exit there, for both commits, while the command itself now shortens its exit), the median
-over --runs (--no-breakdown skips it).
+over --runs (--no-breakdown skips it). Each checkout runs its own command's road: this one's text search
+opens a text-only session, whose model is its text side without torch where it has one ("import torch"
+0, and torch_imported false, in the results), the base's imports torch and loads the model itself.
 
 Also timed: each --help and a usage error (`search -k 0`), answered before any library loads (target
 under 0.5 s for `search --help`).
@@ -51,10 +53,40 @@ SEARCH_TARGET_S = 1.0  # for the search with the release model, end to end, on a
 BASE = "49b5e3d"  # the commit before the start-up work (7.0-7.5 s on a quiet machine)
 QUERY = "a red heart"
 
-# one process, the search's steps in order, each timed; printed as JSON on the last line. Only names that
-# the base commit has too (cli.index_loading, cli.model_loading, explain.ranking), so both run it; the
-# torch threads as each commit's command sets them (one for a text query since the start-up work).
+# one process, the search's steps in order, each timed; printed as JSON on the last line. This checkout's
+# road (PHASES): a text search opens a text-only session (Searcher.open(text_only=True): the model's text
+# side without torch where it has one), numpy's BLAS on one thread as the command sets it; no torch is
+# imported unless the model needs it ("import torch" then 0). The base's road (BASE_PHASES): torch first,
+# then the model itself, through names that commit has (cli.index_loading, cli.model_loading,
+# explain.ranking), torch's threads as that commit's command set them.
 PHASES = r'''
+import json, sys, time
+t0 = time.perf_counter()
+out = {"import torch": 0.0}
+def lap(name):
+    global t0
+    now = time.perf_counter(); out[name] = now - t0; t0 = now
+index_dir, query = sys.argv[1], sys.argv[2]
+import tokenspace.cli.run.search
+lap("import the search command")
+from tokenspace.cli.model_loading import one_blas_thread
+from tokenspace.index import InvertedIndex
+from tokenspace.searcher import Collection, Searcher
+one_blas_thread()  # as the command does for a text query
+index = InvertedIndex.load(index_dir)
+collection = Collection.of(index, index_dir)  # the index's record (an older index's collection.json)
+lap("load the index")
+searcher = Searcher.open(index, collection.model, ranking=collection.ranking, text_only=True, torch_threads=1)
+lap("load the model")
+searcher.query_vector(query)
+lap("encode the query")
+searcher.search(query, 3)  # the encoded query comes from the session's cache
+lap("search")
+out["torch imported"] = "torch" in sys.modules
+print(json.dumps(out))
+sys.stdout.flush()
+'''
+BASE_PHASES = r'''
 import json, sys, time
 t0 = time.perf_counter()
 out = {}
@@ -84,6 +116,7 @@ q = encode_queries(model, [query], ranking)
 lap("encode the query")
 index.search(index.weigh(q, ranking.idf), 3)
 lap("search")
+out["torch imported"] = True
 print(json.dumps(out))
 sys.stdout.flush()
 '''
@@ -113,14 +146,15 @@ def time_once(cmd: list[str], env: dict, argv: list[str], check: bool = False) -
 def phases_once(src: Path | None, index: str) -> dict:
     env = console(src)[1]
     t0 = time.perf_counter()
-    r = subprocess.run([sys.executable, "-c", PHASES, index, QUERY], capture_output=True, text=True, env=env,
-                       cwd=src.parent if src else ROOT, check=False)
+    r = subprocess.run([sys.executable, "-c", BASE_PHASES if src else PHASES, index, QUERY], capture_output=True,
+                       text=True, env=env, cwd=src.parent if src else ROOT, check=False)
     total = time.perf_counter() - t0
     if r.returncode != 0:
         raise RuntimeError(f"breakdown failed: {r.stderr.strip()[-400:]}")
     steps = json.loads(r.stdout.strip().splitlines()[-1])
+    torch_imported = steps.pop("torch imported")
     steps["exit and interpreter start"] = total - sum(steps.values())
-    return {**steps, "total": total}
+    return {**steps, "total": total, "torch imported": torch_imported}
 
 
 @contextlib.contextmanager
@@ -161,7 +195,9 @@ def search_rows(index: str, runs: int, base_src: Path | None, breakdown: bool) -
             for name, src in sides.items():
                 steps[name].append(phases_once(src, index))
         for name, rows in steps.items():
-            out[name]["breakdown_median_s"] = {k: round(statistics.median(r[k] for r in rows), 3) for k in rows[0]}
+            out[name]["breakdown_median_s"] = {k: round(statistics.median(r[k] for r in rows), 3) for k in rows[0]
+                                               if k != "torch imported"}
+            out[name]["torch_imported"] = any(r["torch imported"] for r in rows)
     return out
 
 
