@@ -8,6 +8,7 @@ are at /docs. Every GET route also answers HEAD (uptime checks, ``curl -I``).
 """
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -20,8 +21,11 @@ from fastapi import FastAPI, File, Query, Request, UploadFile
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 
 from tokenspace.searcher import Searcher
 from tokenspace.serve import schemas
@@ -55,6 +59,63 @@ UPLOAD_PATH = "/search/image"
 # FastAPI does for a response_model, less its second trip through the thread pool (the check runs there
 # for a plain function) and its per-request setup; the schema in /docs stays the response_model's
 SEARCH_RESPONSE = TypeAdapter(schemas.SearchResponse)
+SEARCH_REQUEST = TypeAdapter(schemas.SearchRequest)
+
+
+class SearchRoute(APIRoute):
+    """POST /search: the operation FastAPI documents from the endpoint's signature (the same OpenAPI
+    body schema and 422s), its JSON body read and checked here (``search_request``) and the endpoint
+    run in the thread pool; the endpoint returns its Response (written by ``_search_json``). Why: FastAPI's request handling around a body parameter (dependency
+    solving, a Content-Type parsed by the email package, its body-field machinery) was ~0.7 ms of
+    CPU per search on the event loop that every request shares, ~15% of a search of the release model
+    (benchmarks/serve_load.py). FastAPI's documented hook for a route's handling: ``get_route_handler``."""
+
+    def get_route_handler(self):
+        endpoint = self.endpoint
+
+        async def handle(request: Request) -> Response:
+            try:
+                body = await request.body()
+            except HTTPException:  # the body middlewares' 408 and 413
+                raise
+            except Exception as e:  # noqa: BLE001 - as FastAPI answers a body it cannot read
+                raise HTTPException(400, "There was an error parsing the body") from e
+            return await run_in_threadpool(endpoint, search_request(body, request.headers.get("content-type")))
+
+        return handle
+
+
+def search_request(body: bytes, content_type: str | None) -> schemas.SearchRequest:
+    """A /search body as its SearchRequest, or the RequestValidationError (a 422) FastAPI gives for it,
+    error for error: no body is a missing field; a body is JSON only under a JSON Content-Type
+    (application/json or application/*+json), else its bytes are checked (and refused) as they are;
+    bytes that are no text at all get FastAPI's 400."""
+    if not body:
+        raise RequestValidationError([{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}])
+    value = body
+    if content_type and _json_type(content_type):
+        try:
+            value = json.loads(body)
+        except json.JSONDecodeError as e:
+            raise RequestValidationError([{"type": "json_invalid", "loc": ("body", e.pos), "msg": "JSON decode error",
+                                           "input": {}, "ctx": {"error": e.msg}}]) from e
+        except Exception as e:  # noqa: BLE001 - bytes that are no text (not UTF-8/16/32): FastAPI's 400
+            raise HTTPException(400, "There was an error parsing the body") from e
+    try:
+        return SEARCH_REQUEST.validate_python(value, from_attributes=True)
+    except ValidationError as e:
+        raise RequestValidationError([{**err, "loc": ("body", *err["loc"])}
+                                      for err in e.errors(include_url=False)]) from None
+
+
+def _json_type(content_type: str) -> bool:
+    """Whether a Content-Type is JSON, read as the email package reads it (FastAPI's test): the part
+    before any ';', stripped and lower-cased; a value without exactly one '/' is text/plain."""
+    kind = content_type.partition(";")[0].strip().lower()
+    if kind.count("/") != 1:
+        return False
+    main, sub = kind.split("/")
+    return main == "application" and (sub == "json" or sub.endswith("+json"))
 
 
 def create_app(searcher: Searcher, *, upload_pixels: int = UPLOAD_PIXEL_BUDGET) -> FastAPI:
@@ -112,13 +173,15 @@ def build_app(service: SearchService, max_upload_bytes: int = MAX_UPLOAD_BYTES,
     def stats():
         return service.stats()
 
-    @app.post("/search", response_model=schemas.SearchResponse, responses={**ERRORS, **SLOW_BODY})
     def search(req: schemas.SearchRequest):
         """Images for a text; ``must``/``must_not``/``where`` filter on tokens, ``filter`` on the rows'
         metadata, ``steer`` reweights the query."""
         return _search_json(service.search_text(req.text, req.k, req.must, req.must_not, req.where, req.steer,
                                                 filter=req.meta_filter(), fusion=req.fusion, weight=req.weight,
                                                 **req.ranking()))
+
+    app.router.add_api_route("/search", search, methods=["POST"], response_model=schemas.SearchResponse,
+                             responses={**ERRORS, **SLOW_BODY}, route_class_override=SearchRoute)
 
     @app.post(UPLOAD_PATH, response_model=schemas.SearchResponse,
               responses={400: {"model": schemas.Error, "description": "malformed multipart body"},
