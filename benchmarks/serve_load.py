@@ -183,8 +183,9 @@ def open_measured(model: str, index: str, split_dir: str, text_side: str = "auto
     """In a server process: ``tokenspace serve``'s session, each stage's CPU counted (StageClock).
     ``text_side="model"``: text queries through the model itself (torch), not its numpy copy;
     ``batch=False``: one text per encoder call; ``before``: comma-separated service changes undone, to
-    measure what each did ("response": /search's dict validated and written by FastAPI's response_model,
-    as before; "blas": numpy's BLAS pool as numpy starts it). SIGUSR1 starts the count, SIGUSR2 writes it
+    measure what each did ("route": /search's body read and checked by FastAPI's body parameter, not
+    serve/app.py's SearchRoute; "response": /search's dict validated and written by FastAPI's
+    response_model, as before (with "route"); "blas": numpy's BLAS pool as numpy starts it). SIGUSR1 starts the count, SIGUSR2 writes it
     to ``split_dir``/split-PID.json."""
     from tokenspace.explain import search as explain_search
     from tokenspace.searcher import Searcher
@@ -222,6 +223,10 @@ def open_measured(model: str, index: str, split_dir: str, text_side: str = "auto
     signal.signal(signal.SIGUSR1, lambda *_: clock.start())
     signal.signal(signal.SIGUSR2, dump)
     undone = {x for x in before.split(",") if x}
+    if undone & {"route", "response"}:  # FastAPI's own handling of /search's body (a dict needs it too)
+        from fastapi.routing import APIRoute
+
+        app.SearchRoute.get_route_handler = APIRoute.get_route_handler
     if "response" in undone:
         app._search_json = lambda content: content  # FastAPI then validates and writes it (response_model)
     if "blas" in undone:
@@ -500,8 +505,9 @@ def main(argv=None) -> int:
     p.add_argument("--text-side", choices=("auto", "model"), default="auto",
                    help="auto: the session's choice (numpy where it equals the model); model: the model itself")
     p.add_argument("--no-batch", action="store_true", help="one text per encoder call (no micro-batches)")
-    p.add_argument("--before", default="", help="service changes undone, comma-separated: response (FastAPI "
-                   "validates and writes /search's dict), blas (numpy's BLAS pool as numpy starts it)")
+    p.add_argument("--before", default="", help="service changes undone, comma-separated: route (FastAPI "
+                   "reads and checks /search's body), response (FastAPI validates and writes /search's dict; "
+                   "implies route), blas (numpy's BLAS pool as numpy starts it)")
     p.add_argument("--processes", type=int, default=1, help="server processes on the port (serve/processes.py: "
                    "the Python side of a search runs on one core at a time in one process)")
     p.add_argument("--tiny-images", type=int, default=200)
