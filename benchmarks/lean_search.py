@@ -14,7 +14,9 @@ one warm-up run each first (numba's on-disk cache filled, the file cache warm). 
 range of each one's wall time and of its CPU time (user + system of the search process: on a quiet
 machine a one-thread search's wall time is about its CPU time), and the
 machine's load average, which says how far from a quiet machine the wall figures are. Targets: 0.5 s
-for the lean search, 1 s for the release model's.
+for the lean search, 1 s for the release model's. A fourth arm, numba_floor, is what no search of a
+numba index can go under: the lean venv's Python importing numpy and numba and calling one cached
+kernel.
 """
 from __future__ import annotations
 
@@ -106,6 +108,21 @@ def make_lean_venv(folder: Path) -> Path:
 
 TARGETS_S = {"lean": 0.5, "release": 1.0}  # wall, on a quiet machine
 
+# the floor under any search of this index (the "numba_floor" arm): the lean venv's Python importing numpy
+# and numba and calling one cached kernel, as the index's load and search do (numba builds its typing and
+# target context on a process's first call, cache or not); nothing of tokenspace
+FLOOR_KERNEL = """
+from numba import njit
+
+
+@njit(cache=True, nogil=True)
+def total(a):
+    s = 0.0
+    for x in a:
+        s += x
+    return s
+"""
+
 
 def child_cpu() -> float:
     """User + system CPU seconds of this process's waited-for children so far."""
@@ -154,11 +171,14 @@ def cli(argv: list[str] | None = None) -> None:
                 "full": [full, *search, "--index", args.index]}
         if args.release_index:
             arms["release"] = [full, *search, "--index", args.release_index]
+        (Path(tmp) / "floor_kernel.py").write_text(FLOOR_KERNEL)
+        arms["numba_floor"] = [str(lean / "python"), "-c", f"import sys; sys.path.insert(0, {tmp!r}); "
+                               "import numpy as np, floor_kernel; floor_kernel.total(np.ones(3))"]
         env = dict(os.environ, NUMBA_CACHE_DIR=str(Path(tmp) / "numba"))
         times = time_arms(arms, args.runs, env)
     result = {**record, "index": args.index, "release_index": args.release_index, "query": args.query,
               "runs": args.runs, "load_average": os.getloadavg(), "cpus": os.cpu_count(),
-              "commands": {k: shlex.join(["tokenspace", *v[1:]]) for k, v in arms.items()},
+              "commands": {k: shlex.join([Path(v[0]).name, *v[1:]]) for k, v in arms.items()},
               "targets_s": {k: v for k, v in TARGETS_S.items() if k in arms},
               "seconds": {k: stats(v["wall"]) for k, v in times.items()},
               "cpu_seconds": {k: stats(v["cpu"]) for k, v in times.items()}}
