@@ -110,7 +110,8 @@ TARGETS_S = {"lean": 0.5, "release": 1.0}  # wall, on a quiet machine
 
 # the floor under any search of this index (the "numba_floor" arm): the lean venv's Python importing numpy
 # and numba and calling one cached kernel, as the index's load and search do (numba builds its typing and
-# target context on a process's first call, cache or not); nothing of tokenspace
+# target context on a process's first call, cache or not), then ending as the command ends; nothing of
+# tokenspace
 FLOOR_KERNEL = """
 from numba import njit
 
@@ -172,8 +173,9 @@ def cli(argv: list[str] | None = None) -> None:
         if args.release_index:
             arms["release"] = [full, *search, "--index", args.release_index]
         (Path(tmp) / "floor_kernel.py").write_text(FLOOR_KERNEL)
-        arms["numba_floor"] = [str(lean / "python"), "-c", f"import sys; sys.path.insert(0, {tmp!r}); "
-                               "import numpy as np, floor_kernel; floor_kernel.total(np.ones(3))"]
+        # ended with os._exit, as the search command ends its process (cli/__init__.py: no module teardown)
+        arms["numba_floor"] = [str(lean / "python"), "-c", f"import os, sys; sys.path.insert(0, {tmp!r}); "
+                               "import numpy as np, floor_kernel; floor_kernel.total(np.ones(3)); os._exit(0)"]
         env = dict(os.environ, NUMBA_CACHE_DIR=str(Path(tmp) / "numba"))
         times = time_arms(arms, args.runs, env)
     result = {**record, "index": args.index, "release_index": args.release_index, "query": args.query,
