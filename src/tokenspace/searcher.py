@@ -207,8 +207,8 @@ class Searcher:
         where it has one (see ``_load``), torch installed or not; its image queries are refused.
         ``torch_threads``: torch's threads, set before a model loads in torch (None: torch's own; 1 for a
         process that encodes a few short texts, where a second thread gains nothing and, on a busy
-        machine, waits for a core). Checked in the order a user's wait asks for: the index and the ranking, the dense
-        half, then the model; SearchError (``<option>: ...``) for what it refuses."""
+        machine, waits for a core). Checked in the order a user's wait asks for: the index and the
+        ranking, the dense half, then the model; SearchError (``<option>: ...``) for what it refuses."""
         base_dir = None
         if isinstance(index, (str, Path)):
             base_dir, index = index, _load_index(index, verify)
