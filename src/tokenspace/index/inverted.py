@@ -667,15 +667,22 @@ class InvertedIndex:
         """The stored (exact, float32) vectors of these documents, in the given order."""
         id_map = self._ids()
         ids = _check_ids(ids, None)
-        rows = []
-        for s in ids:
+        seg_of, local = np.empty(len(ids), np.int64), np.empty(len(ids), np.int64)
+        for i, s in enumerate(ids):
             if s not in id_map:
                 raise KeyError(f"unknown id {s!r}")
-            rows.append(self._locate(id_map[s]))
-        parts = [self._segments[si].rows(np.array([loc])) for si, loc in rows]
-        if not parts:
+            seg_of[i], local[i] = self._locate(id_map[s])
+        if not len(ids):
             return SparseBatch.empty(0, self.dim, self.vocab)
-        return SparseBatch.concat(parts).with_vocab(self.vocab)
+        # one gather per segment, not per row (a page's hits: 10 rows one at a time cost ~10x one gather)
+        segs = np.unique(seg_of)
+        if len(segs) == 1:
+            return self._segments[int(segs[0])].rows(local).with_vocab(self.vocab)
+        picks = [np.flatnonzero(seg_of == si) for si in segs]
+        batch = SparseBatch.concat([self._segments[int(si)].rows(local[p]) for si, p in zip(segs, picks)])
+        where = np.empty(len(ids), np.int64)  # the batch row of each id asked for
+        where[np.concatenate(picks)] = np.arange(len(ids))
+        return batch[where].with_vocab(self.vocab)
 
     def metadata(self, ids: Sequence[str]) -> list[dict]:
         """The stored metadata dicts of these documents ({} for a document without fields), in order."""
@@ -780,7 +787,8 @@ class InvertedIndex:
                 if remap:  # the files were just written from these arrays: no checks needed
                     seg.arrays = {a: storage.load_array(root / names[si] / f"{a}.npy", mmap=True) for a in ARRAYS
                                   if a in seg.arrays}
-                    seg._kernel_arrays = None
+                    # views of the in-memory arrays would keep them alive: a remap is there to free them
+                    seg._kernel_arrays = seg._id_views = seg._fwd_views = None
                     if texts:  # the rows' dicts too: read back from the file on first use
                         seg._meta, seg._meta_index = None, None
                         seg.meta_file = root / names[si] / manifest.META_FILE

@@ -64,6 +64,7 @@ class Segment:
     files: dict | None = field(default=None, repr=False)  # manifest entries once committed
     _kernel_arrays: kernels.SegmentArrays | None = field(default=None, repr=False)
     _id_views: tuple[np.ndarray, memoryview] | None = field(default=None, repr=False)  # see ids_of
+    _fwd_views: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(default=None, repr=False)  # see rows
     # row metadata (metadata.py): the rows' dicts, or None with meta_file set (read on first use) or
     # unset (no row carries any field)
     _meta: list[dict] | None = field(default=None, repr=False)
@@ -283,12 +284,16 @@ class Segment:
         """The stored vectors of these local docs. Gathered here, not through a SparseBatch of the whole
         store: that would convert (copy) and range-check every term id of the segment."""
         local = np.asarray(local, np.int64)
-        ip = self.fwd_indptr
+        # plain ndarray views of the (memory-mapped) store, made once: indexing an np.memmap runs its
+        # __array_finalize__ on every result, which was most of a page's explanation (10 hits: ~1 ms)
+        if self._fwd_views is None:
+            self._fwd_views = tuple(a.view(np.ndarray) for a in (self.fwd_indptr, self.fwd_indices, self.fwd_values))
+        ip, indices, values = self._fwd_views
         starts, ends = ip[local], ip[local + 1]
         indptr = np.zeros(len(local) + 1, np.int64)
         np.cumsum(ends - starts, out=indptr[1:])
         gather = np.repeat(starts - indptr[:-1], ends - starts) + np.arange(indptr[-1])
-        return SparseBatch(indptr, self.fwd_indices[gather].astype(np.int32), self.fwd_values[gather], self.dim)
+        return SparseBatch(indptr, indices[gather].astype(np.int32), values[gather], self.dim)
 
     def has_dim(self, d: int) -> np.ndarray:
         """bool[n]: docs whose weight for dim d is > 0 (from the posting lists)."""
