@@ -26,9 +26,9 @@ from benchmarks.reproduce import CLIPART_TEMPLATES, EMOJI_TEMPLATES, clean_class
 from experiments import config
 from tokenspace import pipeline
 from tokenspace.eval import ResultsDoc
+from tokenspace.eval.steering import steering_sweep
 from tokenspace.eval.zeroshot import build_classifier
 from tokenspace.explain.features import raw_image_blocks, raw_text_blocks
-from tokenspace.explain.steer import steering_sweep
 from tokenspace.models.dual import DualEncoder
 from tokenspace.sparse import SparseBatch
 

@@ -64,12 +64,8 @@ def test_steered_scores_are_the_dot_product(tiny_vocab):
 # ------------------------------------------------------------------ feature steering (Sparse CLIP Sec. 4)
 import numpy as np  # noqa: E402
 
-from tokenspace.explain.steer import (  # noqa: E402
-    alternative_labels,
-    steer_features,
-    steering_sweep,
-    top_features,
-)
+from tokenspace.eval.steering import alternative_labels, steering_sweep  # noqa: E402
+from tokenspace.explain.steer import steer_features, top_features  # noqa: E402
 
 
 def test_top_features_heaviest_first_ties_by_id_and_padded():

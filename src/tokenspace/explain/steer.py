@@ -16,17 +16,17 @@ are the ones that produced the score.
 Feature steering (Sparse CLIP Sec. 4, Fig. 8b) acts on an *image's* raw activations instead: zero the
 top-K features of the true label and set the top-K features of an alternative label to a steering
 strength (SS), the features chosen through the text encoder (the label's own raw text activations).
-The paper feeds the steered vector to a VLM; with no VLM here, ``steering_sweep`` runs the same protocol
-on zero-shot classification and counts how often the prediction becomes the alternative label.
+The paper feeds the steered vector to a VLM; with no VLM here, ``steering_sweep`` (eval/steering.py) runs
+the same protocol on zero-shot classification and counts how often the prediction becomes the alternative
+label.
 """
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 import numpy as np
 
-from tokenspace.eval.zeroshot import true_class_ranks
 from tokenspace.sparse import SparseBatch
 
 
@@ -112,40 +112,3 @@ def steer_features(acts: np.ndarray, suppress: np.ndarray, boost: np.ndarray | N
         keep = ids >= 0
         out[rows[keep], ids[keep]] = value
     return out
-
-
-def alternative_labels(labels, n_classes: int, seed: int = 0) -> np.ndarray:
-    """One alternative label per image, uniform over the other classes (fixed by ``seed``)."""
-    labels = np.asarray(labels, np.int64)
-    if n_classes < 2:
-        raise ValueError("steering needs at least two classes")
-    shift = np.random.default_rng(seed).integers(1, n_classes, len(labels))
-    return (labels + shift) % n_classes
-
-
-def steering_sweep(image_acts: np.ndarray, labels, concept_acts: np.ndarray, classifier,
-                   ks: Sequence[int] = (1, 2, 4, 8), strengths: Sequence[float | None] = (None, 1.0, 2.0),
-                   seed: int = 0) -> list[dict]:
-    """The steering protocol on zero-shot classification, one row per (K, SS).
-
-    ``image_acts`` [N, F] raw image activations, ``labels`` [N] true classes, ``concept_acts`` [C, F]
-    raw text activations of each class name (which features to steer), ``classifier`` [C, F] class
-    vectors (the prompt ensemble). Steered images are scored by cosine, as the model scores; ties count
-    against a class. SS ``None`` = suppress only. Per row: ``flip_rate`` (top-1 is now the alternative),
-    ``true_rate`` (top-1 is still the true label), and the same two rates before steering."""
-    labels = np.asarray(labels, np.int64)
-    alt = alternative_labels(labels, len(concept_acts), seed)
-
-    def rate(x, target):
-        return float(np.mean(true_class_ranks(x, classifier, target, metric="cosine") == 0))
-
-    before = {"true_before": rate(image_acts, labels), "flip_before": rate(image_acts, alt)}
-    rows = []
-    for k in ks:
-        ids = top_features(concept_acts, k)
-        for ss in strengths:
-            steered = steer_features(image_acts, ids[labels], None if ss is None else ids[alt],
-                                     0.0 if ss is None else ss)
-            rows.append({"k": int(k), "strength": ss, "flip_rate": rate(steered, alt),
-                         "true_rate": rate(steered, labels), **before})
-    return rows
