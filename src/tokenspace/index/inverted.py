@@ -30,7 +30,16 @@ from tokenspace.index.manifest import BANK_ARRAYS, FileEntry, HubPrior, Manifest
 from tokenspace.index.metadata import MetaFilter
 from tokenspace.index.query import Node
 from tokenspace.index.reorder import cluster_order
-from tokenspace.index.segment import ARRAYS, HEADS, RESIDUAL, Segment, duplicate, fwd_index_dtype, n_chunks, with_heads
+from tokenspace.index.segment import (
+    ARRAYS,
+    HEADS,
+    RESIDUAL,
+    Segment,
+    duplicate,
+    fwd_index_dtype,
+    n_chunks,
+    with_heads,
+)
 from tokenspace.index.storage import IndexCorruptError
 from tokenspace.index.token_filter import TokenFilter
 from tokenspace.sparse import SparseBatch
