@@ -69,7 +69,7 @@ def lap(name):
 index_dir, query = sys.argv[1], sys.argv[2]
 import tokenspace.cli.run.search
 lap("import the search command")
-from tokenspace.cli.model_loading import one_blas_thread
+from tokenspace.models.fused_queries import one_blas_thread
 from tokenspace.index import InvertedIndex
 from tokenspace.searcher import Collection, Searcher
 one_blas_thread()  # as the command does for a text query

@@ -173,9 +173,11 @@ def cli(argv: list[str] | None = None) -> None:
         if args.release_index:
             arms["release"] = [full, *search, "--index", args.release_index]
         (Path(tmp) / "floor_kernel.py").write_text(FLOOR_KERNEL)
-        # ended with os._exit, as the search command ends its process (cli/__init__.py: no module teardown)
-        arms["numba_floor"] = [str(lean / "python"), "-c", f"import os, sys; sys.path.insert(0, {tmp!r}); "
-                               "import numpy as np, floor_kernel; floor_kernel.total(np.ones(3)); os._exit(0)"]
+        # a script beside the kernel's module (its folder is the script's import path); ended with os._exit,
+        # as the search command ends its process (cli/__init__.py: no module teardown)
+        (Path(tmp) / "floor_main.py").write_text(
+            "import os\nimport numpy as np\nimport floor_kernel\nfloor_kernel.total(np.ones(3))\nos._exit(0)\n")
+        arms["numba_floor"] = [str(lean / "python"), str(Path(tmp) / "floor_main.py")]
         env = dict(os.environ, NUMBA_CACHE_DIR=str(Path(tmp) / "numba"))
         times = time_arms(arms, args.runs, env)
     result = {**record, "index": args.index, "release_index": args.release_index, "query": args.query,

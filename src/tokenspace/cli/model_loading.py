@@ -41,19 +41,6 @@ def check_model_ref(ref, option: str = "--model") -> None:
         raise CLIError(f"{option} {ref} is a file; give a model folder (config.json + model.safetensors) or a release name")
 
 
-def one_blas_thread() -> None:
-    """numpy's BLAS on one thread, for a command that encodes a few short texts with a numpy text side
-    (models/fused_queries.py: a text search with the release model). Why: its products are small, and
-    OpenBLAS's pool spins on the cores between calls; on a busy 2-core machine the release model's query
-    took 0.12 s with two threads and 0.01 s with one (2026-11-28). As serve/app.py's ``one_blas_thread``:
-    needs threadpoolctl (scikit-learn's, so the models extra has it); without it, as is."""
-    try:
-        from threadpoolctl import threadpool_limits  # optional: models (scikit-learn brings it)
-    except ImportError:
-        return
-    threadpool_limits(1, user_api="blas")
-
-
 def model_reference(ref: str) -> str:
     """What an index records as its model (collection.json) so that a later command loads the same one
     from any folder: a model folder as its absolute path, a release or config name as the name (as

@@ -43,6 +43,20 @@ BERT_KEYS = frozenset({"vocab_size", "hidden_size", "num_hidden_layers", "num_at
 VOCAB_BLOCK = 2048  # tokens per block of the vocabulary product (see _StairText.__call__)
 
 
+def one_blas_thread() -> None:
+    """numpy's BLAS on one thread, for a process that encodes queries with this numpy text side (the
+    service, and a text search from the command line). Why: its products are small, and OpenBLAS's pool
+    spins on the cores between calls: serving distinct queries of the release model with 2 BLAS threads
+    spent more CPU spinning than encoding (benchmarks/serve_load.py's "pools" column), and on a busy 2-core
+    machine one query took 0.12 s with two threads and 0.01 s with one (2026-11-28). Needs threadpoolctl
+    (scikit-learn's, so the models extra has it); without it, as is."""
+    try:
+        from threadpoolctl import threadpool_limits  # optional: models (scikit-learn brings it)
+    except ImportError:
+        return
+    threadpool_limits(1, user_api="blas")
+
+
 class Unsupported(ValueError):
     """A model whose text side this module does not reproduce (the caller keeps the torch model)."""
 

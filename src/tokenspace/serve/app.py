@@ -27,6 +27,7 @@ from pydantic import TypeAdapter, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
+from tokenspace.models.fused_queries import one_blas_thread
 from tokenspace.searcher import Searcher
 from tokenspace.serve import schemas
 from tokenspace.serve.body_limit import BodyLimit
@@ -243,18 +244,6 @@ def _json_safe(value):
     if isinstance(value, str):
         return value.encode("utf-8", "backslashreplace").decode("utf-8")
     return value
-
-
-def one_blas_thread() -> None:
-    """numpy's BLAS on one thread per call. Why: the service answers many requests at once on threads of
-    its own, and OpenBLAS's pool spins on the cores between calls: with 2 threads, serving distinct
-    queries of the release model spent more CPU spinning there than encoding (benchmarks/serve_load.py's
-    "pools" column). Needs threadpoolctl (scikit-learn's, so the models extra has it); without it, as is."""
-    try:
-        from threadpoolctl import threadpool_limits  # optional: models (scikit-learn brings it)
-    except ImportError:
-        return
-    threadpool_limits(1, user_api="blas")
 
 
 def _check_port_free(host: str, port: int) -> None:

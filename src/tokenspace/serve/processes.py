@@ -23,11 +23,11 @@ from multiprocessing.connection import wait
 
 import uvicorn
 
+from tokenspace.models.fused_queries import one_blas_thread
 from tokenspace.serve.app import (
     UPLOAD_PIXEL_BUDGET,
     _check_port_free,
     create_app,
-    one_blas_thread,
     run,  # noqa: F401 - one process: what `tokenspace serve` runs without --processes (cli/run/serve.py)
     server_settings,
 )

@@ -8,8 +8,9 @@ from pathlib import Path
 from tokenspace.cli import search_output
 from tokenspace.cli.common import CLIError, UsageError, ranking_changes
 from tokenspace.cli.hybrid import check_dense_args
-from tokenspace.cli.model_loading import MODELS_EXTRA, check_model_ref, has_torch, one_blas_thread
+from tokenspace.cli.model_loading import MODELS_EXTRA, check_model_ref, has_torch
 from tokenspace.index.metadata import parse_cli as parse_filters
+from tokenspace.models.fused_queries import one_blas_thread
 from tokenspace.searcher import DenseHalf, Searcher, SearchError
 
 
