@@ -18,42 +18,8 @@ from tokenspace.searcher import Searcher, SearchError
 TEXTS = ["a red dog", "a blue car and a green tree", "big cat", "the", "red red red"]
 
 
-@pytest.fixture
-def fused_index(tiny_vocab, make_model, tiny_pairs, tmp_path):
-    """(a tiny fused model as the release model is made: a STAIR part, the lexical anchor and a fitted
-    query filter; its saved folder; an index of tiny_pairs by it)."""
-    import torch
-
-    from tokenspace.data.manifest import Record
-    from tokenspace.index import InvertedIndex
-    from tokenspace.models.config import ModelConfig
-    from tokenspace.models.query_filter import fit_query_filter
-    from tokenspace.models.registry import build_model
-    from tokenspace.pipeline import write_collection_meta
-
-    part = make_model("stair", seed=0).save_pretrained(tmp_path / "part")
-    cfg = ModelConfig(name="tiny-fused", family="fused", image_tower={"type": "tiny-cnn", "channels": 16, "image_size": 32},
-                      text_tower={"type": "bag-of-tokens", "vocab_size": len(tiny_vocab)}, max_text_len=16,
-                      extra={"parts": [{"model": str(part), "image": 1.0, "text": 1.0}], "anchor": 1.0,
-                             "text_top_n": 8, "related_min": 0.3, "related_dim": 4})
-    model = build_model(cfg, vocab=tiny_vocab).eval()
-    torch.manual_seed(0)
-    with torch.no_grad():
-        model.parts[0].text_tower.mlm_bias.normal_(0, 2.0)  # an expansion with strong tokens
-    vec = np.random.default_rng(0).normal(size=(len(tiny_vocab), 4)).astype(np.float32)
-    fit_query_filter(model, ["a red dog", "a blue cat"], vec / np.linalg.norm(vec, axis=1, keepdims=True), 0.3,
-                     top=3, min_share=0.6)
-    folder = model.save_pretrained(tmp_path / "fused")
-    paths, texts = tiny_pairs
-    records = [Record(id=p.stem, image=str(p), text=t, split="test") for p, t in zip(paths, texts)]
-    index_dir = tmp_path / "index"
-    InvertedIndex.build(model.encode_image(paths), [r.id for r in records]).save(index_dir)
-    write_collection_meta(index_dir, records)
-    return model, folder, index_dir, paths
-
-
-def test_the_cli_text_search_answers_as_the_torch_model(fused_index, capsys, restore_cli_logging):
-    model, folder, index_dir, _ = fused_index
+def test_the_cli_text_search_answers_as_the_torch_model(tiny_fused_index, capsys, restore_cli_logging):
+    model, folder, index_dir, _ = tiny_fused_index
     want = Searcher.open(index_dir, model)  # the torch model itself encodes the queries
     assert main(["search", "--index", str(index_dir), "--model", str(folder), *TEXTS, "-k", "5", "--json"]) == 0
     got = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
@@ -67,8 +33,8 @@ def test_the_cli_text_search_answers_as_the_torch_model(fused_index, capsys, res
         assert line["notes"] == list(res.notes), text
 
 
-def test_a_text_only_session_loads_the_text_side_and_refuses_images(fused_index):
-    model, folder, index_dir, paths = fused_index
+def test_a_text_only_session_loads_the_text_side_and_refuses_images(tiny_fused_index):
+    model, folder, index_dir, paths = tiny_fused_index
     s = Searcher.open(index_dir, folder, text_only=True)
     assert isinstance(s.model, FusedQueries)
     want = Searcher.open(index_dir, model)
@@ -95,8 +61,8 @@ def test_a_text_only_session_loads_a_model_without_a_numpy_text_side_in_torch(ma
                                                              .search("a red dog", 3).hits]
 
 
-def test_the_cli_text_search_imports_no_torch(fused_index):
-    _, folder, index_dir, _ = fused_index
+def test_the_cli_text_search_imports_no_torch(tiny_fused_index):
+    _, folder, index_dir, _ = tiny_fused_index
     code = ("import sys; from tokenspace.cli import main; "
             f"code = main(['search', '--index', {str(index_dir)!r}, '--model', {str(folder)!r}, 'a red dog']); "
             "print('torch-imported' if 'torch' in sys.modules else 'no-torch', code, file=sys.stderr)")

@@ -20,34 +20,9 @@ TEXTS = ["a red dog", "a blue car and a green tree", "big cat", "a small bird on
 
 
 @pytest.fixture
-def fused_world(tiny_vocab, make_model, tiny_pairs, tmp_path):
+def fused_world(tiny_fused_index):
     """(a tiny fused model: a STAIR part, the anchor and a fitted query filter; its index folder)."""
-    import torch
-
-    from tokenspace.data.manifest import Record
-    from tokenspace.index import InvertedIndex
-    from tokenspace.models.config import ModelConfig
-    from tokenspace.models.query_filter import fit_query_filter
-    from tokenspace.models.registry import build_model
-    from tokenspace.pipeline import write_collection_meta
-
-    part = make_model("stair", seed=0).save_pretrained(tmp_path / "part")
-    cfg = ModelConfig(name="tiny-fused", family="fused", image_tower={"type": "tiny-cnn", "channels": 16, "image_size": 32},
-                      text_tower={"type": "bag-of-tokens", "vocab_size": len(tiny_vocab)}, max_text_len=16,
-                      extra={"parts": [{"model": str(part), "image": 1.0, "text": 1.0}], "anchor": 1.0,
-                             "text_top_n": 8, "related_min": 0.3, "related_dim": 4})
-    model = build_model(cfg, vocab=tiny_vocab).eval()
-    torch.manual_seed(0)
-    with torch.no_grad():
-        model.parts[0].text_tower.mlm_bias.normal_(0, 2.0)  # an expansion with strong tokens
-    vec = np.random.default_rng(0).normal(size=(len(tiny_vocab), 4)).astype(np.float32)
-    fit_query_filter(model, ["a red dog", "a blue cat"], vec / np.linalg.norm(vec, axis=1, keepdims=True), 0.3,
-                     top=3, min_share=0.6)
-    paths, texts = tiny_pairs
-    records = [Record(id=p.stem, image=str(p), text=t, split="test") for p, t in zip(paths, texts)]
-    index_dir = tmp_path / "index"
-    InvertedIndex.build(model.encode_image(paths), [r.id for r in records]).save(index_dir)
-    write_collection_meta(index_dir, records)
+    model, _, index_dir, _ = tiny_fused_index
     return model, index_dir
 
 
