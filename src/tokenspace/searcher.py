@@ -51,6 +51,9 @@ from tokenspace.query_table import MODELS_EXTRA, NeedsModelsExtra, TableQueries
 from tokenspace.sparse import SparseBatch
 
 log = logging.getLogger(__name__)
+# why an image query is refused where the model is a text side alone (a lean install): the command line
+# says it before the index loads, the session when asked
+IMAGE_NEEDS_TORCH = f"searching by an image runs the model's image tower: that needs torch ({MODELS_EXTRA})"
 dense_model_of = index_model  # a dense index folder names its model in its collection.json
 
 
@@ -300,8 +303,7 @@ class Searcher:
             raise SearchError("image: this session was opened for text queries alone (text_only=True); open one "
                               "without it to search by an image")
         if not hasattr(self.model, "encode_image"):  # a numpy text side (a lean install): no image tower
-            raise SearchError(f"image: searching by an image runs the model's image tower: that needs torch "
-                              f"({MODELS_EXTRA})")
+            raise SearchError(f"image: {IMAGE_NEEDS_TORCH}")
         try:
             with self.model_lock:
                 return self.model.encode_image([image]).with_vocab(self.vocab)

@@ -8,10 +8,10 @@ from pathlib import Path
 from tokenspace.cli import search_output
 from tokenspace.cli.common import CLIError, UsageError, ranking_changes
 from tokenspace.cli.hybrid import check_dense_args
-from tokenspace.cli.model_loading import MODELS_EXTRA, check_model_ref, has_torch
+from tokenspace.cli.model_loading import check_model_ref, has_torch
 from tokenspace.index.metadata import parse_cli as parse_filters
 from tokenspace.models.fused_queries import one_blas_thread
-from tokenspace.searcher import DenseHalf, Searcher, SearchError
+from tokenspace.searcher import IMAGE_NEEDS_TORCH, DenseHalf, Searcher, SearchError
 
 
 def run(args) -> int:
@@ -31,8 +31,7 @@ def run(args) -> int:
     check_model_ref(args.model)
     check_model_ref(args.dense_model, "--dense-model")
     if args.image and not has_torch():  # refused before the index loads: there is no image tower to run
-        raise CLIError(f"--image: searching by an image runs the model's image tower: that needs torch "
-                       f"({MODELS_EXTRA})")
+        raise CLIError(f"--image: {IMAGE_NEEDS_TORCH}")
     # text queries: the model's text side without torch where it has one (Searcher.open's text_only), else
     # torch; either on one thread (it encodes a few short texts: no work worth a second thread)
     text_only = not args.image
