@@ -118,18 +118,33 @@ def tiny_manifest(tiny_pairs, tmp_path):
 
 
 @pytest.fixture
-def tiny_fused_index(tiny_vocab, make_model, tiny_pairs, tmp_path):
+def index_tiny_pairs(tiny_pairs):
+    """index(model, folder) -> folder: tiny_pairs indexed by ``model`` (their "test" split), saved with the
+    collection record that `tokenspace search` and `serve` read."""
+    def index(model, index_dir):
+        from tokenspace.data.manifest import Record
+        from tokenspace.index import InvertedIndex
+        from tokenspace.pipeline import write_collection_meta
+
+        paths, texts = tiny_pairs
+        records = [Record(id=p.stem, image=str(p), text=t, split="test") for p, t in zip(paths, texts)]
+        InvertedIndex.build(model.encode_image(paths), [r.id for r in records]).save(index_dir)
+        write_collection_meta(index_dir, records)
+        return index_dir
+
+    return index
+
+
+@pytest.fixture
+def tiny_fused_index(tiny_vocab, make_model, tiny_pairs, index_tiny_pairs, tmp_path):
     """(a tiny fused model as the release model is made: a STAIR part with strong expansion tokens, the
     lexical anchor and a fitted query filter; its saved folder; an index of tiny_pairs by it, with its
     collection record; the image paths)."""
     import torch
 
-    from tokenspace.data.manifest import Record
-    from tokenspace.index import InvertedIndex
     from tokenspace.models.config import ModelConfig
     from tokenspace.models.query_filter import fit_query_filter
     from tokenspace.models.registry import build_model
-    from tokenspace.pipeline import write_collection_meta
 
     part = make_model("stair", seed=0).save_pretrained(tmp_path / "part")
     cfg = ModelConfig(name="tiny-fused", family="fused", image_tower={"type": "tiny-cnn", "channels": 16, "image_size": 32},
@@ -144,12 +159,7 @@ def tiny_fused_index(tiny_vocab, make_model, tiny_pairs, tmp_path):
     fit_query_filter(model, ["a red dog", "a blue cat"], vec / np.linalg.norm(vec, axis=1, keepdims=True), 0.3,
                      top=3, min_share=0.6)
     folder = model.save_pretrained(tmp_path / "fused")
-    paths, texts = tiny_pairs
-    records = [Record(id=p.stem, image=str(p), text=t, split="test") for p, t in zip(paths, texts)]
-    index_dir = tmp_path / "index"
-    InvertedIndex.build(model.encode_image(paths), [r.id for r in records]).save(index_dir)
-    write_collection_meta(index_dir, records)
-    return model, folder, index_dir, paths
+    return model, folder, index_tiny_pairs(model, tmp_path / "index"), tiny_pairs[0]
 
 
 @pytest.fixture

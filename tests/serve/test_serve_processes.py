@@ -45,18 +45,10 @@ def _servers(pid: int) -> list[int]:
 
 
 @pytest.mark.skipif(not hasattr(socket, "SO_REUSEPORT"), reason="needs SO_REUSEPORT")
-def test_two_processes_serve_one_port(make_model, tiny_pairs, tmp_path):
-    from tokenspace.data.manifest import Record
-    from tokenspace.index import InvertedIndex
-    from tokenspace.pipeline import write_collection_meta
-
+def test_two_processes_serve_one_port(make_model, index_tiny_pairs, tmp_path):
     model = make_model("stair")
     model_dir = model.save_pretrained(tmp_path / "model")
-    paths, texts = tiny_pairs
-    records = [Record(id=p.stem, image=str(p), text=t, split="test") for p, t in zip(paths, texts)]
-    index_dir = tmp_path / "index"
-    InvertedIndex.build(model.encode_image(paths), [r.id for r in records]).save(index_dir)
-    write_collection_meta(index_dir, records)
+    index_dir = index_tiny_pairs(model, tmp_path / "index")
 
     port = _free_port()
     code = ("import functools, sys; from tokenspace.searcher import Searcher; "
