@@ -17,7 +17,13 @@ the model, encode the query, search; the rest of the process's wall time is the 
 exit: a plain exit there, for both commits, while the command itself now shortens its exit), the median
 over --runs (--no-breakdown skips it). Each checkout runs its own command's road: this one's text search
 opens a text-only session, whose model is its text side without torch where it has one ("import torch"
-0, and torch_imported false, in the results), the base's imports torch and loads the model itself.
+0, and torch_imported false, in the results), the base's imports torch and loads the model itself. Its
+index opens and answers in numpy where the index is small (index/road.py: numba_imported false), the
+base's loads numba's kernels.
+
+The commands run without PYTHONDONTWRITEBYTECODE (a sandbox may set it): with it every fresh process of
+a checkout compiles its ~60 tokenspace modules again (~0.25 s), which no installed package does; the
+warm-up run writes their bytecode.
 
 Also timed: each --help and a usage error (`search -k 0`), answered before any library loads (target
 under 0.5 s for `search --help`).
@@ -83,6 +89,7 @@ lap("encode the query")
 searcher.search(query, 3)  # the encoded query comes from the session's cache
 lap("search")
 out["torch imported"] = "torch" in sys.modules
+out["numba imported"] = "numba" in sys.modules
 print(json.dumps(out))
 sys.stdout.flush()
 '''
@@ -117,6 +124,7 @@ lap("encode the query")
 index.search(index.weigh(q, ranking.idf), 3)
 lap("search")
 out["torch imported"] = True
+out["numba imported"] = "numba" in sys.modules
 print(json.dumps(out))
 sys.stdout.flush()
 '''
@@ -125,7 +133,7 @@ sys.stdout.flush()
 def console(src: Path | None) -> tuple[list[str], dict]:
     """The command and environment that run `tokenspace` from ``src`` (None: this checkout, through the
     venv's console script when there is one, as a user runs it)."""
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # see the docstring
     if src is None:
         script = Path(sys.executable).with_name("tokenspace")
         return ([str(script)] if script.exists() else [sys.executable, "-m", "tokenspace"]), env
@@ -153,8 +161,9 @@ def phases_once(src: Path | None, index: str) -> dict:
         raise RuntimeError(f"breakdown failed: {r.stderr.strip()[-400:]}")
     steps = json.loads(r.stdout.strip().splitlines()[-1])
     torch_imported = steps.pop("torch imported")
+    numba_imported = steps.pop("numba imported")
     steps["exit and interpreter start"] = total - sum(steps.values())
-    return {**steps, "total": total, "torch imported": torch_imported}
+    return {**steps, "total": total, "torch imported": torch_imported, "numba imported": numba_imported}
 
 
 @contextlib.contextmanager
@@ -196,8 +205,9 @@ def search_rows(index: str, runs: int, base_src: Path | None, breakdown: bool) -
                 steps[name].append(phases_once(src, index))
         for name, rows in steps.items():
             out[name]["breakdown_median_s"] = {k: round(statistics.median(r[k] for r in rows), 3) for k in rows[0]
-                                               if k != "torch imported"}
+                                               if k not in ("torch imported", "numba imported")}
             out[name]["torch_imported"] = any(r["torch imported"] for r in rows)
+            out[name]["numba_imported"] = any(r["numba imported"] for r in rows)
     return out
 
 

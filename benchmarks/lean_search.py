@@ -14,9 +14,12 @@ one warm-up run each first (numba's on-disk cache filled, the file cache warm). 
 range of each one's wall time and of its CPU time (user + system of the search process: on a quiet
 machine a one-thread search's wall time is about its CPU time), and the
 machine's load average, which says how far from a quiet machine the wall figures are. Targets: 0.5 s
-for the lean search, 1 s for the release model's. A fourth arm, numba_floor, is what no search of a
-numba index can go under: the lean venv's Python importing numpy and numba and calling one cached
-kernel.
+for the lean search, 1 s for the release model's. A fourth arm, numba_floor, is the lean venv's Python
+importing numpy and numba and calling one cached kernel: what a search paid on top before a small
+index's one-query search ran in numpy (index/road.py), and what one that loads the kernels still pays (a
+large index, approximate search). The arms run without PYTHONDONTWRITEBYTECODE (a sandbox may set it):
+the full install is this checkout, whose modules would otherwise be compiled again in every process
+(~0.25 s), as no installed package's are.
 """
 from __future__ import annotations
 
@@ -108,10 +111,10 @@ def make_lean_venv(folder: Path) -> Path:
 
 TARGETS_S = {"lean": 0.5, "release": 1.0}  # wall, on a quiet machine
 
-# the floor under any search of this index (the "numba_floor" arm): the lean venv's Python importing numpy
-# and numba and calling one cached kernel, as the index's load and search do (numba builds its typing and
-# target context on a process's first call, cache or not), then ending as the command ends; nothing of
-# tokenspace
+# numba's cost to a process that loads the kernels (the "numba_floor" arm): the lean venv's Python
+# importing numpy and numba and calling one cached kernel, as the kernels' first search does (numba builds
+# its typing and target context on a process's first call, cache or not), then ending as the command
+# ends; nothing of tokenspace
 FLOOR_KERNEL = """
 from numba import njit
 
@@ -178,7 +181,8 @@ def cli(argv: list[str] | None = None) -> None:
         (Path(tmp) / "floor_main.py").write_text(
             "import os\nimport numpy as np\nimport floor_kernel\nfloor_kernel.total(np.ones(3))\nos._exit(0)\n")
         arms["numba_floor"] = [str(lean / "python"), str(Path(tmp) / "floor_main.py")]
-        env = dict(os.environ, NUMBA_CACHE_DIR=str(Path(tmp) / "numba"))
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # see the docstring
+        env["NUMBA_CACHE_DIR"] = str(Path(tmp) / "numba")
         times = time_arms(arms, args.runs, env)
     result = {**record, "index": args.index, "release_index": args.release_index, "query": args.query,
               "runs": args.runs, "load_average": os.getloadavg(), "cpus": os.cpu_count(),

@@ -283,7 +283,11 @@ class Searcher:
         (models/fused_queries.py: the release model's queries for a tenth of the CPU, and batches of them
         cheaper still), checked on a few texts against the model; True when it does. Its set-up (the
         weights copied, the check: 0.1-0.4 s) pays for itself in a session that answers many queries, as
-        the service does; a command that answers one does not call it."""
+        the service does; a command that answers one does not call it. Such a session searches with the
+        index's numba kernels too, loaded here (InvertedIndex.load_kernels: ~0.8 s once), where a
+        one-query command on a small index searches in numpy without loading numba (index/road.py)."""
+        if isinstance(self.index, InvertedIndex):  # an index opened in code may be another SparseIndex
+            self.index.load_kernels()
         self.queries = text_queries(self.model)
         return self.queries is not self.model
 

@@ -1,4 +1,5 @@
-"""The index folder argument of `index stats|export` and `search` (numba loads with this module)."""
+"""The index folder argument of `index stats|export` and `search` (numba loads where a job needs the
+index's kernels: index/road.py)."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -7,7 +7,9 @@ deterministic subsample (by a hash of the record id), so every run and every mod
 training, evaluation and indexing all read images this way.
 
 Importing this module stays light, without torch (the pipeline imports it, and serve / the CLI import
-the pipeline for its light steps): the grid cache is imported where it is used.
+the pipeline for its light steps): the grid cache is imported where it is used. The builders (render,
+icons, emoji...) are imported at the top: the package's __init__, which runs before any of its modules,
+imports them already, so importing them late saved nothing.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from typing import Sequence
 import numpy as np
 
 from tokenspace import assets
+from tokenspace.data.build import build_manifests
 from tokenspace.data.manifest import Record, drop_empty_texts, read_manifest
 
 BUILT_DATASETS = ("emoji", "icons", "openclipart", "fashion-mnist", "mnist", "photos")  # tokenspace.data.build
@@ -56,8 +59,6 @@ def load_split(spec: str, home=None, drop_empty: bool = True) -> list[Record]:
     if name.endswith(".jsonl"):
         path = Path(name)
     elif name in BUILT_DATASETS:
-        from tokenspace.data.build import build_manifests  # start-up: the builders (render, icons, emoji...)
-
         path = build_manifests(home_dir(home), progress=False, names=[name])[name]
     else:
         raise ValueError(f"unknown dataset {name!r}: use one of {BUILT_DATASETS} or a .jsonl manifest path")

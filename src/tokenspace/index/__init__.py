@@ -1,6 +1,7 @@
 """Search over SparseBatch: the SparseIndex protocol, the embedded inverted index, the exact oracle.
 
-Never imports torch (tests check it): the index side of the project runs on numpy, scipy and numba.
+Never imports torch (tests check it): the index side of the project runs on numpy, scipy and numba, the
+last imported only where a job needs its kernels (road.py: a small index's one-query search does not).
 """
 from tokenspace.index.base import Hit, SparseIndex
 from tokenspace.index.inverted import APPROX_DEFAULTS, InvertedIndex

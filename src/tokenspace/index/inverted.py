@@ -23,9 +23,10 @@ from typing import Sequence
 
 import numpy as np
 
-from tokenspace.index import filters, hubness, kernels, manifest, storage
+from tokenspace.index import filters, hubness, manifest, numpy_search, road, storage
 from tokenspace.index import metadata as _metadata
 from tokenspace.index.base import Hit
+from tokenspace.index.layout import BAD_QUERY, BLOCK, HEAD_CODES, QUERY_OUT_OF_RANGE
 from tokenspace.index.manifest import BANK_ARRAYS, FileEntry, HubPrior, Manifest, SegmentEntry
 from tokenspace.index.metadata import MetaFilter
 from tokenspace.index.query import Node
@@ -293,7 +294,7 @@ class InvertedIndex:
             raise ValueError("the query bank is empty: give it training captions or prompts")
         if bank.dim != self.dim:
             raise ValueError(f"the bank has dim {bank.dim}, the index has dim {self.dim}")
-        bad = kernels.check_rows(bank.indptr, bank.indices, bank.values)
+        bad = road.check_rows(bank.indptr, bank.indices, bank.values)
         if bad >= 0:
             raise ValueError(f"bank row {bad} must have strictly increasing dims and finite weights >= 0")
         bank = SparseBatch(bank.indptr, bank.indices, bank.values, bank.dim)  # stored without its vocabulary
@@ -435,13 +436,14 @@ class InvertedIndex:
         if type(threads) is not int or threads < 1:  # the common case (a plain int) in one test
             if not isinstance(threads, (int, np.integer)) or isinstance(threads, bool) or threads < 1:
                 raise ValueError(f"threads must be a positive int, got {threads!r}")
+        one = len(queries.indptr) == 2
         if must is None and must_not is None and where is None and subset is None and meta is None:
-            plan = self._cached_plan(mode, k, query_mass, alpha, rerank, impact_floor, prior_weight, idf)
+            plan = self._cached_plan(mode, k, query_mass, alpha, rerank, impact_floor, prior_weight, idf, one)
         else:  # a filter's masks belong to this search: worked out each time, never kept
             plan = self._plan(mode, k, query_mass, alpha, rerank, impact_floor, prior_weight, idf,
-                              (must, must_not, where, subset, meta))
+                              (must, must_not, where, subset, meta), one)
         k = int(k)
-        if len(queries.indptr) == 2:
+        if one:
             # one query (a SparseBatch's single row is all of its arrays, already int32 / float32 and in
             # range): search_arrays' road, one jitted call per segment that checks, cuts and searches it
             per_seg = self._query(plan, queries.indices, queries.values, "query row 0")
@@ -449,7 +451,7 @@ class InvertedIndex:
                 _, seg, od, os_, m = per_seg[0]
                 return [_hits(os_[:m].tolist(), seg.ids_of(od[:m].tolist()))]
             return [self._merge([(b, seg, od[None], os_[None], (m,)) for b, seg, od, os_, m in per_seg], 0, k)]
-        bad = kernels.check_rows(queries.indptr, queries.indices, queries.values)
+        bad = road.kernels().check_rows(queries.indptr, queries.indices, queries.values)
         if bad >= 0:
             raise ValueError(f"query row {bad} must have strictly increasing dims and finite weights >= 0")
         per_seg = self._score(queries, plan, threads)
@@ -466,7 +468,7 @@ class InvertedIndex:
         values = np.ascontiguousarray(values, dtype=np.float32)
         if indices.ndim != 1 or indices.shape != values.shape:
             raise ValueError(f"indices and values must be 1-D and alike, got shapes {indices.shape} and {values.shape}")
-        plan = self._cached_plan(mode, k, query_mass, alpha, rerank, impact_floor, prior_weight, 0.0)
+        plan = self._cached_plan(mode, k, query_mass, alpha, rerank, impact_floor, prior_weight, 0.0, True)
         per_seg = self._query(plan, indices, values, "the query")
         if len(per_seg) == 1:
             _, seg, od, os_, m = per_seg[0]
@@ -474,55 +476,71 @@ class InvertedIndex:
         hits = self._merge([(b, seg, od[None], os_[None], (m,)) for b, seg, od, os_, m in per_seg], 0, int(k))
         return [h.id for h in hits], np.array([h.score for h in hits], np.float32)
 
-    def _cached_plan(self, mode, k, query_mass, alpha, rerank, impact_floor, prior_weight, idf) -> list[tuple]:
+    def _cached_plan(self, mode, k, query_mass, alpha, rerank, impact_floor, prior_weight, idf,
+                     one: bool) -> list[tuple]:
         """_plan's answer for an unfiltered search, kept per argument combination until the index changes
-        (_changed): working it out was ~2 us of a one-query search."""
-        key = (mode, k, query_mass, alpha, rerank, impact_floor, prior_weight, idf)
+        (_changed): working it out was ~2 us of a one-query search. The key also holds whether the kernels
+        are loaded: a plan of the numpy road (road.py) is not kept past their loading."""
+        key = (mode, k, query_mass, alpha, rerank, impact_floor, prior_weight, idf, one and not road.use_kernels(0))
         try:  # the key holds each argument's type (1, 1.0 and True are equal keys) and the defaults a None takes
             key = (*key, *map(type, key), *APPROX_DEFAULTS.values())
             plan = self._plans.get(key)
         except TypeError:  # an unhashable argument: checked (and refused) by _plan
             key = plan = None
         if plan is None:
-            plan = self._plan(mode, k, query_mass, alpha, rerank, impact_floor, prior_weight, idf)
+            plan = self._plan(mode, k, query_mass, alpha, rerank, impact_floor, prior_weight, idf, None, one)
             if key is not None and len(self._plans) < _PLANS_KEPT:
                 self._plans[key] = plan
         return plan
 
     def _query(self, plan, indices, values, what: str) -> list[tuple]:
         """One query (int32 dims, float32 weights) over every segment of ``plan``: per segment (first doc
-        number, segment, local docs, scores, hit count). ``what`` names the query in an error."""
-        work = kernels.scratch(self.dim)
+        number, segment, local docs, scores, hit count). ``what`` names the query in an error.
+
+        A segment's plan says its road (_plan): the kernels (kt, its kernel arrays), or numpy's exact search
+        (kt None: numpy_search.py, the same answers) in a process that has not loaded the kernels."""
+        kernels = work = None
         per_seg, checked = [], False
         for base, seg, kt, opt, kk in plan:
             out_docs = np.empty(kk, np.int64)
             out_scores = np.empty(kk, np.float32)
             m = 0
-            if opt is not None:
+            if opt is not None and kt is None:
+                m = numpy_search.search_query(seg.fwd_views(), opt, indices, values, self.dim, out_docs, out_scores)
+            elif opt is not None:
+                if kernels is None:
+                    kernels = road.kernels()
+                    work = kernels.scratch(self.dim)
                 try:
                     m = kernels.search_query(kt, opt, indices, values, self.dim, work, out_docs, out_scores)
                 except BaseException:  # the buffers may be left dirty: the next search gets fresh ones
                     kernels.drop_scratch()
                     raise
-                if m == kernels.QUERY_OUT_OF_RANGE:
+            if opt is not None:
+                if m == QUERY_OUT_OF_RANGE:
                     raise ValueError(f"indices out of range [0, {self.dim})")
-                if m == kernels.BAD_QUERY:
+                if m == BAD_QUERY:
                     raise ValueError(f"{what} must have strictly increasing dims and finite weights >= 0")
                 checked = True
             per_seg.append((base, seg, out_docs, out_scores, m))
         if not checked:  # no segment searched (none yet, or every doc filtered out): the query is still checked
             if len(indices) and indices.view(np.uint32).max() >= self.dim:  # a negative dim reads as >= 2**31
                 raise ValueError(f"indices out of range [0, {self.dim})")
-            if kernels.check_rows(np.array([0, len(indices)], np.int64), indices, values) >= 0:
+            if road.check_rows(np.array([0, len(indices)], np.int64), indices, values) >= 0:
                 raise ValueError(f"{what} must have strictly increasing dims and finite weights >= 0")
         return per_seg
 
     def _plan(self, mode, k, query_mass, alpha, rerank, impact_floor, prior_weight, idf=0.0,
-              filters: tuple | None = None) -> list[tuple]:
+              filters: tuple | None = None, one: bool = False) -> list[tuple]:
         """What a search runs for these arguments, checked: per segment (first doc number, segment, its
         kernel arrays, tuple(SearchOptions) or None when no document of it may be returned, its hit
         count). filters: (must, must_not, where, subset, meta), or None for none (deleted documents are
-        left out either way)."""
+        left out either way).
+
+        one: the plan of a one-query search (_query). An exact one in a process that has not loaded the
+        kernels, on an index of at most road.NUMPY_MAX_ENTRIES stored entries, takes numpy's road instead:
+        per segment kernel arrays None and numpy_search.ExactOptions (the same answers; road.py says why).
+        This is the one place a search picks its road; approximate search and batches keep the kernels."""
         if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
             raise ValueError(f"k must be a positive int, got {k!r}")
         k = int(k)
@@ -533,16 +551,35 @@ class InvertedIndex:
             raise ValueError("impact_floor needs impact heads, and this index was built with "
                              "impact_heads=False")
         masks = self._masks(*(filters or (None, None, None, None)))
+        numpy_road = one and mode == "exact" and not road.use_kernels(self._entries())
         plan, base = [], 0
         for si, seg in enumerate(self._segments):
             kk = min(k, seg.n)
             mask = masks[si]
             opt = None
-            if mask is None or mask.any():
-                opt = self._options(si, kk, min(rr, seg.n), mode == "exact", al, qm, mask, fl, pw, weights)
-            plan.append((base, seg, seg.kernel_tuple(mode == "exact"), opt, kk))
+            if numpy_road:
+                if mask is None or mask.any():
+                    opt = numpy_search.ExactOptions(kk, mask, self._penalty_array(si, pw) if pw > 0 else None, weights)
+                plan.append((base, seg, None, opt, kk))
+            else:
+                if mask is None or mask.any():
+                    opt = self._options(si, kk, min(rr, seg.n), mode == "exact", al, qm, mask, fl, pw, weights)
+                plan.append((base, seg, seg.kernel_tuple(mode == "exact"), opt, kk))
             base += seg.n
         return plan
+
+    def _entries(self) -> int:
+        """Stored entries (forward-store terms) of every segment: what numpy's exact search reads a query."""
+        return sum(int(seg.fwd_indptr[-1]) for seg in self._segments)
+
+    def load_kernels(self) -> None:
+        """Load the numba kernels now and the compiled search of this index's queries (its first call
+        loads it from numba's cache), so that a session that answers many queries (the service: its
+        Searcher.fast_text) pays that at start and searches with the kernels from its first query; a
+        process that answers one query leaves them unloaded on a small index (road.py)."""
+        road.kernels()
+        if self._segments:
+            self.search_arrays(np.empty(0, np.int32), np.empty(0, np.float32), k=1)
 
     def _changed(self) -> None:
         """The segments, tombstones, document frequencies, hub prior or arrays changed: the kept plans
@@ -554,14 +591,14 @@ class InvertedIndex:
         without a prior or idf kept per segment (a sweep has a few), since building one cost ~1 us a query."""
         if mask is not None or pw > 0 or weights is not None:
             penalty, pmax, minima = self._penalty(si, pw) if pw > 0 else (None, None, None)
-            return tuple(kernels.search_options(k, rerank, exact, alpha, query_mass, mask, impact_floor, penalty,
-                                                pmax, minima, weights))
+            return tuple(road.kernels().search_options(k, rerank, exact, alpha, query_mass, mask, impact_floor,
+                                                       penalty, pmax, minima, weights))
         cache = self._segments[si].__dict__.setdefault("_options", {})
         key = (k, rerank, exact, alpha, query_mass, impact_floor)
         opt = cache.get(key)
         if opt is None:
-            opt = cache[key] = tuple(kernels.search_options(k, rerank, exact, alpha, query_mass,
-                                                            impact_floor=impact_floor))
+            opt = cache[key] = tuple(road.kernels().search_options(k, rerank, exact, alpha, query_mass,
+                                                                   impact_floor=impact_floor))
         return opt
 
     def _score(self, queries, plan, threads) -> list[tuple]:
@@ -607,10 +644,14 @@ class InvertedIndex:
         seg = self._segments[si]
         cached = getattr(seg, "_penalty", None)
         if cached is None or cached[0] != weight or cached[1] is not self._priors[si]:
-            pen = (np.float32(weight) * self._priors[si]).astype(np.float32)
-            cached = (weight, self._priors[si], pen, float(pen.max(initial=0.0)), kernels.penalty_minima(pen))
+            pen = self._penalty_array(si, weight)
+            cached = (weight, self._priors[si], pen, float(pen.max(initial=0.0)), road.kernels().penalty_minima(pen))
             seg.__dict__["_penalty"] = cached
         return cached[2], cached[3], cached[4]
+
+    def _penalty_array(self, si: int, weight: float) -> np.ndarray:
+        """Segment si's weight x r_D (float32), what both roads subtract."""
+        return (np.float32(weight) * self._priors[si]).astype(np.float32)
 
     @staticmethod
     def _merge(per_seg, r, k) -> list[Hit]:
@@ -966,6 +1007,7 @@ def _run(kt, opt, queries, out_docs, out_scores, out_count, threads: int, dim: i
 
 
 def _rows(kt, opt, queries, rows, out_docs, out_scores, out_count, dim: int) -> None:
+    kernels = road.kernels()
     try:
         kernels.search_batch(kt, opt, queries.indptr, queries.indices, queries.values, rows, out_docs, out_scores,
                              out_count, kernels.scratch(dim))
@@ -1004,7 +1046,7 @@ def _load_bank(root: Path, files: dict[str, FileEntry], dim: int) -> SparseBatch
         bank = SparseBatch(arrays["indptr"], arrays["indices"], arrays["values"], dim)
     except ValueError as e:
         raise IndexCorruptError(f"{root / files['indptr'].file}: the hub bank is damaged ({e})") from None
-    if kernels.check_rows(bank.indptr, bank.indices, bank.values) >= 0 or len(bank) == 0:
+    if road.check_rows(bank.indptr, bank.indices, bank.values) >= 0 or len(bank) == 0:
         raise IndexCorruptError(f"{root / files['values'].file}: the hub bank is damaged (bad or no rows)")
     return bank
 
@@ -1047,10 +1089,10 @@ def _check_segment(seg: Segment, where: Path) -> None:
     cells = dim * n_chunks(n) + 1
     expect = {
         "fwd_indptr": (n + 1,), "df": (dim,), "wmax": (dim,), "scale": (dim,), "dense_slot": (dim,),
-        "dense": (nd, n), "bmax": (nd, (n + kernels.BLOCK - 1) // kernels.BLOCK), "main_ptr": (cells,),
+        "dense": (nd, n), "bmax": (nd, (n + BLOCK - 1) // BLOCK), "main_ptr": (cells,),
         "res_ptr": (cells,), "ids_ptr": (n + 1,),
         # every level's cells, or one pointer: built without heads (segment.no_heads)
-        "head_ptr": (1,) if "head_ptr" in a and not seg.has_heads else (len(kernels.HEAD_CODES) * (cells - 1) + 1,),
+        "head_ptr": (1,) if "head_ptr" in a and not seg.has_heads else (len(HEAD_CODES) * (cells - 1) + 1,),
         "fwd_indices": (int(a["fwd_indptr"][-1]) if len(a["fwd_indptr"]) else -1,),
         "fwd_values": a["fwd_indices"].shape, "main_docs": (int(a["main_ptr"][-1]),),
         "main_codes": a["main_docs"].shape, "ids_blob": (int(a["ids_ptr"][-1]),),

@@ -35,15 +35,13 @@ from numba import njit, types
 from numba.extending import overload
 
 from tokenspace.index import numba_cache
+from tokenspace.index.layout import BAD_QUERY, BLOCK, HEAD_CODES, POSTING_CHUNK, QUERY_OUT_OF_RANGE
 
 numba_cache.ensure(__file__)  # before any cache=True kernel below: a place numba can write, or no cache
 
 CHUNK = 16384  # docs per accumulator chunk: 64 KiB of float32, L2 resident
-# Posting lists are cut into chunks of this many docs and store each doc as a uint16 offset from its
-# chunk's first doc (2 bytes a posting instead of 4); a (term, chunk) cell pointer says where each
-# piece starts. Search walks the docs in accumulator chunks, which must tile posting chunks exactly.
-POSTING_CHUNK = 1 << 16
-BLOCK = 64  # docs per block-max block (one cache line of codes per dense column)
+# POSTING_CHUNK (docs per posting chunk, each doc a uint16 offset in it) and BLOCK (docs per block-max
+# block) are layout.py's, so that the loader reads them without numba
 SUB = 512  # docs per selection sub-chunk
 # docs per selection piece inside a sub-chunk: 16 rather than 64 scans a quarter of the docs one by one
 # where a dense column keeps many pieces above the threshold (real-text-967K, query_mass 0.8, impact_floor
@@ -73,6 +71,46 @@ def row_ok(indices, values, a, b) -> bool:
     return True
 
 
+
+# ----------------------------------------------------------------------------- a loaded segment's checks
+# (segment.Segment.check; numpy_checks.py holds the same checks in numpy, for a small index in a process
+# without numba: index/road.py)
+@njit(cache=True, nogil=True)
+def fnv1a(ptr, blob):
+    """uint64 FNV-1a hash of each row's bytes blob[ptr[i]:ptr[i + 1]]."""
+    out = np.empty(len(ptr) - 1, np.uint64)
+    for i in range(len(ptr) - 1):
+        h = np.uint64(14695981039346656037)
+        for p in range(ptr[i], ptr[i + 1]):
+            h = (h ^ np.uint64(blob[p])) * np.uint64(1099511628211)
+        out[i] = h
+    return out
+
+
+@njit(cache=True, nogil=True)
+def check_lists(ptr, items, hi, per, chunk):
+    """CSR structure: -1 when ``ptr`` does not rise from 0 to len(items); else the first row whose
+    items are outside [0, hi) or not strictly increasing; -2 when all is well. per > 0: rows are
+    (term, chunk) cells of posting lists, per cells a term, holding offsets from the chunk's first
+    doc, so row r's items must be below min(chunk, hi - (r % per) * chunk)."""
+    if ptr[0] != 0 or ptr[len(ptr) - 1] != len(items):
+        return -1
+    for r in range(len(ptr) - 1):  # all pointers first: the scan below must not leave items
+        if ptr[r + 1] < ptr[r]:
+            return -1
+    for r in range(len(ptr) - 1):
+        a, b = ptr[r], ptr[r + 1]
+        top = hi
+        if per > 0:
+            top = min(chunk, hi - (r % per) * chunk)
+        prev = -1
+        for p in range(a, b):
+            x = np.int64(items[p])
+            if x <= prev or x >= top:
+                return r
+            prev = x
+    return -2
+
 # Impact heads (approximate mode only): for each term, nested prefixes of its list by code, doc-sorted
 # and chunked like the main lists. Level L holds the term's postings of code >= HEAD_CODES[L] (1/2, 1/4,
 # 1/8 of the term's largest weight; a level at 1/16 held 82% of all postings and was dropped), dense
@@ -82,7 +120,7 @@ def row_ok(indices, values, a, b) -> bool:
 # pruning made per query: on real-text-967K a floor of 0.2 to 0.3 of the query's largest impact cut the
 # postings read 2.5-4x at the same recall once the heap held more candidates (docs/history.md,
 # "impact heads").
-HEAD_CODES = np.array([128, 64, 32], np.int64)
+# HEAD_CODES: layout.py's levels (128, 64, 32)
 
 
 def head_lists(main_ptr, main_docs, main_codes, dense, dense_slot, n):
@@ -465,7 +503,6 @@ def _search_row(seg, opt, f_idx, f_val, work, out_docs, out_scores):
     return search_one(seg, opt, q_idx, q_val, f_idx, f_val, qdense, acc, out_docs, out_scores)
 
 
-BAD_QUERY, QUERY_OUT_OF_RANGE = -1, -2  # search_query's answers for a query it refuses
 
 
 @njit(cache=True, nogil=True)

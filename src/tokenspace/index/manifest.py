@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from tokenspace.index import kernels, storage
+from tokenspace.index import layout, storage
 from tokenspace.index.segment import ARRAYS, HEADS, RESIDUAL
 from tokenspace.index.storage import VERSION, IndexCorruptError
 
@@ -110,7 +110,7 @@ class Manifest:
         return {
             "dim": self.dim, "n": self.n, "dense_fraction": self.dense_fraction, "top_n": self.top_n,
             "generation": self.generation, "next_segment": self.next_segment,
-            "block": kernels.BLOCK, "posting_chunk": kernels.POSTING_CHUNK, "token_filter": self.token_filter,
+            "block": layout.BLOCK, "posting_chunk": layout.POSTING_CHUNK, "token_filter": self.token_filter,
             "vocab": None if self.vocab is None else dict(entry(self.vocab), file=self.vocab.file, name=self.vocab_name),
             "segments": [{"name": s.name, "n": s.n, "top_n": s.top_n,
                           "files": {rel: entry(e) for rel, e in s.files.items()},
@@ -187,10 +187,10 @@ def parse(doc, path: Path) -> Manifest:
     frac = doc["dense_fraction"]
     if not isinstance(frac, (int, float)) or isinstance(frac, bool) or not 0 < frac < float("inf"):
         f.fail("dense_fraction", f"expected a finite number > 0, got {_show(frac)}")
-    if doc["block"] != kernels.BLOCK or isinstance(doc["block"], bool):
-        f.fail("block", f"block size {_show(doc['block'])}, this code uses {kernels.BLOCK}")
-    if doc["posting_chunk"] != kernels.POSTING_CHUNK or isinstance(doc["posting_chunk"], bool):
-        f.fail("posting_chunk", f"posting chunk {_show(doc['posting_chunk'])}, this code uses {kernels.POSTING_CHUNK}")
+    if doc["block"] != layout.BLOCK or isinstance(doc["block"], bool):
+        f.fail("block", f"block size {_show(doc['block'])}, this code uses {layout.BLOCK}")
+    if doc["posting_chunk"] != layout.POSTING_CHUNK or isinstance(doc["posting_chunk"], bool):
+        f.fail("posting_chunk", f"posting chunk {_show(doc['posting_chunk'])}, this code uses {layout.POSTING_CHUNK}")
     generation = f.int_(doc["generation"], "generation", 1)
     next_segment = f.int_(doc["next_segment"], "next_segment", 1)
     top_n = f.int_(doc["top_n"], "top_n")

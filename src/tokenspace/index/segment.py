@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
-from numba import njit
 
-from tokenspace.index import kernels, metadata
+from tokenspace.index import metadata, road
+from tokenspace.index.layout import POSTING_CHUNK
 from tokenspace.index.storage import IndexCorruptError
 from tokenspace.sparse import SparseBatch
 
@@ -33,11 +33,11 @@ HEADS = ("head_ptr", "head_docs", "head_codes")
 # the residual lists: a segment built with residual_lists=False keeps and saves none (format version 9);
 # exact search and dim filters derive them from the forward store on first use (Segment.residual)
 RESIDUAL = ("res_ptr", "res_docs", "res_codes")
-# Posting lists (format version 2): the docs are cut into chunks of kernels.POSTING_CHUNK (65,536);
+# Posting lists (format version 2): the docs are cut into chunks of layout.POSTING_CHUNK (65,536);
 # main_ptr / res_ptr hold dim * n_chunks + 1 cell pointers, the postings of term t in chunk c being
 # [ptr[t * n_chunks + c], ptr[t * n_chunks + c + 1]), and main_docs / res_docs hold each doc as a uint16
 # offset from its chunk's first doc: 2 bytes a doc id instead of 4 (index 1.55x -> see
-# docs/history.md, "compressed postings"). head_ptr holds len(kernels.HEAD_CODES) * dim * n_chunks + 1
+# docs/history.md, "compressed postings"). head_ptr holds len(layout.HEAD_CODES) * dim * n_chunks + 1
 # cell pointers, level L of term t in chunk c being cell (L * dim + t) * n_chunks + c (kernels.head_lists),
 # or a single 0 in a segment built without heads (no_heads; the same format version).
 # fwd_indices is uint16 when dim <= 65,536 (BERT's 30,522), else int32.
@@ -51,7 +51,7 @@ def fwd_index_dtype(dim: int) -> type:
 
 def n_chunks(n: int) -> int:
     """Posting chunks of a segment of n docs (at least 1, so that an empty term still has a cell)."""
-    return max(1, -(-n // kernels.POSTING_CHUNK))
+    return max(1, -(-n // POSTING_CHUNK))
 
 
 @dataclass
@@ -62,7 +62,7 @@ class Segment:
     arrays: dict[str, np.ndarray]
     _ids: list[str] | None = field(default=None, repr=False)
     files: dict | None = field(default=None, repr=False)  # manifest entries once committed
-    _kernel_arrays: kernels.SegmentArrays | None = field(default=None, repr=False)
+    _kernel_arrays: tuple | None = field(default=None, repr=False)  # kernels.SegmentArrays
     _id_views: tuple[np.ndarray, memoryview] | None = field(default=None, repr=False)  # see ids_of
     _fwd_views: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(default=None, repr=False)  # see rows
     # row metadata (metadata.py): the rows' dicts, or None with meta_file set (read on first use) or
@@ -90,6 +90,7 @@ class Segment:
         nch = n_chunks(n)
         # the rows' check, term statistics and posting counts in one pass (SparseBatch has checked the dims'
         # range, so a bad row cannot make it index out of bounds)
+        kernels = road.kernels()  # a build runs the kernels whatever its size
         bad, df, wmax, df_main, is_main, main_cnt, res_cnt = kernels.segment_stats(
             indptr, indices, values, dim, approx_top_n, float(approx_mass), nch)
         if bad >= 0:
@@ -149,7 +150,7 @@ class Segment:
             with self._residual_lock:
                 if self._residual is None:
                     a = self.arrays
-                    self._residual = kernels.residual_lists(
+                    self._residual = road.kernels().residual_lists(
                         a["fwd_indptr"], a["fwd_indices"], a["fwd_values"], a["scale"], a["dense_slot"], a["dense"],
                         a["main_ptr"], a["main_docs"])
         return self._residual
@@ -193,7 +194,7 @@ class Segment:
             # the kernels walk each list forward (accumulator chunk by accumulator chunk): out-of-order
             # entries would index before the chunk's start, so order is checked with the bounds. A
             # posting list cell (term, chunk) holds offsets below the chunk's length.
-            bad = _check_lists(a[ptr], a[items], hi, per, kernels.POSTING_CHUNK)
+            bad = road.check_lists(a[ptr], a[items], hi, per, POSTING_CHUNK)
             if bad == -1:
                 _corrupt(where, ptr, f"pointers must rise from 0 to {len(a[items])}")
             if bad >= 0 and per:
@@ -228,7 +229,7 @@ class Segment:
 
     def id_hashes(self) -> np.ndarray:
         """uint64[n]: a hash of each id's bytes (FNV-1a), for uniqueness checks without decoding them."""
-        return _fnv1a(self.ids_ptr, self.ids_blob)
+        return road.fnv1a(self.ids_ptr, self.ids_blob)
 
     def duplicate_id(self, hashes: np.ndarray | None = None) -> str | None:
         """An id that appears twice in this segment, or None (one O(bytes) hash pass and a sort; ids
@@ -284,16 +285,20 @@ class Segment:
         """The stored vectors of these local docs. Gathered here, not through a SparseBatch of the whole
         store: that would convert (copy) and range-check every term id of the segment."""
         local = np.asarray(local, np.int64)
-        # plain ndarray views of the (memory-mapped) store, made once: indexing an np.memmap runs its
-        # __array_finalize__ on every result, which was most of a page's explanation (10 hits: ~1 ms)
-        if self._fwd_views is None:
-            self._fwd_views = tuple(a.view(np.ndarray) for a in (self.fwd_indptr, self.fwd_indices, self.fwd_values))
-        ip, indices, values = self._fwd_views
+        ip, indices, values = self.fwd_views()
         starts, ends = ip[local], ip[local + 1]
         indptr = np.zeros(len(local) + 1, np.int64)
         np.cumsum(ends - starts, out=indptr[1:])
         gather = np.repeat(starts - indptr[:-1], ends - starts) + np.arange(indptr[-1])
         return SparseBatch(indptr, indices[gather].astype(np.int32), values[gather], self.dim)
+
+    def fwd_views(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(fwd_indptr, fwd_indices, fwd_values) as plain ndarray views of the (memory-mapped) store, made
+        once: indexing an np.memmap runs its __array_finalize__ on every result, which was most of a page's
+        explanation (10 hits: ~1 ms)."""
+        if self._fwd_views is None:
+            self._fwd_views = tuple(a.view(np.ndarray) for a in (self.fwd_indptr, self.fwd_indices, self.fwd_values))
+        return self._fwd_views
 
     def has_dim(self, d: int) -> np.ndarray:
         """bool[n]: docs whose weight for dim d is > 0 (from the posting lists)."""
@@ -307,7 +312,7 @@ class Segment:
         res_ptr, res_docs, _ = self.residual()
         for c in range(nch):
             cell = d * nch + c
-            base = c * kernels.POSTING_CHUNK
+            base = c * POSTING_CHUNK
             if s < 0:
                 out[base + self.main_docs[self.main_ptr[cell]:self.main_ptr[cell + 1]].astype(np.int64)] = True
             out[base + res_docs[res_ptr[cell]:res_ptr[cell + 1]].astype(np.int64)] = True
@@ -316,7 +321,7 @@ class Segment:
     def nbytes(self) -> int:
         return int(sum(a.nbytes for a in self.arrays.values()))
 
-    def kernel_arrays(self, exact: bool = True) -> kernels.SegmentArrays:
+    def kernel_arrays(self, exact: bool = True) -> tuple:
         """The arrays search reads, as the kernels take them (built once: attribute lookups cost
         ~1 us each per query otherwise). Only exact search reads the residual lists: for approximate
         search a segment that keeps none hands empty ones (and derives nothing)."""
@@ -325,8 +330,9 @@ class Segment:
                 res = self.residual()
             else:
                 res = self._residual if self._residual is not None else _NO_RESIDUAL
-            self._kernel_arrays = kernels.SegmentArrays(
-                **{name: self.arrays[name] for name in kernels.SegmentArrays._fields if name not in RESIDUAL},
+            make = road.kernels().SegmentArrays
+            self._kernel_arrays = make(
+                **{name: self.arrays[name] for name in make._fields if name not in RESIDUAL},
                 **dict(zip(RESIDUAL, res)))
         return self._kernel_arrays
 
@@ -340,10 +346,10 @@ class Segment:
             cached = self.__dict__["_kernel_tuple"] = (arrays, tuple(arrays))
         return cached[1]
 
-    def search(self, q: SparseBatch, rows: np.ndarray, options: kernels.SearchOptions, out_docs, out_scores,
-               out_count) -> None:
+    def search(self, q: SparseBatch, rows: np.ndarray, options: tuple, out_docs, out_scores, out_count) -> None:
         """Fill out_* rows (local doc numbers, exact scores, counts) for the query rows `rows` (see
         kernels.search_batch; options from kernels.search_options)."""
+        kernels = road.kernels()
         try:
             kernels.search_batch(self.kernel_arrays(options.exact), options, q.indptr, q.indices, q.values, rows,
                                  out_docs, out_scores, out_count, kernels.scratch(self.dim))
@@ -380,7 +386,7 @@ def with_heads(arrays: dict[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
     """The arrays of a segment saved before the impact heads (format version < 4), heads added."""
     if all(h in arrays for h in HEADS):
         return arrays
-    heads = kernels.head_lists(arrays["main_ptr"], arrays["main_docs"], arrays["main_codes"], arrays["dense"],
+    heads = road.kernels().head_lists(arrays["main_ptr"], arrays["main_docs"], arrays["main_codes"], arrays["dense"],
                                arrays["dense_slot"], n)
     return dict(arrays, **dict(zip(HEADS, heads)))
 
@@ -397,41 +403,5 @@ def duplicate(hashes: np.ndarray, id_of) -> str | None:
     return None
 
 
-@njit(cache=True, nogil=True)
-def _fnv1a(ptr, blob):
-    out = np.empty(len(ptr) - 1, np.uint64)
-    for i in range(len(ptr) - 1):
-        h = np.uint64(14695981039346656037)
-        for p in range(ptr[i], ptr[i + 1]):
-            h = (h ^ np.uint64(blob[p])) * np.uint64(1099511628211)
-        out[i] = h
-    return out
-
-
 def _corrupt(where, name: str, why: str):
     raise IndexCorruptError(f"{where}/{name}.npy: {why} (file damaged)")
-
-
-@njit(cache=True, nogil=True)
-def _check_lists(ptr, items, hi, per, chunk):
-    """CSR structure: -1 when ``ptr`` does not rise from 0 to len(items); else the first row whose
-    items are outside [0, hi) or not strictly increasing; -2 when all is well. per > 0: rows are
-    (term, chunk) cells of posting lists, per cells a term, holding offsets from the chunk's first
-    doc, so row r's items must be below min(chunk, hi - (r % per) * chunk)."""
-    if ptr[0] != 0 or ptr[len(ptr) - 1] != len(items):
-        return -1
-    for r in range(len(ptr) - 1):  # all pointers first: the scan below must not leave items
-        if ptr[r + 1] < ptr[r]:
-            return -1
-    for r in range(len(ptr) - 1):
-        a, b = ptr[r], ptr[r + 1]
-        top = hi
-        if per > 0:
-            top = min(chunk, hi - (r % per) * chunk)
-        prev = -1
-        for p in range(a, b):
-            x = np.int64(items[p])
-            if x <= prev or x >= top:
-                return r
-            prev = x
-    return -2

@@ -1,0 +1,65 @@
+"""Which road an index job takes: numba's kernels, or numpy for a small index in a process without numba.
+
+Start-up, measured: a fresh process pays ~0.3-0.45 s to import numba and ~0.4 s more on its first call of
+a cached kernel (numba builds its typing context and imports scipy.linalg then), more than the whole of a
+one-query `tokenspace search` on a small index, whose load checks and one exact query take a few
+milliseconds in numpy. So a process that has not loaded the kernels (kernels.py) opens, checks and
+searches a small index in numpy (numpy_checks.py, numpy_search.py: the same answers), and imports the
+kernels only where a job needs them: a large index, a batch of queries, approximate search, a build, or
+a session that answers many queries and loads them at start (Searcher.fast_text, as the service does;
+InvertedIndex.load_kernels). Once loaded, the kernels take every job: a long-running process is no
+slower than before. This module is the one place that choice is made.
+"""
+from __future__ import annotations
+
+import sys
+from types import ModuleType
+
+import numpy as np
+
+from tokenspace.index import numpy_checks
+
+# Above this many entries (forward-store entries for a search, array items for a check) the kernels are
+# loaded whatever the process: the numpy road's O(entries) passes (~5 ns an entry) would cost a
+# one-query command more than numba's ~0.8 s load near 2**27, and its temporaries grow with them; at
+# 2**22 a numpy query or check costs ~20 ms.
+NUMPY_MAX_ENTRIES = 1 << 22
+_KERNELS = "tokenspace.index.kernels"
+_kernels: ModuleType | None = None
+
+
+def kernels() -> ModuleType:
+    """kernels.py, imported on first use (it imports numba and sets its cache place: numba_cache.py)."""
+    global _kernels
+    if _kernels is None:
+        from tokenspace.index import kernels as module  # start-up: numba, only where a job needs it
+
+        _kernels = module
+    return _kernels
+
+
+def use_kernels(entries: int) -> bool:
+    """Whether a job over this many entries runs the kernels: always once they are loaded (their calls
+    are the faster ones), else above NUMPY_MAX_ENTRIES."""
+    return _KERNELS in sys.modules or entries > NUMPY_MAX_ENTRIES
+
+
+def check_rows(indptr, indices, values) -> int:
+    """kernels.check_rows (-1, or the first row without strictly increasing dims and finite weights >= 0)."""
+    if use_kernels(len(indices)):
+        return kernels().check_rows(indptr, indices, values)
+    return numpy_checks.check_rows(indptr, indices, values)
+
+
+def check_lists(ptr, items, hi: int, per: int, chunk: int) -> int:
+    """kernels.check_lists: a CSR's pointers and items checked (see there for the answers)."""
+    if use_kernels(len(items) + len(ptr)):
+        return kernels().check_lists(ptr, items, hi, per, chunk)
+    return numpy_checks.check_lists(ptr, items, hi, per, chunk)
+
+
+def fnv1a(ptr, blob) -> np.ndarray:
+    """kernels.fnv1a: the uint64 FNV-1a hash of each row's bytes."""
+    if use_kernels(len(blob)):
+        return kernels().fnv1a(ptr, blob)
+    return numpy_checks.fnv1a(ptr, blob)
