@@ -149,11 +149,16 @@ def test_approximate_search_and_batches_keep_the_kernels(monkeypatch, world):
     assert batch == answers(index, queries, 5)
 
 
-def test_the_rule_is_the_kernels_once_loaded_or_above_the_size(monkeypatch):
+def test_the_rule_is_the_kernels_once_loaded_above_the_size_or_past_the_budget(monkeypatch):
     assert road.use_kernels(0)  # this process has loaded them (the imports above)
     monkeypatch.delitem(sys.modules, "tokenspace.index.kernels")
+    monkeypatch.setattr(road, "_spent", 0.0)
     assert not road.use_kernels(road.NUMPY_MAX_ENTRIES)
     assert road.use_kernels(road.NUMPY_MAX_ENTRIES + 1)
+    road.spent(road.NUMPY_BUDGET_S / 2)
+    assert not road.use_kernels(0)
+    road.spent(road.NUMPY_BUDGET_S)  # numpy has cost about the kernels' load: they are worth loading now
+    assert road.use_kernels(0)
 
 
 def test_the_numpy_checks_answer_as_the_kernels():

@@ -11,10 +11,15 @@ An index is a list of immutable segments (segment.py; ``add`` appends one) plus 
 (``delete``). Documents get internal numbers in insertion order; equal scores are broken by the smaller
 internal number, so results are reproducible. Only documents with a positive score (sharing at least
 one dim with the query) are returned, hence a hit list may be shorter than k.
+
+The kernels (numba) run every search, except that a process that has not loaded them answers a small
+index's one-query exact search in numpy, with the same answers (road.py: numba's load costs a
+one-query command more than its whole search; _plan picks the road).
 """
 from __future__ import annotations
 
 import os
+import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from itertools import repeat
@@ -506,7 +511,9 @@ class InvertedIndex:
             out_scores = np.empty(kk, np.float32)
             m = 0
             if opt is not None and kt is None:
+                t = time.perf_counter()
                 m = numpy_search.search_query(seg.fwd_views(), opt, indices, values, self.dim, out_docs, out_scores)
+                road.spent(time.perf_counter() - t)
             elif opt is not None:
                 if kernels is None:
                     kernels = road.kernels()

@@ -47,19 +47,20 @@ def search_query(fwd: tuple[np.ndarray, np.ndarray, np.ndarray], opt: ExactOptio
     rows = np.searchsorted(indptr, where, side="right") - 1  # each product's document
     prod = prod[where]
     # Each document's products summed in row order, one float32 addition at a time: the kernels' sum
-    # (their zero products leave it unchanged), so the scores match bit for bit. Step j adds every
-    # document's j-th product: as many steps as the query has terms at most.
+    # (their zero products leave it unchanged, and their first addition to 0 is exact), so the scores
+    # match bit for bit. Step j adds the j-th product of the documents that have one: as many steps as
+    # the query has terms at most, each over those documents only.
     first = np.empty(len(rows), bool)
     first[0] = True
     np.not_equal(rows[1:], rows[:-1], out=first[1:])
     starts = np.flatnonzero(first)
     docs = rows[starts]
-    group = np.cumsum(first) - 1
-    rank = np.arange(len(rows)) - starts[group]
-    scores = np.zeros(len(docs), np.float32)
-    for j in range(int(rank.max()) + 1):
-        at = rank == j
-        scores[group[at]] += prod[at]
+    counts = np.diff(starts, append=len(rows))
+    scores = prod[starts]
+    live = np.flatnonzero(counts > 1)
+    for j in range(1, int(counts.max())):
+        live = live[counts[live] > j]
+        scores[live] += prod[starts[live] + j]
     keep = scores > 0  # a document whose dot product is 0 is never a hit
     if opt.mask is not None:
         keep &= opt.mask[docs] != 0
