@@ -65,10 +65,17 @@ def header_timeout() -> float:
     return HEADER_TIMEOUT
 
 
-@pytest.fixture
-def live_server(served):
+def _parsers():
+    from tokenspace.serve.header_timeout import PARSERS
+
+    return PARSERS
+
+
+@pytest.fixture(params=_parsers())
+def live_server(served, request):
     """The app under a real uvicorn server on a free port (a slow body needs a real socket), with the
-    settings `tokenspace serve` uses, 1 s body and header timeouts and 1 s of lingering read; yields the port."""
+    settings `tokenspace serve` uses, 1 s body and header timeouts and 1 s of lingering read, once for each
+    HTTP parser installed (httptools, which the server picks where it can, and h11); yields the port."""
     import socket
     import threading
     import time
@@ -80,8 +87,9 @@ def live_server(served):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    settings = server_settings(header_timeout=HEADER_TIMEOUT, linger=LINGER, parser=request.param)
     server = uvicorn.Server(uvicorn.Config(build_app(served[0], body_timeout=1.0), host="127.0.0.1", port=port,
-                                           **server_settings(header_timeout=HEADER_TIMEOUT, linger=LINGER)))
+                                           **settings))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 60

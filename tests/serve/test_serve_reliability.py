@@ -178,6 +178,35 @@ def test_trickled_headers_do_not_extend_the_deadline(live_server, header_timeout
         assert time.monotonic() - t0 < header_timeout + 2
 
 
+def test_an_oversized_header_block_is_refused_while_it_arrives(live_server):
+    """A header that never ends is refused once it passes the cap (16 KiB, h11's) and the connection is
+    closed: httptools alone held a 74 MB header in memory within the header deadline."""
+    import socket
+    import time
+
+    with socket.create_connection(("127.0.0.1", live_server), timeout=10) as c:
+        c.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ")
+        sent, t0, answer = 0, time.monotonic(), b""
+        try:
+            while sent < 8 * 2**20 and time.monotonic() - t0 < 5:
+                c.sendall(b"a" * 4096)
+                sent += 4096
+        except OSError:  # reset: the server closed while more was coming
+            pass
+        c.settimeout(2)
+        try:
+            while chunk := c.recv(65536):
+                answer += chunk
+        except (TimeoutError, ConnectionResetError):
+            pass
+        assert sent < 8 * 2**20, "8 MB of header accepted"
+        assert not answer or answer.startswith(b"HTTP/1.1 400"), answer[:200]
+    # and a request whose headers fit is served
+    answer = _raw_exchange(live_server, b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Ok: " + b"a" * 8000
+                           + b"\r\nConnection: close\r\n\r\n", wait=10)
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+
+
 def test_a_kept_alive_connection_gets_a_fresh_header_deadline(live_server, header_timeout):
     """A second request on a kept-alive connection is served when its headers come in time, also after
     the first request's deadline would have passed."""

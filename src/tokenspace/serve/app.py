@@ -255,12 +255,13 @@ def _check_port_free(host: str, port: int) -> None:
                       "server may hold it; pick another --port") from None
 
 
-def server_settings(header_timeout: float = HEADER_TIMEOUT, linger: float = LINGER) -> dict:
+def server_settings(header_timeout: float = HEADER_TIMEOUT, linger: float = LINGER, parser: str | None = None) -> dict:
     """uvicorn's settings for the app (``uvicorn.run(app, host=..., port=..., **server_settings())``): its
-    h11 protocol with a deadline on each request's headers (serve/header_timeout.py; the body has its
-    own, serve/body_timeout.py), which closes a connection whose body was refused unread after at most
+    HTTP/1.1 protocol (``parser``: "httptools" or "h11"; default httptools where it is installed) with a
+    deadline on each request's headers (serve/header_timeout.py; the body has its own,
+    serve/body_timeout.py), which closes a connection whose body was refused unread after at most
     ``linger`` seconds of lingering read (serve/lingering.py)."""
-    return {"http": with_header_timeout(header_timeout, linger), "log_level": "warning"}
+    return {"http": with_header_timeout(header_timeout, linger, parser), "log_level": "warning"}
 
 
 def run(searcher: Searcher, host: str = "127.0.0.1", port: int = 8000,

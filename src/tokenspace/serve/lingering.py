@@ -8,10 +8,14 @@ while the client is still sending its body (a 413 for an 8 MB JSON body, a 9 MB 
 the kernel with a TCP reset, which throws away the 413 before the client has read it.
 
 So the 408 and 413 of the body middlewares say ``Connection: close``, and when uvicorn then closes a
-connection whose request body h11 has not seen the end of, this transport sends the answer, shuts its
-side down (the client reads the answer and then end of file) and reads and drops whatever still comes,
+connection whose request body its parser has not seen the end of, this transport sends the answer, shuts
+its side down (the client reads the answer and then end of file) and reads and drops whatever still comes,
 until the client closes or at most ``linger`` seconds have passed, then closes. The time is for the
 whole lingering read: bytes that keep coming do not extend it.
+
+Both of uvicorn's HTTP/1.1 protocols get it: ``LingeringClose`` (h11, pure Python) and
+``LingeringCloseHttpTools`` (httptools, the C parser, where it is installed: serve/header_timeout.py
+says which one the server runs).
 """
 from __future__ import annotations
 
@@ -27,7 +31,7 @@ class _LingeringTransport:
     """The connection's transport as uvicorn's protocol sees it: ``close`` lingers when the request body
     is still arriving; everything else is the transport's own."""
 
-    def __init__(self, transport: asyncio.Transport, protocol: LingeringClose):
+    def __init__(self, transport: asyncio.Transport, protocol: _Lingering):
         self._transport, self._protocol = transport, protocol
         self._closing = False
         self.draining = False
@@ -43,8 +47,7 @@ class _LingeringTransport:
         if self._closing:
             return
         self._closing = True
-        unread = self._protocol.conn.their_state is h11.SEND_BODY
-        if not (unread and self._transport.can_write_eof()):  # TLS cannot half-close: a plain close
+        if not (self._protocol.body_unread() and self._transport.can_write_eof()):  # TLS cannot half-close
             self._transport.close()
             return
         self.draining = True
@@ -58,11 +61,16 @@ class _LingeringTransport:
             self._timer = None
 
 
-class LingeringClose(H11Protocol):
-    """uvicorn's h11 protocol whose close after an unread body lingers (module doc)."""
+class _Lingering:
+    """The lingering close over one of uvicorn's protocols (a mixin before it in the bases); the
+    protocol says whether the request body is still arriving (``body_unread``)."""
 
     linger = LINGER
     transport: _LingeringTransport
+    loop: asyncio.AbstractEventLoop
+
+    def body_unread(self) -> bool:
+        raise NotImplementedError
 
     def connection_made(self, transport) -> None:
         super().connection_made(_LingeringTransport(transport, self))
@@ -83,3 +91,32 @@ class LingeringClose(H11Protocol):
         self.transport.cancel_timer()
         super().connection_lost(exc)
 
+
+class LingeringClose(_Lingering, H11Protocol):
+    """uvicorn's h11 protocol whose close after an unread body lingers (module doc)."""
+
+    def body_unread(self) -> bool:
+        return self.conn.their_state is h11.SEND_BODY
+
+
+try:
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+except ImportError:  # httptools is not installed: the h11 protocol serves
+    LingeringCloseHttpTools = None
+else:
+    class LingeringCloseHttpTools(_Lingering, HttpToolsProtocol):
+        """uvicorn's httptools protocol whose close after an unread body lingers (module doc): the body is
+        unread from the end of a request's headers to the end of its message."""
+
+        _body_open = False
+
+        def on_headers_complete(self) -> None:
+            self._body_open = True
+            super().on_headers_complete()
+
+        def on_message_complete(self) -> None:
+            self._body_open = False
+            super().on_message_complete()
+
+        def body_unread(self) -> bool:
+            return self._body_open
