@@ -5,6 +5,7 @@ where the server's CPU goes (encode, search, explain, HTTP).
     python -m benchmarks.serve_load --model runs/if-model --name inference-free   # another model, same index
     python -m benchmarks.serve_load --tiny                # the tiny world (a tiny STAIR model built in code)
     python -m benchmarks.serve_load --queries distinct --text-side model --no-batch --before response,blas  # as before
+    python -m benchmarks.serve_load --model runs/serve-load/if-model --before loop,h11  # searches in the thread pool, h11
     python -m benchmarks.serve_load --processes 2         # two server processes on the port (serve/processes.py)
     python -m benchmarks.serve_load --json benchmarks/results/serve_load.json --write benchmarks/results/serve_load.md
 
@@ -185,8 +186,9 @@ def open_measured(model: str, index: str, split_dir: str, text_side: str = "auto
     ``batch=False``: one text per encoder call; ``before``: comma-separated service changes undone, to
     measure what each did ("route": /search's body read and checked by FastAPI's body parameter, not
     serve/app.py's SearchRoute; "response": /search's dict validated and written by FastAPI's
-    response_model, as before (with "route"); "blas": numpy's BLAS pool as numpy starts it). SIGUSR1 starts the count, SIGUSR2 writes it
-    to ``split_dir``/split-PID.json."""
+    response_model, as before (with "route"); "blas": numpy's BLAS pool as numpy starts it; "loop": every
+    search in the thread pool, none on the event loop (SearchService.quick_text); "h11": uvicorn's h11
+    parser, not httptools). SIGUSR1 starts the count, SIGUSR2 writes it to ``split_dir``/split-PID.json."""
     from tokenspace.explain import search as explain_search
     from tokenspace.searcher import Searcher
     from tokenspace.serve import app, processes
@@ -231,8 +233,18 @@ def open_measured(model: str, index: str, split_dir: str, text_side: str = "auto
         app._search_json = lambda content: content  # FastAPI then validates and writes it (response_model)
     if "blas" in undone:
         app.one_blas_thread = processes.one_blas_thread = lambda: None
-    print(json.dumps({"text_encoder": type(searcher.queries).__name__, "model": type(searcher.model).__name__}),
-          flush=True)
+    if "loop" in undone:
+        from tokenspace.serve.service import SearchService
+
+        SearchService.quick_text = lambda self, fusion=None: False
+    if "h11" in undone:  # the server's settings are read after this session opens (app.run, serve_one)
+        import functools
+
+        app.server_settings = processes.server_settings = functools.partial(app.server_settings, parser="h11")
+    from tokenspace.serve.header_timeout import PARSERS
+
+    print(json.dumps({"text_encoder": type(searcher.queries).__name__, "model": type(searcher.model).__name__,
+                      "http_parser": "h11" if "h11" in undone else PARSERS[-1]}), flush=True)
     return searcher
 
 
@@ -507,7 +519,8 @@ def main(argv=None) -> int:
     p.add_argument("--no-batch", action="store_true", help="one text per encoder call (no micro-batches)")
     p.add_argument("--before", default="", help="service changes undone, comma-separated: route (FastAPI "
                    "reads and checks /search's body), response (FastAPI validates and writes /search's dict; "
-                   "implies route), blas (numpy's BLAS pool as numpy starts it)")
+                   "implies route), blas (numpy's BLAS pool as numpy starts it), loop (every search in the "
+                   "thread pool), h11 (uvicorn's h11 parser instead of httptools)")
     p.add_argument("--processes", type=int, default=1, help="server processes on the port (serve/processes.py: "
                    "the Python side of a search runs on one core at a time in one process)")
     p.add_argument("--tiny-images", type=int, default=200)
@@ -551,7 +564,8 @@ def main(argv=None) -> int:
                     + (f", before: {args.before}" if args.before else "")
                     + (f", {args.processes} processes" if args.processes > 1 else ""))
             summary = {"name": args.name or name, "world": world, "model": str(model), "index": str(index),
-                       "text_encoder": started["text_encoder"], "batch": not args.no_batch, "before": args.before,
+                       "text_encoder": started["text_encoder"], "http_parser": started["http_parser"],
+                       "batch": not args.no_batch, "before": args.before,
                        "processes": args.processes, "client": args.client, "connections": args.connections,
                        "duration_s": args.duration, "loads": {}}
             for i, load in enumerate(loads):

@@ -66,13 +66,19 @@ SEARCH_REQUEST = TypeAdapter(schemas.SearchRequest)
 class SearchRoute(APIRoute):
     """POST /search: the operation FastAPI documents from the endpoint's signature (the same OpenAPI
     body schema and 422s), its JSON body read and checked here (``search_request``) and the endpoint
-    run in the thread pool; the endpoint returns its Response (written by ``_search_json``). Why: FastAPI's request handling around a body parameter (dependency
-    solving, a Content-Type parsed by the email package, its body-field machinery) was ~0.7 ms of
-    CPU per search on the event loop that every request shares, ~15% of a search of the release model
-    (benchmarks/serve_load.py). FastAPI's documented hook for a route's handling: ``get_route_handler``."""
+    run in the thread pool, or on the event loop when the endpoint's ``quick(request)`` says the search is
+    short (``SearchService.quick_text``: an inference-free model's look-up, a small index); the endpoint returns
+    its Response (written by ``_search_json``). Why: FastAPI's request handling around a body parameter
+    (dependency solving, a Content-Type parsed by the email package, its body-field machinery) was ~0.7 ms
+    of CPU per search on the event loop that every request shares, ~15% of a search of the release model;
+    the thread pool's hand-off (a queue, a wake-up of the loop through its self-pipe, the interpreter lock
+    passed back and forth) cost an inference-free model's search more than its search: 391 -> 502
+    requests/s on the loop (benchmarks/serve_load.py). FastAPI's documented hook for a route's handling:
+    ``get_route_handler``."""
 
     def get_route_handler(self):
         endpoint = self.endpoint
+        quick = getattr(endpoint, "quick", None)
 
         async def handle(request: Request) -> Response:
             try:
@@ -81,7 +87,10 @@ class SearchRoute(APIRoute):
                 raise
             except Exception as e:  # noqa: BLE001 - as FastAPI answers a body it cannot read
                 raise HTTPException(400, "There was an error parsing the body") from e
-            return await run_in_threadpool(endpoint, search_request(body, request.headers.get("content-type")))
+            req = search_request(body, request.headers.get("content-type"))
+            if quick is not None and quick(req):
+                return endpoint(req)
+            return await run_in_threadpool(endpoint, req)
 
         return handle
 
@@ -181,6 +190,7 @@ def build_app(service: SearchService, max_upload_bytes: int = MAX_UPLOAD_BYTES,
                                                 filter=req.meta_filter(), fusion=req.fusion, weight=req.weight,
                                                 **req.ranking()))
 
+    search.quick = lambda req: service.quick_text(req.fusion)  # run on the event loop (SearchRoute)
     app.router.add_api_route("/search", search, methods=["POST"], response_model=schemas.SearchResponse,
                              responses={**ERRORS, **SLOW_BODY}, route_class_override=SearchRoute)
 

@@ -13,7 +13,7 @@ as a response streams).
 from __future__ import annotations
 
 import asyncio
-import time
+import sys
 
 from starlette.exceptions import HTTPException
 
@@ -32,15 +32,16 @@ class BodyTimeout:
             return await self.app(scope, receive, send)
         deadline: float | None = None
         done = False
+        loop = asyncio.get_running_loop()
 
         async def timed_receive():
             nonlocal deadline, done
             if done:
                 return await receive()
             if deadline is None:
-                deadline = time.monotonic() + self.seconds
+                deadline = loop.time() + self.seconds
             try:
-                message = await asyncio.wait_for(receive(), max(0.0, deadline - time.monotonic()))
+                message = await _before(receive(), deadline)
             except asyncio.TimeoutError:
                 done = True  # the handler's later receive() calls wait for the disconnect as usual
                 raise HTTPException(408, f"the request body did not arrive within {self.seconds:g} s",
@@ -50,3 +51,14 @@ class BodyTimeout:
             return message
 
         return await self.app(scope, timed_receive, send)
+
+
+if sys.version_info >= (3, 11):
+    async def _before(awaitable, deadline: float):
+        """``awaitable``'s result, or TimeoutError at ``deadline`` (the loop's clock): a timer on the
+        request's own task, where ``wait_for`` starts a task of its own for each call."""
+        async with asyncio.timeout_at(deadline):
+            return await awaitable
+else:
+    async def _before(awaitable, deadline: float):
+        return await asyncio.wait_for(awaitable, max(0.0, deadline - asyncio.get_running_loop().time()))

@@ -7,6 +7,7 @@ server. Results are plain dicts shaped like the response schemas in ``schemas.py
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from urllib.parse import quote
@@ -18,6 +19,14 @@ from tokenspace.explain.heatmap import has_cell_scores, heatmap_png
 from tokenspace.explain.ranking import Ranking
 from tokenspace.searcher import Results, Searcher, SearchError
 from tokenspace.sparse import SparseBatch
+
+TABLE_FAMILY = "inference-free"  # a text query is a look-up in the model's stored table: no text network
+# a text search of a table model runs on the event loop (app.py) while the recent searches' mean CPU stays
+# at most this (seconds): Python's switch interval (sys.getswitchinterval()), for which a thread's search
+# holds the interpreter lock, and so the loop, anyway; searches of a larger index (tens of ms each) go
+# back to the thread pool
+INLINE_CPU_S = 0.005
+_MEAN_WEIGHT = 0.05  # each search's share in the running mean of their CPU
 
 
 class ServiceError(Exception):
@@ -69,6 +78,10 @@ class SearchService:
         model = searcher.model
         self.model_name = model_name or getattr(getattr(model, "config", None), "name", None) or "model"
         self._nnz: int | None = None
+        # text queries by a table look-up (an inference-free model): nothing of a search waits outside the
+        # interpreter, so a thread only adds its hand-offs, and a look-up is no cheaper in batches
+        self._table_text = getattr(searcher.queries, "family", None) == TABLE_FAMILY
+        self._search_cpu = 0.0  # running mean of a text search's CPU seconds (thread time)
 
     @property
     def model(self):
@@ -104,9 +117,21 @@ class SearchService:
         before top-k. ``ranking``: fields of explain/ranking.py's Ranking that change the service's."""
         if fusion is not None and self.searcher.dense is None:
             raise ServiceError("fusion: this server has no dense index (start it with `tokenspace serve --dense-index DIR`)")
-        return self._response(lambda: self.searcher.search(text, k, must=must, must_not=must_not, where=where,
-                                                           steer=steer, filter=filter, fusion=fusion, weight=weight,
-                                                           **ranking))
+        t = time.thread_time()
+        try:
+            return self._response(lambda: self.searcher.search(text, k, must=must, must_not=must_not, where=where,
+                                                               steer=steer, filter=filter, fusion=fusion,
+                                                               weight=weight, **ranking))
+        finally:
+            if fusion is None:  # a fused search also runs the dense model: not what the mean is for
+                self._search_cpu += _MEAN_WEIGHT * (time.thread_time() - t - self._search_cpu)
+
+    def quick_text(self, fusion: str | None = None) -> bool:
+        """Whether a text search (``fusion`` as in search_text) is known to be short: the session's text
+        queries are table look-ups, the search has no dense half to encode with, and the recent text
+        searches took at most INLINE_CPU_S of CPU on average. The HTTP layer then runs it on the event
+        loop instead of the thread pool (serve/app.py: SearchRoute)."""
+        return self._table_text and fusion is None and self._search_cpu <= INLINE_CPU_S
 
     def search_image(self, image, k: int = 10) -> dict:
         """Images similar to an uploaded image, explained by the tokens both images share."""
