@@ -66,6 +66,21 @@ class TableQueries:
         if table is None or table.shape != (len(self.vocab),):
             raise ValueError(f"{folder}/model.safetensors holds no query_weights table over its {len(self.vocab)} "
                              "tokens: not an inference-free model folder")
+        self._set_table(table)
+
+    @classmethod
+    def from_model(cls, model) -> "TableQueries":
+        """The same query side of an inference-free model already loaded (the full install's, torch and
+        all): its table copied once into numpy. A service's text queries then skip the model's own
+        encode_text, whose argument checks, batches and progress bar cost a distinct query ~0.3 ms."""
+        self = cls.__new__(cls)
+        self.folder, self.config = None, None
+        self.vocab, self.tokenizer = model.vocab, model.tokenizer
+        self.similarity_fn_name, self.text_top_n = model.similarity_fn_name, model.text_top_n
+        self._set_table(model.query_weights.detach().cpu().numpy())
+        return self
+
+    def _set_table(self, table: np.ndarray) -> None:
         keep = np.fromiter((emitted(t) for t in self.vocab.tokens), bool, count=len(self.vocab))
         self.table = np.where(keep, table.astype(np.float32), np.float32(0))
 

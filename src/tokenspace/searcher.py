@@ -47,6 +47,7 @@ from tokenspace.index.folder import COLLECTION_FILE, DENSE_IDS, MANIFEST, index_
 from tokenspace.index.hybrid import DEPTH, hybrid_search
 from tokenspace.models.capabilities import MissingCapability, require_vectors
 from tokenspace.models.fused_queries import FusedQueries, Unsupported
+from tokenspace.query_table import FAMILY as TABLE_FAMILY
 from tokenspace.query_table import MODELS_EXTRA, NeedsModelsExtra, TableQueries
 from tokenspace.sparse import SparseBatch
 
@@ -499,12 +500,14 @@ class _Slot:
 
 
 def text_queries(model):
-    """What encodes a session's text queries: the model's text side in numpy (models/fused_queries.py)
-    where it reproduces this model, checked on a few texts against the model itself; else the model."""
-    if isinstance(model, (FusedQueries, TableQueries)) or getattr(model, "family", None) not in ("fused", "stair"):
+    """What encodes a session's text queries: the model's text side in numpy (models/fused_queries.py; an
+    inference-free model's table: query_table.py) where it reproduces this model, checked on a few texts
+    against the model itself; else the model."""
+    family = getattr(model, "family", None)
+    if isinstance(model, (FusedQueries, TableQueries)) or family not in ("fused", "stair", TABLE_FAMILY):
         return model
     try:
-        fast = FusedQueries.from_model(model)
+        fast = TableQueries.from_model(model) if family == TABLE_FAMILY else FusedQueries.from_model(model)
     except (Unsupported, AttributeError, TypeError, KeyError):
         return model
     probe = ["a red car on the street", "the", "two dogs and a cat playing with a ball 42"]

@@ -8,6 +8,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from tokenspace.index import InvertedIndex
+from tokenspace.query_table import TableQueries
 from tokenspace.searcher import Searcher
 from tokenspace.serve import app as app_module
 from tokenspace.serve.app import build_app
@@ -46,6 +47,7 @@ def test_an_inference_free_search_runs_on_the_loop_and_answers_as_the_library(if
     model, index_dir = if_world
     service = SearchService(Searcher.open(index_dir, model))
     assert service.quick_text() and not service.quick_text("rrf")
+    assert isinstance(service.searcher.queries, TableQueries)  # the table in numpy, not the model's encode_text
     index = InvertedIndex.load(index_dir)
     with TestClient(build_app(service)) as client:
         for text in TEXTS:
@@ -83,3 +85,12 @@ def test_costly_searches_go_back_to_the_thread_pool_until_they_are_cheap_again(i
             assert client.post("/search", json={"text": "a red circle", "k": 3}).status_code == 200
         assert service.quick_text()
     assert 1 <= len(pooled) < 40  # the first ones went to the pool, the later ones ran on the loop
+
+
+def test_the_table_read_from_a_loaded_model_encodes_as_the_model(if_world):
+    model, _ = if_world
+    texts = TEXTS + ["circle circle", "zebra", "THE RED Square!"]
+    want, got = model.encode_text(texts), TableQueries.from_model(model).encode_text(texts)
+    np.testing.assert_array_equal(got.indptr, want.indptr)
+    np.testing.assert_array_equal(got.indices, want.indices)
+    np.testing.assert_array_equal(got.values, want.values)
