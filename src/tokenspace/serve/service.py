@@ -17,10 +17,10 @@ import numpy as np
 from tokenspace.data.images import ImageLoadError, load_image
 from tokenspace.explain.heatmap import has_cell_scores, heatmap_png
 from tokenspace.explain.ranking import Ranking
+from tokenspace.query_table import FAMILY as TABLE_FAMILY  # a text query is a look-up in a stored table
 from tokenspace.searcher import Results, Searcher, SearchError
 from tokenspace.sparse import SparseBatch
 
-TABLE_FAMILY = "inference-free"  # a text query is a look-up in the model's stored table: no text network
 # a text search of a table model runs on the event loop (app.py) while the recent searches' mean CPU stays
 # at most this (seconds): Python's switch interval (sys.getswitchinterval()), for which a thread's search
 # holds the interpreter lock, and so the loop, anyway; searches of a larger index (tens of ms each) go
