@@ -19,7 +19,6 @@ one-query command more than its whole search; _plan picks the road).
 from __future__ import annotations
 
 import os
-import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from itertools import repeat
@@ -511,9 +510,8 @@ class InvertedIndex:
             out_scores = np.empty(kk, np.float32)
             m = 0
             if opt is not None and kt is None:
-                t = time.perf_counter()
-                m = numpy_search.search_query(seg.fwd_views(), opt, indices, values, self.dim, out_docs, out_scores)
-                road.spent(time.perf_counter() - t)
+                m = road.on_numpy(numpy_search.search_query, seg.fwd_views(), opt, indices, values, self.dim,
+                                  out_docs, out_scores)
             elif opt is not None:
                 if kernels is None:
                     kernels = road.kernels()

@@ -57,31 +57,31 @@ def spent(seconds: float) -> None:
     _spent += seconds
 
 
-def check_rows(indptr, indices, values) -> int:
-    """kernels.check_rows (-1, or the first row without strictly increasing dims and finite weights >= 0)."""
-    if use_kernels(len(indices)):
-        return kernels().check_rows(indptr, indices, values)
+def on_numpy(fn, *args):
+    """``fn(*args)``, a job of the numpy road, its seconds counted towards NUMPY_BUDGET_S (spent)."""
     t = time.perf_counter()
-    out = numpy_checks.check_rows(indptr, indices, values)
+    out = fn(*args)
     spent(time.perf_counter() - t)
     return out
+
+
+def _either(name: str, entries: int, *args):
+    """kernels.<name>(*args) where use_kernels(entries), else numpy_checks.<name>(*args): the same answer."""
+    if use_kernels(entries):
+        return getattr(kernels(), name)(*args)
+    return on_numpy(getattr(numpy_checks, name), *args)
+
+
+def check_rows(indptr, indices, values) -> int:
+    """kernels.check_rows (-1, or the first row without strictly increasing dims and finite weights >= 0)."""
+    return _either("check_rows", len(indices), indptr, indices, values)
 
 
 def check_lists(ptr, items, hi: int, per: int, chunk: int) -> int:
     """kernels.check_lists: a CSR's pointers and items checked (see there for the answers)."""
-    if use_kernels(len(items) + len(ptr)):
-        return kernels().check_lists(ptr, items, hi, per, chunk)
-    t = time.perf_counter()
-    out = numpy_checks.check_lists(ptr, items, hi, per, chunk)
-    spent(time.perf_counter() - t)
-    return out
+    return _either("check_lists", len(items) + len(ptr), ptr, items, hi, per, chunk)
 
 
 def fnv1a(ptr, blob) -> np.ndarray:
     """kernels.fnv1a: the uint64 FNV-1a hash of each row's bytes."""
-    if use_kernels(len(blob)):
-        return kernels().fnv1a(ptr, blob)
-    t = time.perf_counter()
-    out = numpy_checks.fnv1a(ptr, blob)
-    spent(time.perf_counter() - t)
-    return out
+    return _either("fnv1a", len(blob), ptr, blob)
