@@ -515,9 +515,10 @@ class InvertedIndex:
             elif opt is not None:
                 if kernels is None:
                     kernels = road.kernels()
-                    work = kernels.scratch(self.dim)
+                    work = kernels.scratch_table(self.dim)
                 try:
-                    m = kernels.search_query(kt, opt, indices, values, self.dim, work, out_docs, out_scores)
+                    m = kernels.search_query(kt.table, kt.fwd_indices, opt, indices, values, self.dim, work, out_docs,
+                                             out_scores)
                 except BaseException:  # the buffers may be left dirty: the next search gets fresh ones
                     kernels.drop_scratch()
                     raise
@@ -1015,7 +1016,7 @@ def _rows(kt, opt, queries, rows, out_docs, out_scores, out_count, dim: int) -> 
     kernels = road.kernels()
     try:
         kernels.search_batch(kt, opt, queries.indptr, queries.indices, queries.values, rows, out_docs, out_scores,
-                             out_count, kernels.scratch(dim))
+                             out_count, dim)
     except BaseException:  # the buffers may be left dirty: the next search gets fresh ones
         kernels.drop_scratch()
         raise

@@ -31,8 +31,8 @@ import threading
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit, types
-from numba.extending import overload
+from numba import carray, njit, types
+from numba.extending import intrinsic, overload
 
 from tokenspace.index import numba_cache
 from tokenspace.index.layout import BAD_QUERY, BLOCK, HEAD_CODES, POSTING_CHUNK, QUERY_OUT_OF_RANGE
@@ -445,6 +445,77 @@ def search_options(k, rerank, exact, alpha=1.0, query_mass=1.0, mask=None, impac
                          _NO_PENALTY if weights is None else weights, weights is not None)
 
 
+# ----------------------------------------------------------------------------- arrays into a kernel
+# numba's dispatcher types and unboxes every array argument on every call, ~0.2 us each: the segment's
+# 17 arrays and the three scratch buffers were ~5 us of every one-query search (a recall-0.95 query on
+# real-text-100K takes ~100 us). They cross as one int64 table each, a row (address, rows, columns) per
+# array, made once and kept beside the arrays, and the kernel views that memory again (carray: no copy,
+# no reference count). So whoever holds a table holds the arrays it points into: KernelSegment, and the
+# thread's scratch (_SCRATCH). The forward store's term ids cross as themselves: their dtype
+# (segment.fwd_index_dtype) picks the compiled kernel.
+
+
+class KernelSegment(NamedTuple):
+    """A segment's arrays as the kernels take them (kernel_segment)."""
+
+    table: np.ndarray  # int64 [16, 3]: every SegmentArrays field but fwd_indices, in field order
+    fwd_indices: np.ndarray
+    arrays: "SegmentArrays"  # what the table points into, kept alive with it
+
+
+def array_table(arrays) -> np.ndarray:
+    """int64 [len(arrays), 3]: each C-contiguous 1-D or 2-D array's address, rows and columns (0 for 1-D)."""
+    table = np.zeros((len(arrays), 3), np.int64)
+    for i, a in enumerate(arrays):
+        if not a.flags.c_contiguous or a.ndim not in (1, 2):
+            raise ValueError(f"array {i} must be C-contiguous and 1-D or 2-D, got shape {a.shape}")
+        table[i] = a.__array_interface__["data"][0], a.shape[0], a.shape[1] if a.ndim == 2 else 0
+    return table
+
+
+def kernel_segment(arrays: SegmentArrays) -> KernelSegment:
+    fields = arrays._asdict()
+    fwd_indices = fields.pop("fwd_indices")
+    return KernelSegment(array_table(list(fields.values())), fwd_indices, arrays)
+
+
+@intrinsic
+def _address(typingctx, address, dtype):
+    """The int64 ``address`` as a pointer to items of ``dtype`` (a numpy scalar type), for carray."""
+    pointer = types.CPointer(dtype.instance_type)
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], context.get_value_type(pointer))
+
+    return pointer(address, dtype), codegen
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _view1(table, i, dtype):
+    return carray(_address(table[i, 0], dtype), (table[i, 1],))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _view2(table, i, dtype):
+    return carray(_address(table[i, 0], dtype), (table[i, 1], table[i, 2]))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _segment(t, fwd_indices):
+    """SegmentArrays again from a KernelSegment's table and term ids (dtypes: segment.ARRAYS)."""
+    u8, u16, i32, i64, f32 = np.uint8, np.uint16, np.int32, np.int64, np.float32
+    return SegmentArrays(_view1(t, 0, i32), _view1(t, 1, f32), _view1(t, 2, i32), _view2(t, 3, u8), _view2(t, 4, u8),
+                         _view1(t, 5, i64), _view1(t, 6, u16), _view1(t, 7, u8), _view1(t, 8, i64), _view1(t, 9, u16),
+                         _view1(t, 10, u8), _view1(t, 11, i64), _view1(t, 12, u16), _view1(t, 13, u8),
+                         _view1(t, 14, i64), fwd_indices, _view1(t, 15, f32))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _work(t):
+    """The scratch buffers (qdense, acc, acc16) again from their table."""
+    return _view1(t, 0, np.float32), _view1(t, 1, np.float32), _view1(t, 2, np.uint16)
+
+
 _SCRATCH = threading.local()
 
 
@@ -453,37 +524,45 @@ def scratch(dim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     accumulators. They are all zeros between searches (search_one leaves them so, as it already must
     between the rows of a batch) and kept per thread: allocating and clearing their ~220 KB took ~6 us
     of every one-query search. Call drop_scratch when a search raised part-way."""
-    work = getattr(_SCRATCH, "work", None)
-    if work is None or len(work[0]) != dim:
+    return _scratch(dim)[0]
+
+
+def scratch_table(dim: int) -> np.ndarray:
+    """The table (array_table) of this thread's scratch(dim), as search_query takes it."""
+    return _scratch(dim)[1]
+
+
+def _scratch(dim: int) -> tuple:
+    kept = getattr(_SCRATCH, "kept", None)
+    if kept is None or len(kept[0][0]) != dim:
         work = np.zeros(dim, np.float32), np.zeros(CHUNK, np.float32), np.zeros(CHUNK16, np.uint16)
-        _SCRATCH.work = work
-    return work
+        kept = _SCRATCH.kept = work, array_table(work)
+    return kept
 
 
 def drop_scratch() -> None:
-    _SCRATCH.work = None
+    _SCRATCH.kept = None
 
 
-def search_batch(seg: SegmentArrays, opt: SearchOptions, q_indptr, q_indices, q_values, rows, out_docs, out_scores,
-                 out_count, work) -> None:
-    """search_one over the query rows `rows` of a CSR batch; results land in row r of the out_* arrays.
-    work: scratch(dim) of the calling thread.
+def search_batch(seg: KernelSegment, opt: SearchOptions, q_indptr, q_indices, q_values, rows, out_docs, out_scores,
+                 out_count, dim: int) -> None:
+    """search_one over the query rows `rows` of a CSR batch with this thread's scratch(dim); results land
+    in row r of the out_* arrays.
 
     opt.query_mass < 1 cuts each query (cut_row) for candidate generation; rescoring uses the full row.
     Approximate queries take the 16-bit first pass where use_u16 says so, all others the float one.
     The cut is done here, not in Python: building a cut SparseBatch cost ~50 us per query.
     """
-    # seg and opt cross into numba as plain tuples and are named again inside: numba's dispatcher types
-    # a plain tuple in C but a NamedTuple field by field in Python, which cost ~3 us of a one-query
-    # search (the two NamedTuples were ~70% of the call's dispatch; docs/history.md)
-    _search_batch(tuple(seg), tuple(opt), q_indptr, q_indices, q_values, rows, out_docs, out_scores, out_count,
-                  work)
+    # opt crosses into numba as a plain tuple and is named again inside: numba's dispatcher types a plain
+    # tuple in C but a NamedTuple field by field in Python (~3 us of a one-query search; docs/history.md)
+    _search_batch(seg.table, seg.fwd_indices, tuple(opt), q_indptr, q_indices, q_values, rows, out_docs, out_scores,
+                  out_count, scratch_table(dim))
 
 
 @njit(cache=True, nogil=True)
-def _search_batch(seg_fields, opt_fields, q_indptr, q_indices, q_values, rows, out_docs, out_scores, out_count,
-                  work):
-    seg, opt = SegmentArrays(*seg_fields), SearchOptions(*opt_fields)
+def _search_batch(seg_table, fwd_indices, opt_fields, q_indptr, q_indices, q_values, rows, out_docs, out_scores,
+                  out_count, work_table):
+    seg, opt, work = _segment(seg_table, fwd_indices), SearchOptions(*opt_fields), _work(work_table)
     for r in rows:
         a, b = q_indptr[r], q_indptr[r + 1]
         out_count[r] = _search_row(seg, opt, q_indices[a:b], q_values[a:b], work, out_docs[r], out_scores[r])
@@ -503,22 +582,21 @@ def _search_row(seg, opt, f_idx, f_val, work, out_docs, out_scores):
     return search_one(seg, opt, q_idx, q_val, f_idx, f_val, qdense, acc, out_docs, out_scores)
 
 
-
-
 @njit(cache=True, nogil=True)
-def search_query(seg_fields, opt_fields, q_idx, q_val, dim, work, out_docs, out_scores):
+def search_query(seg_table, fwd_indices, opt_fields, q_idx, q_val, dim, work_table, out_docs, out_scores):
     """One query (its dims and weights) over one segment, checked first: what search_batch does for one
     row, in one call from Python (the checks, the cut and the search were separate calls, a few us of a
-    one-query search). seg_fields, opt_fields: tuple(SegmentArrays), tuple(SearchOptions). Returns how
-    many hits it wrote to out_docs/out_scores, QUERY_OUT_OF_RANGE for a dim outside [0, dim), or
-    BAD_QUERY for dims not strictly increasing or a weight not finite and >= 0 (check_rows)."""
+    one-query search). seg_table, fwd_indices: a KernelSegment's; opt_fields: tuple(SearchOptions);
+    work_table: scratch_table(dim). Returns how many hits it wrote to out_docs/out_scores,
+    QUERY_OUT_OF_RANGE for a dim outside [0, dim), or BAD_QUERY for dims not strictly increasing or a
+    weight not finite and >= 0 (check_rows)."""
     for p in range(len(q_idx)):
         if q_idx[p] < 0 or q_idx[p] >= dim:
             return QUERY_OUT_OF_RANGE
     if not row_ok(q_idx, q_val, 0, len(q_idx)):
         return BAD_QUERY
-    return _search_row(SegmentArrays(*seg_fields), SearchOptions(*opt_fields), q_idx, q_val, work, out_docs,
-                       out_scores)
+    return _search_row(_segment(seg_table, fwd_indices), SearchOptions(*opt_fields), q_idx, q_val,
+                       _work(work_table), out_docs, out_scores)
 
 
 @njit(cache=True, nogil=True)

@@ -336,26 +336,15 @@ class Segment:
                 **dict(zip(RESIDUAL, res)))
         return self._kernel_arrays
 
-    def kernel_tuple(self, exact: bool = True) -> tuple:
-        """kernel_arrays(exact) as the plain tuple the kernels take (kernels.search_query), made once per
-        kernel_arrays (a save with remap=True makes new ones, an exact search on a segment that keeps no
-        residual lists too)."""
+    def kernel_tuple(self, exact: bool = True):
+        """kernel_arrays(exact) as the kernels take them (kernels.KernelSegment: one table of the arrays'
+        addresses), made once per kernel_arrays (a save with remap=True makes new ones, an exact search
+        on a segment that keeps no residual lists too)."""
         arrays = self.kernel_arrays(exact)
         cached = self.__dict__.get("_kernel_tuple")
-        if cached is None or cached[0] is not arrays:
-            cached = self.__dict__["_kernel_tuple"] = (arrays, tuple(arrays))
-        return cached[1]
-
-    def search(self, q: SparseBatch, rows: np.ndarray, options: tuple, out_docs, out_scores, out_count) -> None:
-        """Fill out_* rows (local doc numbers, exact scores, counts) for the query rows `rows` (see
-        kernels.search_batch; options from kernels.search_options)."""
-        kernels = road.kernels()
-        try:
-            kernels.search_batch(self.kernel_arrays(options.exact), options, q.indptr, q.indices, q.values, rows,
-                                 out_docs, out_scores, out_count, kernels.scratch(self.dim))
-        except BaseException:  # the buffers may be left dirty: the next search gets fresh ones
-            kernels.drop_scratch()
-            raise
+        if cached is None or cached.arrays is not arrays:
+            cached = self.__dict__["_kernel_tuple"] = road.kernels().kernel_segment(arrays)
+        return cached
 
 
 def _id_blob(ids: list[str]) -> tuple[np.ndarray, np.ndarray]:
