@@ -5,17 +5,17 @@ import torch: the index side of the project works on numpy arrays only.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol, Sequence, runtime_checkable
+from typing import NamedTuple, Protocol, Sequence, runtime_checkable
 
 from tokenspace.index.query import Node
 from tokenspace.sparse import SparseBatch
 
 
-# slots: a search returns k of them per query, and a slotted frozen Hit is built ~25% faster
-@dataclass(frozen=True, order=True, slots=True)
-class Hit:
-    """One result: the document's external id and its score (dot product of sparse vectors)."""
+# a named tuple: a search returns k of them per query, and right after the kernels (caches cold) ten of
+# them were made in ~10 us against ~15 for a frozen slotted dataclass (inverted._hits)
+class Hit(NamedTuple):
+    """One result: the document's external id and its score (dot product of sparse vectors). Immutable;
+    ordered and hashed by (score, id)."""
 
     score: float
     id: str

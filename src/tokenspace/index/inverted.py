@@ -19,7 +19,6 @@ one-query command more than its whole search; _plan picks the road).
 from __future__ import annotations
 
 import os
-from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from itertools import repeat
 from pathlib import Path
@@ -985,19 +984,15 @@ class InvertedIndex:
         return f"InvertedIndex(docs={len(self)}, dim={self.dim}, segments={len(self._segments)})"
 
 
-# Hits made without Hit.__init__: that of a frozen slotted dataclass sets each field with object.__setattr__
-# from Python, and a query's ten hits that way were ~5% of a one-query search on real-text-100K; an
-# object.__new__ and the slots' own setters, mapped from C, make the same objects in about half the time
-# (tests/index/test_search_call.py checks them equal to Hit(score, id))
-_new_hit, _set_score, _set_id = object.__new__, Hit.score.__set__, Hit.id.__set__
+# Hits made from C: tuple.__new__ over (score, id) pairs, with no Python-level __new__ per hit (a query's ten
+# hits were ~5% of a one-query search on real-text-100K through Hit(score, id); tests/index/test_search_call.py
+# checks them equal)
+_new_tuple = tuple.__new__
 
 
 def _hits(scores: list, ids: list) -> list[Hit]:
     """[Hit(s, i) for s, i in zip(scores, ids)] (python floats and strs), built faster."""
-    hits = list(map(_new_hit, repeat(Hit, len(ids))))
-    deque(map(_set_score, hits, scores), 0)
-    deque(map(_set_id, hits, ids), 0)
-    return hits
+    return list(map(_new_tuple, repeat(Hit), zip(scores, ids)))
 
 
 def _run(kt, opt, queries, out_docs, out_scores, out_count, threads: int, dim: int) -> None:
