@@ -8,8 +8,9 @@
 real_engines.py runs each engine in its own process, one after the other, so a slow quarter of an hour
 on the shared machine lands on one engine and tilts the ratio (the same code measured 1.45x and 1.58x
 over Seismic in two runs). Here every engine is built first, in this process, and then each pass times
-every setting of every engine one query at a time (1,000 queries, the worker's timing), the engines'
-order rotating from pass to pass; a noisy minute hits a few settings of one pass, not one engine. The
+every setting of every engine one query at a time (1,000 queries, the worker's timing), --chunk queries at
+a time (100: every setting runs the first 100, then every setting the next 100, ...), the engines' order
+rotating from pass to pass; a noisy minute hits every setting of a pass alike, not one engine. The
 targets are read per pass: the fastest setting of each engine whose recall@10 reaches the target, and
 the ratio of the two within that pass; the median and range of those per-pass ratios are reported.
 Recall does not depend on timing, so it is computed once.
@@ -97,10 +98,17 @@ def screen(cells, corpus, gt, n: int) -> tuple[list, dict]:
 
 
 def race(peers: list, corpus, gt, n_single: int, passes: int, cells: list | None = None,
-         deadline: float | None = None) -> list[dict]:
+         deadline: float | None = None, chunk: int = 0) -> list[dict]:
     """Every (engine, setting) timed in ``passes`` interleaved passes; rows with recall and each pass's QPS.
     ``deadline`` (a time.monotonic() value): no pass starts after it, so a run on a machine lent for a
-    fixed time reports the passes it finished (at least one) instead of nothing."""
+    fixed time reports the passes it finished (at least one) instead of nothing.
+
+    ``chunk`` > 0: a pass runs its queries ``chunk`` at a time, every cell on each chunk before the next
+    one (the cells' order reversed from chunk to chunk), and a cell's QPS in the pass is over all its
+    chunks. A pass of a wide race lasts minutes, and this machine's speed changes within minutes (the
+    same kernel, one core, 230 then 400 us a query): timed cell after cell, the two engines' best
+    settings could land in different phases of one pass (per-pass ratios 1.3x-3.6x in one run);
+    chunk by chunk, every cell sees every phase. 0: each cell's queries in one go, as before."""
     rows = np.arange(min(n_single, len(corpus.q_indptr) - 1))
     if cells is None:
         cells = [(peer, label, setting) for peer in peers for label, setting in peer.settings()]
@@ -108,17 +116,26 @@ def race(peers: list, corpus, gt, n_single: int, passes: int, cells: list | None
                              "qps_passes": [], "cpu_qps_passes": []} for p, label, _ in cells}
     for p, _, setting in cells:  # warm-up (recall is taken from the first timed pass: answers do not change)
         time_pass(p, corpus, rows[:WARMUP], setting)
+    step = chunk if chunk > 0 else len(rows)
+    parts = [rows[s:s + step] for s in range(0, len(rows), step)]
     for rep in range(passes):
         if rep and deadline is not None and time.monotonic() > deadline:
             print(f"deadline: {rep} of {passes} passes run", file=sys.stderr, flush=True)
             break
         shift = rep % len(peers)  # rotate which engine goes first
         order = [c for p in peers[shift:] + peers[:shift] for c in cells if c[0] is p]
-        for p, label, setting in order:
-            qps, answers, cpu_qps = time_pass(p, corpus, rows, setting)
-            row = out[(p.name, label)]
-            row["qps_passes"].append(round(qps, 1))
-            row["cpu_qps_passes"].append(round(cpu_qps, 1))
+        spent = {(p.name, label): [0.0, 0.0, []] for p, label, _ in cells}  # wall s, CPU s, answers
+        for i, part in enumerate(parts):
+            for p, label, setting in (order if i % 2 == 0 else order[::-1]):
+                qps, answers, cpu_qps = time_pass(p, corpus, part, setting)
+                acc = spent[(p.name, label)]
+                acc[0] += len(part) / qps
+                acc[1] += len(part) / cpu_qps
+                acc[2] += answers
+        for key, (wall, cpu, answers) in spent.items():
+            row = out[key]
+            row["qps_passes"].append(round(len(rows) / wall, 1))
+            row["cpu_qps_passes"].append(round(len(rows) / max(cpu, 1e-9), 1))
             if "recall" not in row:
                 row["recall"] = recall_at(answers, gt[rows], K)
         print(f"pass {rep + 1}/{passes} done", file=sys.stderr, flush=True)
@@ -259,6 +276,9 @@ def main(argv=None):
                     help="race only these engines' entries of --peers-file (e.g. tokenspace sindi)")
     ap.add_argument("--passes", type=int, default=5)
     ap.add_argument("--single", type=int, default=1000, help="queries timed one at a time per setting and pass")
+    ap.add_argument("--chunk", type=int, default=100,
+                    help="a pass times every setting on this many queries before the next ones (0: each "
+                         "setting's queries in one go)")
     ap.add_argument("--name", default=None)
     ap.add_argument("--pin-core", type=int, default=None,
                     help="the core the timed passes run on (default: the lowest this process may use; -1: no pin)")
@@ -333,7 +353,7 @@ def main(argv=None):
             rows = [{"engine": p.name, "family": getattr(p, "family", p.name), "setting": label}
                     for p, label, _ in cells]
         else:
-            rows = race(peers, corpus, gt, a.single, a.passes, cells, deadline)
+            rows = race(peers, corpus, gt, a.single, a.passes, cells, deadline, a.chunk)
         if a.batch_threads:
             os.sched_setaffinity(0, set(allowed))
             batch = batch_race(peers, cells, corpus, gt, a.batch_queries, a.batch_threads, a.batch_passes,
@@ -354,7 +374,7 @@ def main(argv=None):
     others = [p.name for p, (engine, _) in zip(peers, specs) if engine != specs[0][0]]
     fams = list(dict.fromkeys(getattr(p, "family", p.name) for p in peers))
     report = {"corpus": name, "n_docs": n, "k": K, "passes": len(rows[0].get("qps_passes", [])),
-              "single_queries": 0 if a.batch_only else a.single,
+              "single_queries": 0 if a.batch_only else a.single, "chunk": a.chunk,
               "pinned_core": core, "load_avg_1min_end": os.getloadavg()[0], "builds": builds, "rows": rows,
               "screen": screened,
               "ratios": {f"{first}/{o} @{t if t else 'exact'}": ratios(rows, first, o, t)

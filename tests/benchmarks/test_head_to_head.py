@@ -209,3 +209,34 @@ def test_the_tokenspace_peer_times_search_on_prepared_queries_and_answers_as_sea
         assert got[0] == got[1] == peers["search"].search_one(*corpus.query(r), 5).tolist()
     batch = peers["search"].search_batch(corpus, np.arange(2, 9), 5, 2)
     assert [b.tolist() for b in batch] == [peers["arrays"].search_one(*corpus.query(r), 5).tolist() for r in range(2, 9)]
+
+
+def test_a_pass_times_every_setting_chunk_by_chunk(hh, monkeypatch):
+    """--chunk: each chunk of queries runs every cell (the order reversed from chunk to chunk) before the
+    next chunk, and a cell's QPS in a pass is its queries over the time of all its chunks."""
+    class Fake:
+        def __init__(self, name):
+            self.name = self.family = name
+
+    a, b = Fake("a"), Fake("b")
+    cells = [(a, "x", {}), (a, "y", {}), (b, "z", {})]
+    seconds = {"x": 0.01, "y": 0.02, "z": 0.04}  # a query's time per setting
+    calls = []
+
+    def fake_time_pass(peer, corpus, rows, setting):
+        label = next(lab for p, lab, s in cells if p is peer and s is setting)
+        calls.append((label, [int(r) for r in rows]))
+        return 1 / seconds[label], [np.array([int(r)]) for r in rows], 1 / seconds[label]
+
+    class Corpus:
+        q_indptr = np.arange(11)
+
+    monkeypatch.setattr(hh, "time_pass", fake_time_pass)
+    monkeypatch.setattr(hh, "recall_at", lambda answers, gt, k: [int(x[0]) for x in answers])
+    rows = hh.race([a, b], Corpus(), np.zeros((10, 10), int), 10, 1, cells, chunk=4)
+    timed = calls[len(cells):]  # after each cell's warm-up
+    assert [lab for lab, _ in timed] == ["x", "y", "z", "z", "y", "x", "x", "y", "z"]
+    assert [r for _, r in timed[:3]] == [[0, 1, 2, 3]] * 3 and timed[-1][1] == [8, 9]
+    got = {r["setting"]: r for r in rows}
+    assert got["z"]["qps_passes"] == [25.0] and got["x"]["cpu_qps_passes"] == [100.0]
+    assert got["y"]["recall"] == list(range(10))  # every chunk's answers, in query order
