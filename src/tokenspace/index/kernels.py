@@ -12,7 +12,8 @@ Layout of one segment (n docs, vocabulary size V), see segment.py for the arrays
 * approximate mode's impact heads: each term's postings of code >= 128, 64 and 32, again as chunked
   posting lists (head_lists), so that a term can be read only as far as its impacts matter.
 
-The search kernels take the segment's arrays as one SegmentArrays and the knobs as one SearchOptions.
+The search kernels take the segment's arrays as one SegmentArrays (handed over as a KernelSegment: one
+table of their addresses) and the knobs as one SearchOptions.
 Search walks the docs in chunks of CHUNK (accumulator stays in L1/L2), scatters the sparse lists,
 adds the dense columns per BLOCK-doc block, skips blocks whose upper bound (block max of the scattered
 part + block-max codes of the dense columns) cannot reach the running threshold, and keeps every doc
@@ -360,8 +361,8 @@ def residual_lists(indptr, indices, values, scale, dense_slot, dense, main_ptr, 
 class SegmentArrays(NamedTuple):
     """The arrays of one segment that search reads (segment.ARRAYS says what they hold), handed to the
     kernels as one value. Built by field name (Segment.kernel_arrays), so no list has to follow an
-    argument order by hand. search_batch passes it into numba as a plain tuple and names it again
-    there (a field read is free); a NamedTuple argument costs more to dispatch (search_batch)."""
+    argument order by hand. It crosses into numba as a KernelSegment (a table of the arrays' addresses)
+    and is made again there (_segment; a field read is free)."""
 
     df: np.ndarray
     scale: np.ndarray
