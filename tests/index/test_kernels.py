@@ -3,6 +3,7 @@ knobs as one SearchOptions with fixed field types (numba compiles once per type 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from _inverted_data import ids_for, random_batch
 
 from tokenspace.index import InvertedIndex, kernels
@@ -53,3 +54,24 @@ def test_scratch_is_reused_and_left_zero_by_every_search_path():
                 assert kernels.scratch(dim) is work  # kept between searches
                 assert all(not w.any() for w in work), (opts, extra, r)
     assert len(kernels.scratch(dim + 1)[0]) == dim + 1  # another dim: new buffers
+
+
+def test_kernel_segment_tables_the_arrays_the_kernels_view_and_refuses_others():
+    """The one-query kernels see a segment as a table of addresses (kernel_segment) and view each row
+    with a fixed dtype (TABLE_LAYOUT): the table must point at the segment's own arrays, the layout must
+    be the dtypes a loaded segment is checked against, and an array of another dtype must be refused."""
+    from tokenspace.index.inverted import _DTYPES
+
+    index = InvertedIndex.build(random_batch(300, 40, 0.2, seed=5), ids_for(300), approx_top_n=4)
+    arrays = index._segments[0].kernel_arrays()
+    ks = kernels.kernel_segment(arrays)
+    names = [f for f in kernels.SegmentArrays._fields if f != "fwd_indices"]
+    assert [np.dtype(_DTYPES[n]) for n in names] == [np.dtype(d) for d, _ in kernels.TABLE_LAYOUT]
+    for row, name in zip(ks.table, names):
+        a = getattr(arrays, name)
+        assert row[0] == a.__array_interface__["data"][0] and tuple(row[1:1 + a.ndim]) == a.shape, name
+    assert ks.fwd_indices is arrays.fwd_indices and ks.arrays is arrays
+    with pytest.raises(ValueError, match="df must be 1-D int32, got 1-D int64"):
+        kernels.kernel_segment(arrays._replace(df=arrays.df.astype(np.int64)))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        kernels.array_table([np.zeros((4, 4))[:, 1]])

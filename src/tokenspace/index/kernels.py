@@ -474,9 +474,21 @@ def array_table(arrays) -> np.ndarray:
     return table
 
 
+# what _segment views each row of a KernelSegment's table as: (dtype, ndim), in SegmentArrays' field order
+# without fwd_indices (a loaded segment's arrays are checked against the same dtypes: inverted._DTYPES)
+TABLE_LAYOUT = ((np.int32, 1), (np.float32, 1), (np.int32, 1), (np.uint8, 2), (np.uint8, 2), (np.int64, 1),
+                (np.uint16, 1), (np.uint8, 1), (np.int64, 1), (np.uint16, 1), (np.uint8, 1), (np.int64, 1),
+                (np.uint16, 1), (np.uint8, 1), (np.int64, 1), (np.float32, 1))
+
+
 def kernel_segment(arrays: SegmentArrays) -> KernelSegment:
+    """The segment's arrays as one table; refuses an array that _segment would misread (another dtype or
+    number of dimensions: the kernel sees only an address)."""
     fields = arrays._asdict()
     fwd_indices = fields.pop("fwd_indices")
+    for (name, a), (dtype, ndim) in zip(fields.items(), TABLE_LAYOUT, strict=True):
+        if a.dtype != dtype or a.ndim != ndim:
+            raise ValueError(f"{name} must be {ndim}-D {np.dtype(dtype)}, got {a.ndim}-D {a.dtype}")
     return KernelSegment(array_table(list(fields.values())), fwd_indices, arrays)
 
 
