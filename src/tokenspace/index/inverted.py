@@ -569,7 +569,7 @@ class InvertedIndex:
             else:
                 if mask is None or mask.any():
                     opt = self._options(si, kk, min(rr, seg.n), mode == "exact", al, qm, mask, fl, pw, weights)
-                plan.append((base, seg, seg.kernel_tuple(mode == "exact"), opt, kk))
+                plan.append((base, seg, seg.kernel_segment(mode == "exact"), opt, kk))
             base += seg.n
         return plan
 

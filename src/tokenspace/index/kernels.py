@@ -805,7 +805,7 @@ def _scatter(seg, a, c0, c1, sp_w, sp_pos, sp_end, sp_src, n_sp, chunk_start, ze
             a[x] = v
             if v > sp_max:
                 sp_max = v
-        p = max(p, e)
+        p = e
         cnt += p - chunk_start[i]
         sp_pos[i] = p
     return cnt, sp_max

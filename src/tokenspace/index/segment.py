@@ -336,14 +336,14 @@ class Segment:
                 **dict(zip(RESIDUAL, res)))
         return self._kernel_arrays
 
-    def kernel_tuple(self, exact: bool = True):
+    def kernel_segment(self, exact: bool = True):
         """kernel_arrays(exact) as the kernels take them (kernels.KernelSegment: one table of the arrays'
         addresses), made once per kernel_arrays (a save with remap=True makes new ones, an exact search
         on a segment that keeps no residual lists too)."""
         arrays = self.kernel_arrays(exact)
-        cached = self.__dict__.get("_kernel_tuple")
+        cached = self.__dict__.get("_kernel_segment")
         if cached is None or cached.arrays is not arrays:
-            cached = self.__dict__["_kernel_tuple"] = road.kernels().kernel_segment(arrays)
+            cached = self.__dict__["_kernel_segment"] = road.kernels().kernel_segment(arrays)
         return cached
 
 
