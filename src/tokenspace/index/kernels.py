@@ -886,8 +886,9 @@ def _rescore(seg, opt, c_doc, c_s, nc, thr, f_idx, f_val, qdense, out_docs, out_
 #
 # float32 (exact mode): query weights q * scale[t] in float32; candidates within 2 err of the
 # threshold are kept (err: the quantisation bound plus float32 slack); the lists outside each doc's
-# approx_top_n are read too. Dense columns are added two per pass (half the accumulator loads/stores;
-# measured ~15% faster than one).
+# approx_top_n are read too. Dense columns are added four per pass, then two (a quarter of the
+# accumulator loads/stores of one per pass; two measured ~15% faster than one, four another 3-5% of exact
+# search on real-text-200K, in-process A/B, same answers).
 #
 # uint16 (approximate mode): approximate mode needs only the `rerank` best first-pass scores, not
 # scores within a proven error, so it scores in uint16: each query term's code step (q * scale[t])
@@ -1147,6 +1148,20 @@ _block_limit = _by_acc_dtype(_block_limit_f32, _block_limit_u16)
 
 def _add_dense_f32(a, dense, c0, c1, dn_slot, dn_w, n_dn, run0, run1, n_run):
     h = 0
+    while h + 3 < n_dn:  # four columns per pass
+        ca = dense[dn_slot[h], c0:c1]
+        cb = dense[dn_slot[h + 1], c0:c1]
+        cc = dense[dn_slot[h + 2], c0:c1]
+        cd = dense[dn_slot[h + 3], c0:c1]
+        wa, wb, wc, wd = dn_w[h], dn_w[h + 1], dn_w[h + 2], dn_w[h + 3]
+        for r in range(n_run):
+            j0, j1 = run0[r], run1[r]
+            aa = a[j0:j1]
+            xa, xb, xc, xd = ca[j0:j1], cb[j0:j1], cc[j0:j1], cd[j0:j1]
+            for j in range(j1 - j0):
+                aa[j] += ((wa * np.float32(xa[j]) + wb * np.float32(xb[j]))
+                          + (wc * np.float32(xc[j]) + wd * np.float32(xd[j])))
+        h += 4
     while h < n_dn:  # two columns per pass
         two = h + 1 < n_dn
         col = dense[dn_slot[h], c0:c1]
