@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from _inverted_data import ids_for, random_batch
+from _inverted_data import as_older_format, ids_for, random_batch
 
 from tokenspace.index import ExactIndex, InvertedIndex, kernels, storage
 from tokenspace.index.storage import IndexCorruptError
@@ -39,13 +39,14 @@ def test_mass_cut_keeps_the_heaviest_terms_up_to_the_share():
 
 def test_exact_search_is_unchanged_and_approx_reads_the_kept_postings(setup):
     docs, qs, ids, want = setup
-    full = InvertedIndex.build(docs, ids)
-    index = InvertedIndex.build(docs, ids, approx_mass=0.6)
+    full = InvertedIndex.build(docs, ids, impact_heads=False)  # whole main lists: postings counted there
+    index = InvertedIndex.build(docs, ids, approx_mass=0.6, impact_heads=False)
     seg, seg_full = index._segments[0], full._segments[0]
     # the cut postings moved to the residual lists (exact mode reads them): nothing is lost
     assert seg.res_docs.size > 0
     kept = seg.main_docs.size + int((np.asarray(seg.dense) > 0).sum())
     assert kept + seg.res_docs.size == seg_full.main_docs.size + int((np.asarray(seg_full.dense) > 0).sum())
+    assert InvertedIndex.build(docs, ids, approx_mass=0.6).search(qs, k=10) == index.search(qs, k=10)  # with bands
     exact = index.search(qs, k=10)
     assert [[h.id for h in r] for r in exact] == [[h.id for h in r] for r in want]  # the oracle's top-10 ids
     assert all(abs(a.score - b.score) < 1e-5 for r, w in zip(exact, want) for a, b in zip(r, w))
@@ -97,13 +98,14 @@ def test_older_and_newer_formats(tmp_path):
     docs = random_batch(40, 30, 0.2, seed=5)
     InvertedIndex.build(docs, ids_for(40), approx_mass=0.5).save(root)
     doc = _doc(root)
+    as_older_format(root, doc, 6)  # the files as version 6 wrote them (whole lists, nested heads)
     _write(root, {**{k: v for k, v in doc.items() if k != "approx_mass"}, "version": 6})
     old = InvertedIndex.load(root)
     assert old.approx_mass is None and len(old) == 40
     _write(root, {**doc, "version": 6})
     with pytest.raises(IndexCorruptError, match="approx_mass: unknown field"):
         InvertedIndex.load(root)
-    _write(root, {**doc, "approx_mass": 1.5})
+    _write(root, {**doc, "approx_mass": 1.5, "version": storage.VERSION})  # (a version 10 index may hold them)
     with pytest.raises(IndexCorruptError, match="approx_mass: expected a number in"):
         InvertedIndex.load(root)
     _write(root, {**doc, "version": storage.VERSION + 1})

@@ -1,7 +1,8 @@
-"""Impact heads (format version 4): each term's postings of code >= kernels.HEAD_CODES[L], and the
-approximate search knob impact_floor that reads them instead of whole lists and dense columns.
+"""Impact heads: each term's postings split by code into disjoint bands (format version 10; nested copies
+in versions 4 to 9), and the approximate search knob impact_floor that reads a term's heaviest bands
+instead of its whole list or dense column.
 
-The heads are checked against a reference decoded from the forward vectors (two posting chunks, dense
+The bands are checked against a reference decoded from the forward vectors (two posting chunks, dense
 columns included); the floor against hand-made corpora where it must drop, or keep, given documents.
 """
 from __future__ import annotations
@@ -21,40 +22,47 @@ def _batch(rows: list[dict[int, float]], dim: int) -> SparseBatch:
     return SparseBatch.from_dicts(rows, dim)
 
 
-def _decode(seg, level: int, t: int) -> tuple[list[int], list[int]]:
-    """(docs, codes) of level ``level`` of term t, in stored order, doc ids made absolute."""
+def _decode(seg, ptr, docs_, codes_, first: int) -> tuple[list[int], list[int]]:
+    """(docs, codes) of the chunked list whose chunk-0 cell is ``first``, in stored order, doc ids made
+    absolute."""
     nch = n_chunks(seg.n)
     docs, codes = [], []
     for ch in range(nch):
-        cell = (level * seg.dim + t) * nch + ch
-        a, b = int(seg.head_ptr[cell]), int(seg.head_ptr[cell + 1])
-        docs += (seg.head_docs[a:b].astype(np.int64) + ch * CH).tolist()
-        codes += seg.head_codes[a:b].tolist()
+        a, b = int(ptr[first + ch]), int(ptr[first + ch + 1])
+        docs += (docs_[a:b].astype(np.int64) + ch * CH).tolist()
+        codes += codes_[a:b].tolist()
     return docs, codes
 
 
-def test_heads_hold_each_terms_heavy_postings_in_doc_order():
+def test_bands_split_each_terms_postings_by_code_in_doc_order():
     n, dim = CH + 700, 60  # two posting chunks
     docs = random_batch(n, dim, 0.05, seed=3, zipf=True)  # zipf: some terms become dense columns
     seg = InvertedIndex.build(docs, ids_for(n))._segments[0]
+    whole = InvertedIndex.build(docs, ids_for(n), impact_heads=False)._segments[0]
+    nch = n_chunks(n)
     assert (seg.dense_slot >= 0).any() and (seg.dense_slot < 0).any()
-    assert len(seg.head_ptr) == len(kernels.HEAD_CODES) * dim * n_chunks(n) + 1
+    assert len(seg.band_ptr) == len(kernels.HEAD_CODES) * dim * nch + 1 and len(whole.band_ptr) == 1
     csc = docs.to_scipy().tocsc()
+    bounds = [256] + kernels.HEAD_CODES.tolist()
     for t in range(dim):
         rows = csc.indices[csc.indptr[t]:csc.indptr[t + 1]]
         w = csc.data[csc.indptr[t]:csc.indptr[t + 1]]
         order = np.argsort(rows)
         rows, w = rows[order], w[order]
         code = np.clip(np.floor(w / seg.scale[t] + 0.5), 1, 255).astype(np.int64) if len(w) else w
-        for level, floor in enumerate(kernels.HEAD_CODES):
-            got_docs, got_codes = _decode(seg, level, t)
-            keep = code >= floor
-            assert got_docs == rows[keep].tolist(), (t, level)
-            assert got_codes == code[keep].tolist(), (t, level)
-    # nested: every level holds the one above it
-    sizes = [int(seg.head_ptr[(L + 1) * dim * n_chunks(n)] - seg.head_ptr[L * dim * n_chunks(n)])
-             for L in range(len(kernels.HEAD_CODES))]
-    assert sizes == sorted(sizes) and sizes[0] > 0
+        for band in range(len(kernels.HEAD_CODES)):  # disjoint: [HEAD_CODES[band], HEAD_CODES[band - 1])
+            got = _decode(seg, seg.band_ptr, seg.band_docs, seg.band_codes, (band * dim + t) * nch)
+            keep = (code >= bounds[band + 1]) & (code < bounds[band])
+            assert got == (rows[keep].tolist(), code[keep].tolist()), (t, band)
+        main = _decode(seg, seg.main_ptr, seg.main_docs, seg.main_codes, t * nch)
+        if seg.dense_slot[t] >= 0:  # a dense term keeps its whole column; its bands are copies
+            assert main == ([], []) and np.array_equal(seg.dense[seg.dense_slot[t]], whole.dense[whole.dense_slot[t]])
+        else:  # a list term's main list keeps what no band holds; without heads it is whole
+            keep = code < kernels.HEAD_CODES[-1]
+            assert main == (rows[keep].tolist(), code[keep].tolist()), t
+            assert _decode(whole, whole.main_ptr, whole.main_docs, whole.main_codes, t * nch) == (rows.tolist(),
+                                                                                               code.tolist())
+    assert len(seg.band_docs) > 0 and len(seg.main_docs) < len(whole.main_docs)
 
 
 @pytest.mark.parametrize("dense_fraction", [0.125, 2.0])  # term 0 a dense column / a posting list
@@ -110,7 +118,7 @@ def test_impact_floor_is_checked():
 
 
 def test_an_index_without_heads_answers_alike_and_refuses_a_floor(tmp_path):
-    """impact_heads=False: no head postings (a one-entry head_ptr), a smaller index, the same hits for
+    """impact_heads=False: no band postings (a one-entry band_ptr), a smaller index, the same hits for
     every search that reads no head (exact against a scipy oracle, approx against the headed index),
     after a save and load, an add and a compact too; an impact floor is refused, not ignored."""
     n = CH + 300  # two posting chunks
@@ -121,7 +129,7 @@ def test_an_index_without_heads_answers_alike_and_refuses_a_floor(tmp_path):
     bare = InvertedIndex.build(docs, ids, impact_heads=False)
     seg = bare._segments[0]
     assert not seg.has_heads and headed._segments[0].has_heads
-    assert len(seg.head_ptr) == 1 and len(seg.head_docs) == 0
+    assert len(seg.band_ptr) == 1 and len(seg.band_docs) == 0
     assert bare.stats()["index_bytes"] < headed.stats()["index_bytes"]
     assert bare.stats()["impact_heads"] is False and headed.stats()["impact_heads"] is True
     full = (qs.to_scipy().astype(np.float64) @ docs.to_scipy().astype(np.float64).T).toarray()

@@ -7,12 +7,12 @@ import shutil
 
 import numpy as np
 import pytest
-from _inverted_data import ids_for, random_batch
+from _inverted_data import as_older_format, ids_for, random_batch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tokenspace.index import IndexCorruptError, InvertedIndex, storage
-from tokenspace.index.segment import HEADS
+from tokenspace.index.segment import BANDS, HEADS
 from tokenspace.vocab import Vocabulary
 
 VOCAB = Vocabulary.latent(30)
@@ -148,28 +148,15 @@ def _drop_hub_prior(doc) -> None:
         seg.pop("prior")
 
 
-def _drop_heads(root, doc) -> None:
-    """Make a saved index look written before the impact heads (format < 4): no head files."""
-    _drop_hub_prior(doc)
-    for seg in doc["segments"]:
-        for name in HEADS:
-            rel = f"{seg['name']}/{name}.npy"
-            del seg["files"][rel]
-            (root / rel).unlink()
-
-
 def _saved_as_version(root, docs, version: int) -> InvertedIndex:
-    """Build and save ``docs``, then make the folder look written by format ``version`` (2-4); returns
-    the fresh index."""
+    """Build and save ``docs``, then make the folder look written by format ``version`` (2-9: whole main
+    lists, nested heads from 4, no heads before); returns the fresh index."""
     fresh = InvertedIndex.build(docs, ids_for(len(docs)))
     fresh.save(root)
-    doc = _doc(root)
-    doc["version"] = version
+    doc = as_older_format(root, _doc(root), version)
     if version < 3:
         del doc["n"]
-    if version < 4:
-        _drop_heads(root, doc)
-    else:
+    if version < 5:
         _drop_hub_prior(doc)
     _write(root, doc)
     return fresh
@@ -196,8 +183,7 @@ def test_hub_prior_without_ordered_reads_as_unordered(tmp_path):
     index = InvertedIndex.build(docs, ids_for(40))
     index.set_hub_prior(docs[:8], k=2, order=False)
     index.save(root)
-    doc = _doc(root)
-    doc["version"] = 5
+    doc = as_older_format(root, _doc(root), 5)
     del doc["hub_prior"]["ordered"]
     _write(root, doc)
     old = InvertedIndex.load(root)
@@ -230,23 +216,35 @@ def test_version_2_manifest_still_reads(saved, tmp_path):
     assert len(InvertedIndex.load(root)) == 20
 
 
-def test_version_3_index_gets_its_heads_at_load_and_keeps_them_when_saved(tmp_path):
-    """A format-3 index (no impact heads) loads with the heads a fresh build has, searches the same with
-    an impact floor, and saved again in place gains the head files (the version-4 manifest names them)."""
+@pytest.mark.parametrize("version", [3, 9])
+def test_older_index_gets_its_bands_at_load_and_keeps_its_files_when_saved(tmp_path, version):
+    """A format-3 index (no impact heads) or one of versions 4 to 9 (whole main lists, nested heads) loads
+    with the main lists and bands a fresh build has and searches the same, exact and with an impact
+    floor; saved again in place it keeps its files (and loads so again), saved elsewhere it is written as
+    bands."""
     root = tmp_path / "idx"
-    fresh = _saved_as_version(root, random_batch(300, 40, 0.2, seed=8), 3)
+    docs = random_batch(300, 40, 0.2, seed=8, zipf=True)  # zipf: dense columns, whose bands are copies
+    fresh = _saved_as_version(root, docs, version)
+    assert all(f"seg-000001/{a}.npy" in _doc(root)["segments"][0]["files"] for a in (HEADS if version >= 4 else ()))
     old = InvertedIndex.load(root)
-    for name in HEADS:
+    for name in ("main_ptr", "main_docs", "main_codes", *BANDS):
         np.testing.assert_array_equal(old._segments[0].arrays[name], fresh._segments[0].arrays[name])
+    assert not set(HEADS) & old._segments[0].arrays.keys()
     q = random_batch(5, 40, 0.3, seed=9)
     kw = dict(mode="approx", impact_floor=0.3, rerank=20)
-    assert old.search(q, 5, **kw) == fresh.search(q, 5, **kw)
+    assert old.search(q, 5, **kw) == fresh.search(q, 5, **kw) and old.search(q, 5) == fresh.search(q, 5)
+    files = dict(_doc(root)["segments"][0]["files"])
     old.delete(ids_for(300)[:3])
-    old.save(root)  # in place: only tombstones and the heads are written
-    assert _doc(root)["version"] == storage.VERSION
+    old.save(root)  # in place: only the tombstones are written
+    assert _doc(root)["version"] == storage.VERSION and _doc(root)["segments"][0]["files"] == files
     again = InvertedIndex.load(root)
     assert len(again) == 297
     assert again.search(q, 5, **kw) == old.search(q, 5, **kw)
+    again.save(tmp_path / "new")
+    seg = _doc(tmp_path / "new")["segments"][0]
+    assert {f"{seg['name']}/{a}.npy" for a in BANDS} <= seg["files"].keys()
+    assert not {f"{seg['name']}/{a}.npy" for a in HEADS} & seg["files"].keys()
+    assert InvertedIndex.load(tmp_path / "new").search(q, 5, **kw) == old.search(q, 5, **kw)
 
 
 # ------------------------------------------------------------------ generated damage (property-based)

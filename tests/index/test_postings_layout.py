@@ -60,8 +60,8 @@ def chunked():
 @pytest.mark.parametrize("dense_fraction", [0.125, 2.0])  # 2.0: every term in posting lists
 def test_chunk_boundaries_match_the_reference(chunked, dense_fraction):
     docs, queries, ids, want = chunked
-    index = InvertedIndex.build(docs, ids, dense_fraction=dense_fraction)
-    seg = index._segments[0]
+    # without impact heads the main lists are whole (with them the heavy postings sit in the bands)
+    seg = InvertedIndex.build(docs, ids, dense_fraction=dense_fraction, impact_heads=False)._segments[0]
     assert n_chunks(N) == 3 and len(seg.main_ptr) == DIM * 3 + 1 and seg.main_docs.dtype == np.uint16
     assert seg.fwd_indices.dtype == np.uint16
     # the edge terms sit where intended: BOUNDARY's last posting of chunk 0 is offset CH - 1, its
@@ -69,6 +69,12 @@ def test_chunk_boundaries_match_the_reference(chunked, dense_fraction):
     p = seg.main_ptr
     assert seg.main_docs[p[BOUNDARY * 3 + 1] - 1] == CH - 1 and seg.main_docs[p[BOUNDARY * 3 + 1]] == 0
     assert p[LAST_ONLY * 3 + 2] == p[LAST_ONLY * 3] and p[LAST_ONLY * 3 + 3] - p[LAST_ONLY * 3 + 2] == 9
+    for heads in (False, True):
+        _searches_match_the_reference(InvertedIndex.build(docs, ids, dense_fraction=dense_fraction,
+                                                          impact_heads=heads), docs, queries, want)
+
+
+def _searches_match_the_reference(index, docs, queries, want):
     got = index.search(queries, k=12)
     assert [h.id for h in got[0]] == [f"d{CH - 1}", f"d{CH}"]
     assert [h.id for h in got[1]] == [f"d{d}" for d in range(N - 1, 2 * CH - 1, -1)]
@@ -99,7 +105,7 @@ def test_chunked_segment_survives_mmap_reload(chunked, tmp_path):
 def test_offset_past_the_last_chunk_is_corrupt(chunked, tmp_path):
     """An offset is < 65,536 by its type, but the last chunk is only 9 docs long: 9 would read past n."""
     docs, _, ids, _ = chunked
-    InvertedIndex.build(docs, ids, dense_fraction=2.0).save(tmp_path / "idx")
+    InvertedIndex.build(docs, ids, dense_fraction=2.0, impact_heads=False).save(tmp_path / "idx")  # whole lists
     path = tmp_path / "idx" / "seg-000001" / "main_docs.npy"
     seg = InvertedIndex.load(tmp_path / "idx")._segments[0]
     last = int(seg.main_ptr[LAST_ONLY * 3 + 3]) - 1  # LAST_ONLY's final posting (offset 8)

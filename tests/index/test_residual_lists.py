@@ -8,7 +8,7 @@ import json
 
 import numpy as np
 import pytest
-from _inverted_data import ids_for, random_batch
+from _inverted_data import as_older_format, ids_for, random_batch
 
 from tokenspace.index import ExactIndex, InvertedIndex, kernels, storage
 from tokenspace.index.segment import RESIDUAL
@@ -149,7 +149,7 @@ def test_manifest_needs_all_three_or_none(data, tmp_path):
                                                                if not k.split("/")[1].startswith("res_")})])
     _write(root, none)
     assert InvertedIndex.load(root).residual_lists is False  # version 9: fine
-    _write(root, dict(none, version=8))
+    _write(root, as_older_format(root, dict(none), 8))  # (the files of version 8: whole lists, nested heads)
     with pytest.raises(IndexCorruptError, match="res_codes.npy"):
         InvertedIndex.load(root)
 

@@ -14,7 +14,7 @@ import shutil
 
 import numpy as np
 import pytest
-from _inverted_data import ids_for, random_batch
+from _inverted_data import as_older_format, ids_for, random_batch
 
 from tokenspace.index import IndexCorruptError, InvertedIndex, storage
 from tokenspace.vocab import Vocabulary
@@ -35,8 +35,9 @@ def _index(n, dim, prefix, seed, *, tombstones=False, hub=False):
 
 
 def _as_version(root, version):
-    """The folder as tokenspace wrote it at format ``version`` (6 or 7): the vocabulary in vocab.txt."""
-    doc = json.loads((root / storage.MANIFEST).read_text())
+    """The folder as tokenspace wrote it at format ``version`` (6 or 7): the vocabulary in vocab.txt, whole
+    main lists and nested heads."""
+    doc = as_older_format(root, json.loads((root / storage.MANIFEST).read_text()), version)  # nested heads
     doc.pop("manifest_crc32")
     if doc["vocab"] is not None:
         (root / doc["vocab"]["file"]).rename(root / storage.VOCAB)

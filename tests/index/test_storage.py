@@ -176,7 +176,7 @@ for root in sys.argv[2:]:
     print("ok", flush=True)
 """
 
-_LISTS = {"fwd_indptr": "fwd_indices", "main_ptr": "main_docs", "res_ptr": "res_docs", "head_ptr": "head_docs"}
+_LISTS = {"fwd_indptr": "fwd_indices", "main_ptr": "main_docs", "res_ptr": "res_docs", "band_ptr": "band_docs"}
 
 
 def _valid(name: str, b: np.ndarray, seg) -> bool:
@@ -274,8 +274,8 @@ def test_out_of_range_values_never_crash_a_verify_false_load(tmp_path, data, nam
     assert set(results.values()) <= {"ok", "corrupt"}
     missed = [roots[r] for r in must_catch if results[r] != "corrupt"]
     assert not missed, f"damage not caught: {missed}"
-    if name in ("fwd_indptr", "fwd_indices", "main_ptr", "main_docs", "res_ptr", "res_docs", "head_ptr",
-                "head_docs", "ids_ptr", "dense_slot"):
+    if name in ("fwd_indptr", "fwd_indices", "main_ptr", "main_docs", "res_ptr", "res_docs", "band_ptr",
+                "band_docs", "ids_ptr", "dense_slot"):
         assert must_catch  # the cases do reach outside the valid range
 
 

@@ -36,13 +36,14 @@ from tokenspace.index.query import Node
 from tokenspace.index.reorder import cluster_order
 from tokenspace.index.segment import (
     ARRAYS,
+    BANDS,
     HEADS,
     RESIDUAL,
     Segment,
     duplicate,
     fwd_index_dtype,
     n_chunks,
-    with_heads,
+    with_bands,
 )
 from tokenspace.index.storage import IndexCorruptError
 from tokenspace.index.token_filter import TokenFilter
@@ -143,10 +144,12 @@ class InvertedIndex:
         reorder: add the documents cluster by cluster (reorder.cluster_order) instead of in the given
             order: block skipping then prunes more (measured: docs/history.md). Results are the same
             top-k; only ties between equal scores follow the new order, as "earlier insertion" does.
-        impact_heads: also store each term's impact heads (its postings above 1/2, 1/4 and 1/8 of its
-            largest weight, read by search's ``impact_floor``). False saves their space (a third of the
-            index on real-text-967K, docs/benchmarks.md) and refuses ``impact_floor``; every other
-            search is unchanged. Every later ``add`` and ``compact`` follows the choice.
+        impact_heads: split each term's postings into impact bands (those of at least 1/2, 1/4 and 1/8 of
+            its largest weight, taken out of its list; a dense term's copied beside its column), so that
+            search's ``impact_floor`` reads a term only down to the band its floor needs. They cost
+            their pointers and the dense terms' copies (real-text-100K: 71.5 MB against 67.9 MB without);
+            False refuses ``impact_floor``, and every other search returns the same. Every later ``add``
+            and ``compact`` follows the choice.
         generic_share: down-weight generic image tokens: a token held by more than this share of the
             documents keeps share / (its share) of its weight and each row is L2-normalised again
             (hubness.generic_factors). The factors are computed from ``batch``, stored with the index
@@ -847,14 +850,6 @@ class InvertedIndex:
                     if texts:  # the rows' dicts too: read back from the file on first use
                         seg._meta, seg._meta_index = None, None
                         seg.meta_file = root / names[si] / manifest.META_FILE
-            elif f"{names[si]}/{HEADS[0]}.npy" not in seg.files:
-                # a segment of an older format saved again in place: its folder gains the head files
-                # (new names, unread until the manifest below names them)
-                seg.files = dict(seg.files)
-                for a in HEADS:
-                    rel = f"{names[si]}/{a}.npy"
-                    written = storage.write_array(root / rel, seg.arrays[a])
-                    seg.files[rel] = FileEntry(rel, written["bytes"], written["crc32"])
             if self._deleted[si] is not None and del_files[si] is None:
                 rel = f"{names[si]}.del-{gen:06d}.npy"
                 written = storage.write_array(root / rel, self._deleted[si])
@@ -932,12 +927,12 @@ class InvertedIndex:
             index._hub_files = man.hub_prior.bank
         index._vocab_file = man.vocab
         for s in man.segments:
-            arrays = {a: storage.load_array(root / f"{s.name}/{a}.npy", mmap) for a in ARRAYS
+            arrays = {a: storage.load_array(root / f"{s.name}/{a}.npy", mmap) for a in ARRAYS + HEADS
                       if f"{s.name}/{a}.npy" in s.files}
             seg = Segment(s.n, index.dim, s.top_n, arrays)
             _check_segment(seg, root / s.name)
             seg.check(root / s.name)  # the values the kernels index by (bounds, order), unique ids: O(size)
-            seg.arrays = with_heads(arrays, s.n)  # an older version's segment: heads from its checked lists
+            seg.arrays = with_bands(arrays, s.n)  # an older version's segment: bands from its checked lists
             seg.files = s.files
             if s.metadata is not None:
                 seg.meta_file = root / s.metadata.file  # parsed on first use (metadata.loads checks it)
@@ -1078,8 +1073,9 @@ _DTYPES = {  # fwd_indices: segment.fwd_index_dtype(dim)
     "fwd_indptr": np.int64, "fwd_values": np.float32, "df": np.int32,
     "wmax": np.float32, "scale": np.float32, "dense_slot": np.int32, "dense": np.uint8, "bmax": np.uint8,
     "main_ptr": np.int64, "main_docs": np.uint16, "main_codes": np.uint8, "res_ptr": np.int64,
-    "res_docs": np.uint16, "res_codes": np.uint8, "head_ptr": np.int64, "head_docs": np.uint16,
-    "head_codes": np.uint8, "ids_ptr": np.int64, "ids_blob": np.uint8,
+    "res_docs": np.uint16, "res_codes": np.uint8, "band_ptr": np.int64, "band_docs": np.uint16,
+    "band_codes": np.uint8, "head_ptr": np.int64, "head_docs": np.uint16, "head_codes": np.uint8,
+    "ids_ptr": np.int64, "ids_blob": np.uint8,
 }
 
 
@@ -1092,18 +1088,20 @@ def _check_segment(seg: Segment, where: Path) -> None:
         "fwd_indptr": (n + 1,), "df": (dim,), "wmax": (dim,), "scale": (dim,), "dense_slot": (dim,),
         "dense": (nd, n), "bmax": (nd, (n + BLOCK - 1) // BLOCK), "main_ptr": (cells,),
         "res_ptr": (cells,), "ids_ptr": (n + 1,),
-        # every level's cells, or one pointer: built without heads (segment.no_heads)
-        "head_ptr": (1,) if "head_ptr" in a and not seg.has_heads else (len(HEAD_CODES) * (cells - 1) + 1,),
+        # every band's (or older nested head level's) cells, or one pointer: built without heads (segment.no_heads)
+        **{ptr: (1,) if ptr in a and len(a[ptr]) == 1 else (len(HEAD_CODES) * (cells - 1) + 1,)
+           for ptr in ("band_ptr", "head_ptr")},
         "fwd_indices": (int(a["fwd_indptr"][-1]) if len(a["fwd_indptr"]) else -1,),
         "fwd_values": a["fwd_indices"].shape, "main_docs": (int(a["main_ptr"][-1]),),
         "main_codes": a["main_docs"].shape, "ids_blob": (int(a["ids_ptr"][-1]),),
     }
     if "res_ptr" in a:  # absent in a segment built with residual_lists=False (the manifest has checked: all three)
         expect.update(res_docs=(int(a["res_ptr"][-1]),), res_codes=a["res_docs"].shape)
-    if "head_ptr" in a:  # absent in a segment of format version < 4 (segment.with_heads)
-        expect.update(head_docs=(int(a["head_ptr"][-1]),), head_codes=a["head_docs"].shape)
+    for ptr, docs, codes in (BANDS, HEADS):  # one of the two (segment.with_bands), or neither before version 4
+        if ptr in a:
+            expect.update({docs: (int(a[ptr][-1]),), codes: a[docs].shape})
     for name, dt in dict(_DTYPES, fwd_indices=fwd_index_dtype(dim)).items():
-        if (name in HEADS or name in RESIDUAL) and name not in a:
+        if (name in BANDS or name in HEADS or name in RESIDUAL) and name not in a:
             continue
         if a[name].dtype != dt or a[name].shape != expect[name]:
             raise IndexCorruptError(f"{where}/{name}.npy: dtype {a[name].dtype} shape {a[name].shape}, "

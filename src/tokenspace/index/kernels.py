@@ -9,8 +9,9 @@ Layout of one segment (n docs, vocabulary size V), see segment.py for the arrays
   of POSTING_CHUNK docs so that a doc id is a uint16 offset in its chunk (3 bytes a posting);
 * the exact float32 doc vectors stay in a forward CSR store (term ids as uint16 when the vocabulary
   has at most 65,536 dims).
-* approximate mode's impact heads: each term's postings of code >= 128, 64 and 32, again as chunked
-  posting lists (head_lists), so that a term can be read only as far as its impacts matter.
+* impact bands: a term's postings of code >= 128, 64-127 and 32-63 in three disjoint chunked posting lists
+  beside its main list, which keeps the rest (impact_bands), so that approximate search can read a term
+  only as far as its impacts matter and exact search reads every band.
 
 The search kernels take the segment's arrays as one SegmentArrays (handed over as a KernelSegment: one
 table of their addresses) and the knobs as one SearchOptions.
@@ -112,39 +113,48 @@ def check_lists(ptr, items, hi, per, chunk):
             prev = x
     return -2
 
-# Impact heads (approximate mode only): for each term, nested prefixes of its list by code, doc-sorted
-# and chunked like the main lists. Level L holds the term's postings of code >= HEAD_CODES[L] (1/2, 1/4,
-# 1/8 of the term's largest weight; a level at 1/16 held 82% of all postings and was dropped), dense
-# terms included (from their column). A query term whose weight q makes its postings' impacts q * w small
-# next to the query's largest one reads only the level that still holds every posting above the impact
-# floor, not its whole list (see _pick_list). Reading fewer postings per term is Seismic's static
-# pruning made per query: on real-text-967K a floor of 0.2 to 0.3 of the query's largest impact cut the
-# postings read 2.5-4x at the same recall once the heap held more candidates (docs/history.md,
-# "impact heads").
+# Impact bands: each term's postings split by code into disjoint bands, doc-sorted and chunked like the
+# main lists. Band L holds the codes in [HEAD_CODES[L], HEAD_CODES[L - 1]) (>= 128, 64-127, 32-63: 1/2,
+# 1/4, 1/8 of the term's largest weight; a level at 1/16 held 82% of all postings and was dropped), and a
+# list term's main list keeps only its postings below HEAD_CODES[-1]. A term's impact head at level L
+# (every posting of code >= HEAD_CODES[L]) is bands 0..L, read as L + 1 lists; a query term whose
+# weight q makes its postings' impacts q * w small next to the query's largest one reads only the head
+# that still holds every posting above the impact floor (see _pick_list), and a whole read is the main
+# list and every band. Dense terms keep their whole column and get bands beside it, copied from it (a
+# column has no list to take them from). Reading fewer postings per term is Seismic's static pruning
+# made per query: on real-text-967K a floor of 0.2 to 0.3 of the query's largest impact cut the postings
+# read 2.5-4x at the same recall once the heap held more candidates (docs/history.md, "impact heads").
+# Until format version 9 the heads were nested copies beside whole main lists: 1.5x the postings of
+# real-text-100K (99.6 MB against 67.9 without heads); a segment saved so is split when loaded.
 # HEAD_CODES: layout.py's levels (128, 64, 32)
 
 
-def head_lists(main_ptr, main_docs, main_codes, dense, dense_slot, n):
-    """The impact heads from the main lists and dense columns: (head_ptr, head_docs, head_codes), cell
-    (L * dim + t) * n_chunks + chunk for level L of term t, doc offsets as in the main lists."""
+def impact_bands(main_ptr, main_docs, main_codes, dense, dense_slot, n):
+    """(main_ptr, main_docs, main_codes, band_ptr, band_docs, band_codes): whole main lists (as
+    fill_postings makes them) split into what stays in the main lists and the impact bands, the dense
+    columns' bands copied from them; band L of term t in chunk c is cell (L * dim + t) * n_chunks + c."""
     dim = len(dense_slot)
     nch = (len(main_ptr) - 1) // dim
+    keep = np.zeros(dim * nch, np.int64)
     count = np.zeros(len(HEAD_CODES) * dim * nch, np.int64)
-    _head_pass(main_ptr, main_docs, main_codes, dense, dense_slot, n, count, np.empty(0, np.uint16),
-               np.empty(0, np.uint8), False)
-    head_ptr = np.zeros(len(count) + 1, np.int64)
-    np.cumsum(count, out=head_ptr[1:])
-    head_docs = np.empty(head_ptr[-1], np.uint16)
-    head_codes = np.empty(head_ptr[-1], np.uint8)
-    _head_pass(main_ptr, main_docs, main_codes, dense, dense_slot, n, head_ptr[:-1].copy(), head_docs,
-               head_codes, True)
-    return head_ptr, head_docs, head_codes
+    no16, no8 = np.empty(0, np.uint16), np.empty(0, np.uint8)
+    _band_pass(main_ptr, main_docs, main_codes, dense, dense_slot, n, keep, count, no16, no8, no16, no8, False)
+    new_ptr = np.zeros(len(keep) + 1, np.int64)
+    np.cumsum(keep, out=new_ptr[1:])
+    band_ptr = np.zeros(len(count) + 1, np.int64)
+    np.cumsum(count, out=band_ptr[1:])
+    new_docs, new_codes = np.empty(new_ptr[-1], np.uint16), np.empty(new_ptr[-1], np.uint8)
+    band_docs, band_codes = np.empty(band_ptr[-1], np.uint16), np.empty(band_ptr[-1], np.uint8)
+    _band_pass(main_ptr, main_docs, main_codes, dense, dense_slot, n, new_ptr[:-1].copy(), band_ptr[:-1].copy(),
+               new_docs, new_codes, band_docs, band_codes, True)
+    return new_ptr, new_docs, new_codes, band_ptr, band_docs, band_codes
 
 
 @njit(cache=True, nogil=True)
-def _head_pass(main_ptr, main_docs, main_codes, dense, dense_slot, n, pos, head_docs, head_codes, fill):
-    """Walk every term's postings (list or column) in doc order: count each level's postings per cell
-    into pos, or (fill) also write them at pos."""
+def _band_pass(main_ptr, main_docs, main_codes, dense, dense_slot, n, kpos, bpos, k_docs, k_codes, b_docs, b_codes,
+               fill):
+    """Walk every term's postings (list or column) in doc order: count what each main cell keeps into kpos
+    and each band cell's postings into bpos, or (fill) also write them there."""
     dim = len(dense_slot)
     nch = (len(main_ptr) - 1) // dim
     for t in range(dim):
@@ -152,22 +162,34 @@ def _head_pass(main_ptr, main_docs, main_codes, dense, dense_slot, n, pos, head_
         for ch in range(nch):
             if s >= 0:
                 col = dense[s, ch * POSTING_CHUNK:min(n, (ch + 1) * POSTING_CHUNK)]
-                for j in range(len(col)):  # code 0 (doc without the term) is below every level
-                    _head_put(col[j], np.uint16(j), t, ch, dim, nch, pos, head_docs, head_codes, fill)
+                for j in range(len(col)):  # code 0 (doc without the term) is below every band
+                    L = _band_of(col[j])
+                    if L >= 0:
+                        _put(bpos, (L * dim + t) * nch + ch, np.uint16(j), col[j], b_docs, b_codes, fill)
             else:
                 for p in range(main_ptr[t * nch + ch], main_ptr[t * nch + ch + 1]):
-                    _head_put(main_codes[p], main_docs[p], t, ch, dim, nch, pos, head_docs, head_codes, fill)
+                    L = _band_of(main_codes[p])
+                    if L >= 0:
+                        _put(bpos, (L * dim + t) * nch + ch, main_docs[p], main_codes[p], b_docs, b_codes, fill)
+                    else:
+                        _put(kpos, t * nch + ch, main_docs[p], main_codes[p], k_docs, k_codes, fill)
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _head_put(c, doc, t, ch, dim, nch, pos, head_docs, head_codes, fill):
+def _band_of(c):
+    """The band of code c (HEAD_CODES falls), or -1 below them all."""
     for L in range(len(HEAD_CODES)):
         if c >= HEAD_CODES[L]:
-            cell = (L * dim + t) * nch + ch
-            if fill:
-                head_docs[pos[cell]] = doc
-                head_codes[pos[cell]] = c
-            pos[cell] += 1
+            return L
+    return -1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _put(pos, cell, doc, c, docs, codes, fill):
+    if fill:
+        docs[pos[cell]] = doc
+        codes[pos[cell]] = c
+    pos[cell] += 1
 
 
 @njit(cache=True, nogil=True)
@@ -306,19 +328,21 @@ def fill_postings(indptr, indices, values, scale, is_main, dense_slot, n_dense, 
 
 
 @njit(cache=True, nogil=True)
-def residual_lists(indptr, indices, values, scale, dense_slot, dense, main_ptr, main_docs):
+def residual_lists(indptr, indices, values, scale, dense_slot, dense, main_ptr, main_docs, band_ptr, band_docs):
     """(res_ptr, res_docs, res_codes): the residual lists of a segment that did not keep them, derived from
-    its forward store and its main lists and dense columns. A posting is residual when its weight is > 0
-    and it is in neither its term's main list nor its dense column (fill_postings put every other one
-    there), so the answer is what fill_postings built, code for code, whatever cut chose the main
-    postings. One pass over the rows finds them (a cursor per (term, chunk) cell moves through the main
-    lists in doc order), a second writes them."""
+    its forward store and its main lists, impact bands and dense columns. A posting is residual when its
+    weight is > 0 and it is in neither its term's main list or bands nor its dense column (fill_postings
+    put every other one there), so the answer is what fill_postings built, code for code, whatever cut
+    chose the main postings. One pass over the rows finds them (a cursor per (term, chunk) cell of the
+    main lists and of each band moves through them in doc order), a second writes them."""
     n = len(indptr) - 1
     dim = len(scale)
     n_chunks = (len(main_ptr) - 1) // dim
     res_ptr = np.zeros(dim * n_chunks + 1, np.int64)
     is_res = np.zeros(len(indices), np.bool_)
     cur = main_ptr[:-1].copy()
+    bcur = band_ptr[:-1].copy()
+    n_bands = len(HEAD_CODES) if len(band_ptr) > 1 else 0
     for i in range(n):
         ch = i // POSTING_CHUNK
         off = i - ch * POSTING_CHUNK
@@ -332,6 +356,15 @@ def residual_lists(indptr, indices, values, scale, dense_slot, dense, main_ptr, 
             cell = t * n_chunks + ch
             if s < 0 and cur[cell] < main_ptr[cell + 1] and np.int64(main_docs[cur[cell]]) == off:
                 cur[cell] += 1
+                continue
+            banded = False
+            for L in range(n_bands if s < 0 else 0):
+                bc = (L * dim + t) * n_chunks + ch
+                if bcur[bc] < band_ptr[bc + 1] and np.int64(band_docs[bcur[bc]]) == off:
+                    bcur[bc] += 1
+                    banded = True
+                    break
+            if banded:
                 continue
             is_res[p] = True
             res_ptr[cell + 1] += 1
@@ -375,9 +408,9 @@ class SegmentArrays(NamedTuple):
     res_ptr: np.ndarray
     res_docs: np.ndarray
     res_codes: np.ndarray
-    head_ptr: np.ndarray
-    head_docs: np.ndarray
-    head_codes: np.ndarray
+    band_ptr: np.ndarray
+    band_docs: np.ndarray
+    band_codes: np.ndarray
     fwd_indptr: np.ndarray
     fwd_indices: np.ndarray
     fwd_values: np.ndarray
@@ -754,19 +787,19 @@ def search_one(seg, opt, q_idx, q_val, f_idx, f_val, qdense, acc, out_docs, out_
     return _rescore(seg, opt, c_doc, c_s, nc, thr, f_idx, f_val, qdense, out_docs, out_scores)
 
 
-MAIN, RES, HEAD = 0, 1, 2  # where a query's sparse list lives: main, residual or impact-head lists
+MAIN, RES, BAND = 0, 1, 2  # where a query's sparse list lives: main, residual or impact-band lists
 
 
 @njit(cache=True, nogil=True, inline="always")
 def _list_docs(seg, src):
-    return seg.main_docs if src == MAIN else seg.res_docs if src == RES else seg.head_docs
+    return seg.main_docs if src == MAIN else seg.res_docs if src == RES else seg.band_docs
 
 
 @njit(cache=True, nogil=True, inline="always")
 def _enter_posting_chunk(seg, ch, sp_cell, sp_src, n_sp, sp_pos, sp_end):
     """Point every sparse list at its postings in posting chunk ``ch`` (cell sp_cell[i] + ch)."""
     for i in range(n_sp):
-        ptr = seg.main_ptr if sp_src[i] == MAIN else seg.res_ptr if sp_src[i] == RES else seg.head_ptr
+        ptr = seg.main_ptr if sp_src[i] == MAIN else seg.res_ptr if sp_src[i] == RES else seg.band_ptr
         sp_pos[i] = ptr[sp_cell[i] + ch]
         sp_end[i] = ptr[sp_cell[i] + ch + 1]
 
@@ -785,7 +818,7 @@ def _scatter(seg, a, c0, c1, sp_w, sp_pos, sp_end, sp_src, n_sp, chunk_start, ze
         chunk_start[i] = p
         w = sp_w[i]
         docs = _list_docs(seg, sp_src[i])
-        codes = seg.main_codes if sp_src[i] == MAIN else seg.res_codes if sp_src[i] == RES else seg.head_codes
+        codes = seg.main_codes if sp_src[i] == MAIN else seg.res_codes if sp_src[i] == RES else seg.band_codes
         # where the list leaves this chunk, by bisection, then a loop with no test on the data: the
         # per-posting `docs[p] < c1` exit kept the loads from running ahead (real-text-100K, in-process
         # interleaved A/B: exact 5-9%, approximate 2-7% less time a query, answers identical); unsigned
@@ -943,7 +976,7 @@ def _by_acc_dtype(float_impl, u16_impl):
 
 
 DENSE, NONE = 3, 4  # _pick_list: read the term's dense column, or nothing
-# A dense term reads a head level instead of its column only when the level holds fewer than n /
+# A dense term reads an impact head instead of its column only when the head holds fewer than n /
 # HEAD_OVER_COLUMN postings: a scattered posting cost ~4-6 ns on real-text-967K, while a column is
 # streamed and vectorised but adds its selection over every doc (a query reading one column took ~0.5 ms
 # more than one reading none there). 8 was ~3% faster than 16 at the same recall (query_mass 0.7,
@@ -965,36 +998,72 @@ def _impact_floor(seg, opt, q_idx, q_val):
 
 @njit(cache=True, nogil=True)
 def _pick_list(seg, t, qs, floor, n_chunks):
-    """(source, first cell) of what term t (query weight qs per code step) reads: its dense column or
-    main list, or with an impact floor the smallest head level holding every posting whose impact
-    reaches it (NONE when not even the term's heaviest posting does). Exact mode has floor 0."""
-    dim = len(seg.df)
-    full = DENSE if seg.dense_slot[t] >= 0 else MAIN
-    if full == MAIN and seg.main_ptr[(t + 1) * n_chunks] == seg.main_ptr[t * n_chunks]:
-        return NONE, 0
-    if floor <= 0.0 or len(seg.head_ptr) == 1:  # (a segment built without heads: whole lists)
-        return full, t * n_chunks
+    """(source, first cell, top band) of what term t (query weight qs per code step) reads: its dense
+    column, or its main list and bands 0..top (top -1: none; a segment built without bands has whole
+    main lists), or with an impact floor (source BAND) only bands 0..top, the smallest impact head
+    holding every posting whose impact reaches the floor (NONE when not even the term's heaviest posting
+    does). Exact mode has floor 0."""
+    top = len(HEAD_CODES) - 1 if len(seg.band_ptr) > 1 else -1
+    if seg.dense_slot[t] >= 0:
+        full, full_top = DENSE, -1
+    else:
+        full, full_top = MAIN, top
+        if seg.main_ptr[(t + 1) * n_chunks] == seg.main_ptr[t * n_chunks] and _band_size(seg, t, top, n_chunks) == 0:
+            return NONE, 0, -1
+    if floor <= 0.0 or top < 0:
+        return full, t * n_chunks, full_top
     need = floor / qs  # the smallest code worth reading
     if need > 255.0:
-        return NONE, 0
+        return NONE, 0, -1
     for L in range(len(HEAD_CODES)):
-        cell = (L * dim + t) * n_chunks
         if HEAD_CODES[L] <= need:
-            size = seg.head_ptr[cell + n_chunks] - seg.head_ptr[cell]
+            size = _band_size(seg, t, L, n_chunks)
             if size == 0:
-                return NONE, 0
+                return NONE, 0, -1
             if full == MAIN or size * HEAD_OVER_COLUMN < len(seg.fwd_indptr) - 1:
-                return HEAD, cell
+                return BAND, 0, L
             break
-    return full, t * n_chunks
+    return full, t * n_chunks, full_top
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _band_size(seg, t, top, n_chunks):
+    """Postings of term t in bands 0..top."""
+    dim = len(seg.df)
+    size = 0
+    for L in range(top + 1):
+        cell = (L * dim + t) * n_chunks
+        size += seg.band_ptr[cell + n_chunks] - seg.band_ptr[cell]
+    return size
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _add_lists(seg, t, src, cell, top, w, sp_w, sp_cell, sp_src, n_sp, n_chunks):
+    """Append term t's lists that _pick_list chose (its main list when src is MAIN, then its non-empty
+    bands 0..top), each with query weight w; returns the new list count."""
+    if src == MAIN and seg.main_ptr[cell + n_chunks] > seg.main_ptr[cell]:
+        sp_w[n_sp] = w
+        sp_cell[n_sp] = cell
+        sp_src[n_sp] = MAIN
+        n_sp += 1
+    dim = len(seg.df)
+    for L in range(top + 1):
+        bc = (L * dim + t) * n_chunks
+        if seg.band_ptr[bc + n_chunks] > seg.band_ptr[bc]:
+            sp_w[n_sp] = w
+            sp_cell[n_sp] = bc
+            sp_src[n_sp] = BAND
+            n_sp += 1
+    return n_sp
 
 
 def _query_terms_f32(acc, seg, opt, q_idx, q_val):
     nq = len(q_idx)
-    # each term may have a main list (or a dense column) and, in exact mode, a residual list
-    sp_w = np.empty(2 * nq, np.float32)
-    sp_cell = np.empty(2 * nq, np.int64)
-    sp_src = np.zeros(2 * nq, np.int8)
+    # each term may have a main list and bands (or a dense column) and, in exact mode, a residual list
+    per = len(HEAD_CODES) + 2
+    sp_w = np.empty(per * nq, np.float32)
+    sp_cell = np.empty(per * nq, np.int64)
+    sp_src = np.zeros(per * nq, np.int8)
     n_chunks = _n_chunks(seg)
     dn_slot = np.empty(nq, np.int64)
     dn_w = np.empty(nq, np.float32)
@@ -1011,16 +1080,13 @@ def _query_terms_f32(acc, seg, opt, q_idx, q_val):
         qs = w * seg.scale[t]
         err += qs
         bound += qs * 255.0
-        src, cell = _pick_list(seg, t, qs, floor, n_chunks)
+        src, cell, top = _pick_list(seg, t, qs, floor, n_chunks)
         if src == DENSE:
             dn_slot[n_dn] = seg.dense_slot[t]
             dn_w[n_dn] = qs
             n_dn += 1
         elif src != NONE:
-            sp_w[n_sp] = qs
-            sp_cell[n_sp] = cell
-            sp_src[n_sp] = src
-            n_sp += 1
+            n_sp = _add_lists(seg, t, src, cell, top, qs, sp_w, sp_cell, sp_src, n_sp, n_chunks)
         if opt.exact and seg.res_ptr[(t + 1) * n_chunks] > seg.res_ptr[t * n_chunks]:
             sp_w[n_sp] = qs
             sp_cell[n_sp] = t * n_chunks
@@ -1034,9 +1100,10 @@ def _query_terms_f32(acc, seg, opt, q_idx, q_val):
 
 def _query_terms_u16(acc, seg, opt, q_idx, q_val):
     nq = len(q_idx)
-    sp_w = np.empty(nq, np.uint16)
-    sp_cell = np.empty(nq, np.int64)
-    sp_src = np.zeros(nq, np.int8)  # main or head lists (approximate mode)
+    per = len(HEAD_CODES) + 1  # a main list and bands (approximate mode: no residual lists)
+    sp_w = np.empty(per * nq, np.uint16)
+    sp_cell = np.empty(per * nq, np.int64)
+    sp_src = np.zeros(per * nq, np.int8)
     n_chunks = _n_chunks(seg)
     dn_slot = np.empty(nq + QUAD, np.int64)
     dn_w = np.zeros(nq + QUAD, np.uint16)
@@ -1061,16 +1128,13 @@ def _query_terms_u16(acc, seg, opt, q_idx, q_val):
         w = np.int64(q_val[j] * seg.scale[t] / unit + 0.5)
         if w == 0:  # below half a unit: contributes nothing at this precision
             continue
-        src, cell = _pick_list(seg, t, q_val[j] * seg.scale[t], floor, n_chunks)
+        src, cell, top = _pick_list(seg, t, q_val[j] * seg.scale[t], floor, n_chunks)
         if src == DENSE:
             dn_slot[n_dn] = seg.dense_slot[t]
             dn_w[n_dn] = w
             n_dn += 1
         elif src != NONE:
-            sp_w[n_sp] = w
-            sp_cell[n_sp] = cell
-            sp_src[n_sp] = src
-            n_sp += 1
+            n_sp = _add_lists(seg, t, src, cell, top, np.uint16(w), sp_w, sp_cell, sp_src, n_sp, n_chunks)
     # pad the dense terms to whole quads with weight-0 reads of a column already being read
     n_pad = n_dn
     while n_pad % QUAD != 0:
@@ -1081,7 +1145,7 @@ def _query_terms_u16(acc, seg, opt, q_idx, q_val):
 
 
 # (sp_w, sp_cell, sp_src, n_sp, dn_slot, dn_w, n_dn, slack, unit_inv): the query's sparse lists (weight, first
-# cell of the term in the pointers of sp_src: MAIN, RES or HEAD) and dense columns with weights in the
+# cell of the list in the pointers of sp_src: MAIN, RES or BAND) and dense columns with weights in the
 # accumulator's type; slack: how far below the heap's minimum a candidate is still kept (2 err in
 # exact mode, else 0); unit_inv: accumulator units per unit of score (1 in float32), which converts a
 # doc's penalty into the first pass's scale

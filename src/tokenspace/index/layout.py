@@ -14,6 +14,6 @@ import numpy as np
 POSTING_CHUNK = 1 << 16
 BLOCK = 64  # docs per block-max block (one cache line of codes per dense column)
 # the impact heads' levels: a term's postings of code >= each (1/2, 1/4, 1/8 of its largest weight);
-# kernels.py's comment above head_lists says why these
+# kernels.py's comment above impact_bands says why these
 HEAD_CODES = np.array([128, 64, 32], np.int64)
 BAD_QUERY, QUERY_OUT_OF_RANGE = -1, -2  # a one-query search's answers for a query it refuses

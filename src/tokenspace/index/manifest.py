@@ -15,8 +15,10 @@ collection ``info`` ({"model": the reference of the model that encoded the rows,
 ranking's fields}: what a search session needs besides the rows, so an index folder is searchable on its
 own); 7 adds the optional ``approx_mass`` (the build's mass cut of the approximate lists, kept for later
 adds and compaction); 9 lets a segment leave out its three residual-list files (segment.RESIDUAL: all or
-none; built with residual_lists=False). Versions 2 (no ``n``, no metadata), 3 (no heads: computed at load), 4 (no hub
-prior), 5 (no info), 6 (no mass cut) and 7-8 (every segment with its residual lists) are still read.
+none; built with residual_lists=False); 10 stores impact bands instead of nested heads (segment.BANDS; a
+segment saved in place keeps its older files). Versions 2 (no ``n``, no metadata), 3 (no heads: bands
+computed at load), 4 (no hub prior), 5 (no info), 6 (no mass cut), 7-8 (every segment with its residual
+lists) and 9 (nested heads: split into bands at load) are still read.
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tokenspace.index import layout, storage
-from tokenspace.index.segment import ARRAYS, HEADS, RESIDUAL
+from tokenspace.index.segment import ARRAYS, BANDS, HEADS, RESIDUAL
 from tokenspace.index.storage import VERSION, IndexCorruptError
 
 SEGMENT_NAME = re.compile(r"seg-[0-9]{6}")
@@ -318,7 +320,15 @@ def _segment(f: _Fields, value, field: str, version: int, next_segment: int) -> 
     n = f.int_(v["n"], f"{field}.n", 1)
     top_n = f.int_(v["top_n"], f"{field}.top_n")
     files_doc = v["files"]
-    arrays = {f"{name}/{a}.npy" for a in ARRAYS if version >= 4 or a not in HEADS}
+    # the impact heads' files: nested heads from version 4, bands from 10, where a segment saved in place
+    # keeps the files it was written with (a version-10 index may hold segments of all three kinds)
+    kinds = {"bands": BANDS, "heads": HEADS, "none": ()}
+    if version < 10:
+        kind = "heads" if version >= 4 else "none"
+    else:
+        names = files_doc.keys() if isinstance(files_doc, dict) else set()
+        kind = next((k for k in ("bands", "heads") if f"{name}/{kinds[k][0]}.npy" in names), "none")
+    arrays = {f"{name}/{a}.npy" for a in ARRAYS if a not in BANDS} | {f"{name}/{a}.npy" for a in kinds[kind]}
     meta = frozenset({f"{name}/{META_FILE}"} if version >= 3 else set())
     residual = {f"{name}/{a}.npy" for a in RESIDUAL}
     if version >= 9 and isinstance(files_doc, dict) and not residual & files_doc.keys():

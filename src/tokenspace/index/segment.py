@@ -13,7 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from tokenspace.index import metadata, road
-from tokenspace.index.layout import POSTING_CHUNK
+from tokenspace.index.layout import HEAD_CODES, POSTING_CHUNK
 from tokenspace.index.storage import IndexCorruptError
 from tokenspace.sparse import SparseBatch
 
@@ -24,11 +24,15 @@ ARRAYS = (
     "dense", "bmax",  # dense code columns [n_dense, n] and their block maxima [n_dense, n_blocks]
     "main_ptr", "main_docs", "main_codes",  # sparse posting lists (doc-sorted, chunked: see below)
     "res_ptr", "res_docs", "res_codes",  # postings outside each doc's approx_top_n (exact mode only)
-    "head_ptr", "head_docs", "head_codes",  # impact heads of every term (approximate mode only)
+    "band_ptr", "band_docs", "band_codes",  # impact bands of every term (see below)
     "ids_ptr", "ids_blob",  # external ids, UTF-8, concatenated
 )
-# the impact heads (format version 4) are derived from the main lists and dense columns: a segment saved
-# by an older version has no files for them and gets them computed when loaded (with_heads)
+# the impact bands (format version 10): each term's postings of code >= 128, 64-127 and 32-63, taken out of
+# its main list (kernels.impact_bands); a dense term's copied from its column
+BANDS = ("band_ptr", "band_docs", "band_codes")
+# the impact heads of format versions 4 to 9: nested copies (code >= 128, >= 64, >= 32) beside whole main
+# lists. A segment saved with them, or by a version before 4 without either, is split into bands when
+# loaded (with_bands) and keeps its files when saved in place.
 HEADS = ("head_ptr", "head_docs", "head_codes")
 # the residual lists: a segment built with residual_lists=False keeps and saves none (format version 9);
 # exact search and dim filters derive them from the forward store on first use (Segment.residual)
@@ -37,9 +41,9 @@ RESIDUAL = ("res_ptr", "res_docs", "res_codes")
 # main_ptr / res_ptr hold dim * n_chunks + 1 cell pointers, the postings of term t in chunk c being
 # [ptr[t * n_chunks + c], ptr[t * n_chunks + c + 1]), and main_docs / res_docs hold each doc as a uint16
 # offset from its chunk's first doc: 2 bytes a doc id instead of 4 (index 1.55x -> see
-# docs/history.md, "compressed postings"). head_ptr holds len(layout.HEAD_CODES) * dim * n_chunks + 1
-# cell pointers, level L of term t in chunk c being cell (L * dim + t) * n_chunks + c (kernels.head_lists),
-# or a single 0 in a segment built without heads (no_heads; the same format version).
+# docs/history.md, "compressed postings"). band_ptr holds len(layout.HEAD_CODES) * dim * n_chunks + 1
+# cell pointers, band L of term t in chunk c being cell (L * dim + t) * n_chunks + c (kernels.impact_bands),
+# or a single 0 in a segment built without impact heads (no_heads: its main lists are whole).
 # fwd_indices is uint16 when dim <= 65,536 (BERT's 30,522), else int32.
 FWD_INDEX_U16_MAX_DIM = 1 << 16
 
@@ -113,8 +117,11 @@ class Segment:
         main_docs, main_codes, res_docs, res_codes, dense, bmax = kernels.fill_postings(
             indptr, indices, values, scale, is_main, dense_slot, int(is_dense.sum()), main_ptr, res_ptr)
         del is_main
-        head_ptr, head_docs, head_codes = (kernels.head_lists(main_ptr, main_docs, main_codes, dense, dense_slot, n)
-                                           if impact_heads else no_heads())
+        if impact_heads:
+            main_ptr, main_docs, main_codes, *bands = kernels.impact_bands(main_ptr, main_docs, main_codes, dense,
+                                                                           dense_slot, n)
+        else:
+            bands = no_heads()
         ids_ptr, ids_blob = _id_blob(ids)
         arrays = dict(
             # the forward store shares the batch's indptr and values (no 0.6 GB copy at 1M docs):
@@ -124,7 +131,7 @@ class Segment:
             df=df.astype(np.int32), wmax=wmax, scale=scale, dense_slot=dense_slot, dense=dense, bmax=bmax,
             main_ptr=main_ptr, main_docs=main_docs, main_codes=main_codes,
             res_ptr=res_ptr, res_docs=res_docs, res_codes=res_codes,
-            head_ptr=head_ptr, head_docs=head_docs, head_codes=head_codes,
+            **dict(zip(BANDS, bands)),
             ids_ptr=ids_ptr, ids_blob=ids_blob,
         )
         if not residual_lists:  # approximate search never reads them; exact search derives them (residual)
@@ -152,13 +159,15 @@ class Segment:
                     a = self.arrays
                     self._residual = road.kernels().residual_lists(
                         a["fwd_indptr"], a["fwd_indices"], a["fwd_values"], a["scale"], a["dense_slot"], a["dense"],
-                        a["main_ptr"], a["main_docs"])
+                        a["main_ptr"], a["main_docs"], a["band_ptr"], a["band_docs"])
         return self._residual
 
     @property
     def has_heads(self) -> bool:
-        """Whether the segment holds impact heads (built with impact_heads=False: a one-entry head_ptr)."""
-        return len(self.arrays["head_ptr"]) > 1
+        """Whether the segment holds impact heads (built with impact_heads=False: a one-entry band_ptr; an
+        older format's head_ptr before with_bands has split it)."""
+        a = self.arrays
+        return len(a["band_ptr"] if "band_ptr" in a else a.get("head_ptr", ())) > 1
 
     # ----------------------------------------------------------------- metadata
     def has_metadata(self) -> bool:
@@ -188,8 +197,9 @@ class Segment:
         n_dense = a["dense"].shape[0]
         nch = n_chunks(n)
         for ptr, items, hi, per in (("fwd_indptr", "fwd_indices", dim, 0), ("main_ptr", "main_docs", n, nch),
-                                    ("res_ptr", "res_docs", n, nch), ("head_ptr", "head_docs", n, nch)):
-            if ptr not in a or (ptr == "head_ptr" and not self.has_heads):  # no heads: format < 4, or not built
+                                    ("res_ptr", "res_docs", n, nch), ("band_ptr", "band_docs", n, nch),
+                                    ("head_ptr", "head_docs", n, nch)):
+            if ptr not in a or (ptr in ("band_ptr", "head_ptr") and len(a[ptr]) == 1):  # absent, or built without
                 continue
             # the kernels walk each list forward (accumulator chunk by accumulator chunk): out-of-order
             # entries would index before the chunk's start, so order is checked with the bounds. A
@@ -199,7 +209,7 @@ class Segment:
                 _corrupt(where, ptr, f"pointers must rise from 0 to {len(a[items])}")
             if bad >= 0 and per:
                 t, c = divmod(bad, per)
-                t %= dim  # a head cell counts levels too
+                t %= dim  # a band cell counts bands too
                 _corrupt(where, items, f"term {t}, chunk {c} holds doc offsets outside the chunk or out of order")
             if bad >= 0:
                 _corrupt(where, items, f"row {bad} holds values outside [0, {hi}) or out of order")
@@ -310,12 +320,14 @@ class Segment:
             out |= self.dense[s] > 0
         nch = n_chunks(self.n)
         res_ptr, res_docs, _ = self.residual()
-        for c in range(nch):
-            cell = d * nch + c
-            base = c * POSTING_CHUNK
-            if s < 0:
-                out[base + self.main_docs[self.main_ptr[cell]:self.main_ptr[cell + 1]].astype(np.int64)] = True
-            out[base + res_docs[res_ptr[cell]:res_ptr[cell + 1]].astype(np.int64)] = True
+        lists = [(res_ptr, res_docs, d * nch)]
+        if s < 0:  # a list term's postings: its main list, its bands and its residual list
+            lists.append((self.main_ptr, self.main_docs, d * nch))
+            if self.has_heads:
+                lists += [(self.band_ptr, self.band_docs, (L * self.dim + d) * nch) for L in range(len(HEAD_CODES))]
+        for ptr, docs, first in lists:
+            for c in range(nch):
+                out[c * POSTING_CHUNK + docs[ptr[first + c]:ptr[first + c + 1]].astype(np.int64)] = True
         return out
 
     def nbytes(self) -> int:
@@ -371,13 +383,19 @@ def no_heads() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.zeros(1, np.int64), np.empty(0, np.uint16), np.empty(0, np.uint8)
 
 
-def with_heads(arrays: dict[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
-    """The arrays of a segment saved before the impact heads (format version < 4), heads added."""
-    if all(h in arrays for h in HEADS):
+def with_bands(arrays: dict[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
+    """The arrays of a loaded segment as search reads them: a segment of format version 10 as it is; one
+    saved with the nested heads of versions 4 to 9, or before 4 without heads, has whole main lists, split
+    here into main lists and bands (in memory: the files stay as they are), or given no bands when it was
+    built without heads."""
+    if all(b in arrays for b in BANDS):
         return arrays
-    heads = road.kernels().head_lists(arrays["main_ptr"], arrays["main_docs"], arrays["main_codes"], arrays["dense"],
-                               arrays["dense_slot"], n)
-    return dict(arrays, **dict(zip(HEADS, heads)))
+    out = {a: v for a, v in arrays.items() if a not in HEADS}
+    if "head_ptr" in arrays and len(arrays["head_ptr"]) == 1:
+        return dict(out, **dict(zip(BANDS, no_heads())))
+    main_ptr, main_docs, main_codes, *bands = road.kernels().impact_bands(
+        arrays["main_ptr"], arrays["main_docs"], arrays["main_codes"], arrays["dense"], arrays["dense_slot"], n)
+    return dict(out, main_ptr=main_ptr, main_docs=main_docs, main_codes=main_codes, **dict(zip(BANDS, bands)))
 
 
 def duplicate(hashes: np.ndarray, id_of) -> str | None:

@@ -44,10 +44,11 @@ FORMAT = "tokenspace-inverted"
 # and the default ranking, manifest.Manifest.info); 7: approx_mass; 8: the vocabulary file named per
 # generation (vocab-NNNNNN.txt: a save over another index never replaces the vocab.txt its manifest names
 # before the commit); 9: a segment may leave out its residual lists (segment.RESIDUAL; built with
-# residual_lists=False, derived from the forward store when exact search first needs them); 2 to 8 are
-# still read
-VERSION = 9
-READABLE = (2, 3, 4, 5, 6, 7, 8, 9)
+# residual_lists=False, derived from the forward store when exact search first needs them); 10: impact
+# bands taken out of the main lists instead of nested heads beside them (segment.BANDS; an older segment
+# is split at load); 2 to 9 are still read
+VERSION = 10
+READABLE = (2, 3, 4, 5, 6, 7, 8, 9, 10)
 VOCAB = "vocab.txt"  # the vocabulary file of versions 2 to 7 (an in-place save of one keeps it)
 VOCAB_FILE = re.compile(r"vocab(-[0-9]{6})?\.txt")
 # what changed in each version, for the error that asks to rebuild an older index
