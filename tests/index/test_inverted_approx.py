@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from _inverted_data import ids_for, random_batch
 
-from tokenspace.index import ExactIndex, InvertedIndex
+from tokenspace.index import ExactIndex, InvertedIndex, kernels
 
 
 @pytest.fixture(scope="module")
@@ -72,10 +72,12 @@ def test_approx_top_n_prunes_only_what_approx_search_reads(setup):
 
 
 def test_alpha_skips_blocks():
-    # several accumulator chunks are needed before the running threshold lets blocks be skipped
-    docs = random_batch(40000, 200, 0.04, seed=43, zipf=True)
+    # blocks are skipped from the second accumulator chunk (a posting chunk, 65,536 docs) on: the first
+    # sets the running threshold
+    n = kernels.POSTING_CHUNK + 20000
+    docs = random_batch(n, 200, 0.04, seed=43, zipf=True)
     qs = random_batch(30, 200, 0.05, seed=44, zipf=True)
-    ids = ids_for(40000)
+    ids = ids_for(n)
     index = InvertedIndex.build(docs, ids)
     want = index.search(qs, k=10)
     assert recall(index.search(qs, k=10, mode="approx", alpha=1.0, query_mass=1.0), want) == 1.0

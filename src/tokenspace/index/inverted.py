@@ -407,7 +407,8 @@ class InvertedIndex:
             Lower is faster (fewer posting lists and dense columns read) and loses docs whose score
             comes from the dropped light terms. Reported scores still use the full query.
         alpha (approx, in (0, 1], default 0.9): block skipping; a 64-doc block is skipped when its
-            upper bound is below threshold / alpha (1 = no approximation from this knob).
+            upper bound is below threshold / alpha (1 = no approximation from this knob). Blocks are
+            skipped from a segment's second 65,536 documents on: the first set the threshold.
         rerank (approx, int >= k, default 5 * k): how many best quantised (cut-query) scores per
             segment are rescored exactly; the result is the exact top-k of those. More = higher recall
             (a true top-k doc is lost only if its cut-query score is not among the rerank best) and

@@ -15,7 +15,7 @@ Layout of one segment (n docs, vocabulary size V), see segment.py for the arrays
 
 The search kernels take the segment's arrays as one SegmentArrays (handed over as a KernelSegment: one
 table of their addresses) and the knobs as one SearchOptions.
-Search walks the docs in chunks of CHUNK (accumulator stays in L1/L2), scatters the sparse lists,
+Search walks the docs in chunks of CHUNK (a posting chunk; the accumulator stays in L2), scatters the sparse lists,
 adds the dense columns per BLOCK-doc block, skips blocks whose upper bound (block max of the scattered
 part + block-max codes of the dense columns) cannot reach the running threshold, and keeps every doc
 whose quantised score is within ``2 * err`` of the k-th best quantised score, where ``err`` bounds the
@@ -41,7 +41,12 @@ from tokenspace.index.layout import BAD_QUERY, BLOCK, HEAD_CODES, POSTING_CHUNK,
 
 numba_cache.ensure(__file__)  # before any cache=True kernel below: a place numba can write, or no cache
 
-CHUNK = 16384  # docs per accumulator chunk: 64 KiB of float32, L2 resident
+# docs per accumulator chunk: one posting chunk (256 KiB of float32, L2 resident), so that a chunk reads
+# each of its sparse lists' cells whole, with no search for where a list leaves it. Against 16K chunks
+# that bisected each list's end (a term's main list and three impact bands are four lists): 5-12% less time
+# a query on real-text-100K and 200K, exact and approximate, with or without heads (in-process
+# interleaved A/B, identical answers).
+CHUNK = POSTING_CHUNK
 # POSTING_CHUNK (docs per posting chunk, each doc a uint16 offset in it) and BLOCK (docs per block-max
 # block) are layout.py's, so that the loader reads them without numba
 SUB = 512  # docs per selection sub-chunk
@@ -568,8 +573,8 @@ _SCRATCH = threading.local()
 def scratch(dim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """This thread's search buffers for search_batch: qdense float32[dim] and the float32 and uint16
     accumulators. They are all zeros between searches (search_one leaves them so, as it already must
-    between the rows of a batch) and kept per thread: allocating and clearing their ~220 KB took ~6 us
-    of every one-query search. Call drop_scratch when a search raised part-way."""
+    between the rows of a batch) and kept per thread: allocating and clearing them (~220 KB then; ~500 KB
+    now) took ~6 us of every one-query search. Call drop_scratch when a search raised part-way."""
     return _scratch(dim)[0]
 
 
@@ -701,12 +706,10 @@ def search_one(seg, opt, q_idx, q_val, f_idx, f_val, qdense, acc, out_docs, out_
         c1 = min(n, c0 + chunk)
         width = c1 - c0
         a = acc[:width]
-        base = c0 - c0 % POSTING_CHUNK  # first doc of the posting chunk: list entries are offsets from it
-        if c0 == base:
-            _enter_posting_chunk(seg, c0 // POSTING_CHUNK, sp_cell, sp_src, n_sp, sp_pos, sp_end)
+        base = c0  # the chunk is a posting chunk: list entries are offsets from its first doc
+        _enter_posting_chunk(seg, c0 // POSTING_CHUNK, sp_cell, sp_src, n_sp, sp_pos, sp_end)
         # 1) the sparse lists of this chunk
-        cnt, sp_max = _scatter(seg, a, c0 - base, c1 - base, sp_w, sp_pos, sp_end, sp_src, n_sp, chunk_start,
-                               zero)
+        cnt, sp_max = _scatter(seg, a, sp_w, sp_pos, sp_end, sp_src, n_sp, chunk_start, zero)
         if n_dn == 0:
             if cnt == 0:
                 continue
@@ -805,11 +808,11 @@ def _enter_posting_chunk(seg, ch, sp_cell, sp_src, n_sp, sp_pos, sp_end):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _scatter(seg, a, c0, c1, sp_w, sp_pos, sp_end, sp_src, n_sp, chunk_start, zero):
-    """Add the postings of docs [c0, c1) of every sparse list to the chunk's accumulator ``a``, moving
-    sp_pos past them (chunk_start keeps where they began); returns (how many, max value written).
-    c0, c1 are offsets inside the current posting chunk, as the list entries are. The max is taken
-    here: numba's array.max() is a slow scalar loop."""
+def _scatter(seg, a, sp_w, sp_pos, sp_end, sp_src, n_sp, chunk_start, zero):
+    """Add every sparse list's postings in the current posting chunk (cells entered by
+    _enter_posting_chunk) to the chunk's accumulator ``a``, moving sp_pos past them (chunk_start keeps
+    where they began); returns (how many, max value written). The max is taken here: numba's
+    array.max() is a slow scalar loop."""
     cnt = 0
     sp_max = zero
     for i in range(n_sp):
@@ -819,21 +822,10 @@ def _scatter(seg, a, c0, c1, sp_w, sp_pos, sp_end, sp_src, n_sp, chunk_start, ze
         w = sp_w[i]
         docs = _list_docs(seg, sp_src[i])
         codes = seg.main_codes if sp_src[i] == MAIN else seg.res_codes if sp_src[i] == RES else seg.band_codes
-        # where the list leaves this chunk, by bisection, then a loop with no test on the data: the
-        # per-posting `docs[p] < c1` exit kept the loads from running ahead (real-text-100K, in-process
-        # interleaved A/B: exact 5-9%, approximate 2-7% less time a query, answers identical); unsigned
+        # a loop with no test on the data (a per-posting exit kept the loads from running ahead); unsigned
         # positions spare every load numba's negative-index wraparound (approximate 3-8% more)
-        if e > p and docs[e - 1] >= c1:
-            lo, hi = p, e
-            while lo < hi:
-                mid = (lo + hi) >> 1
-                if docs[mid] < c1:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            e = lo
         for q in range(np.uintp(p), np.uintp(e)):
-            x = np.uintp(np.int64(docs[q]) - c0)
+            x = np.uintp(docs[q])
             v = _add_code(a[x], w, codes[q])
             a[x] = v
             if v > sp_max:
@@ -934,10 +926,9 @@ def _rescore(seg, opt, c_doc, c_s, nc, thr, f_idx, f_val, qdense, out_docs, out_
 U16_MAX_TERMS = 48
 U16_MAX = 65535
 QUAD = 4  # dense columns per pass in the 16-bit pass
-CHUNK16 = 16384  # docs per uint16 accumulator chunk (8K-64K measured: 16K fastest)
-# an accumulator chunk never straddles two posting chunks (search_one resets the list positions at
-# each posting chunk's first doc)
-assert POSTING_CHUNK % CHUNK == 0 and POSTING_CHUNK % CHUNK16 == 0
+CHUNK16 = POSTING_CHUNK  # docs per uint16 accumulator chunk (128 KiB), for the same reason as CHUNK
+# an accumulator chunk is a posting chunk (search_one enters each list's cell at every chunk's first doc)
+assert CHUNK == CHUNK16 == POSTING_CHUNK
 
 
 @njit(cache=True, nogil=True)

@@ -10,7 +10,7 @@ import numpy as np
 
 # Posting lists are cut into chunks of this many docs and store each doc as a uint16 offset from its
 # chunk's first doc (2 bytes a posting instead of 4); a (term, chunk) cell pointer says where each
-# piece starts. Search walks the docs in accumulator chunks, which must tile posting chunks exactly.
+# piece starts. Search walks the docs one posting chunk at a time (kernels.CHUNK).
 POSTING_CHUNK = 1 << 16
 BLOCK = 64  # docs per block-max block (one cache line of codes per dense column)
 # the impact heads' levels: a term's postings of code >= each (1/2, 1/4, 1/8 of its largest weight);
