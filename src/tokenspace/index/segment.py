@@ -201,9 +201,9 @@ class Segment:
                                     ("head_ptr", "head_docs", n, nch)):
             if ptr not in a or (ptr in ("band_ptr", "head_ptr") and len(a[ptr]) == 1):  # absent, or built without
                 continue
-            # the kernels walk each list forward (accumulator chunk by accumulator chunk): out-of-order
-            # entries would index before the chunk's start, so order is checked with the bounds. A
-            # posting list cell (term, chunk) holds offsets below the chunk's length.
+            # a posting list cell (term, chunk) holds offsets below the chunk's length (the kernels index
+            # the chunk's accumulator by them), in doc order (the residual lists' derivation and the split
+            # into bands walk them in order), so order is checked with the bounds.
             bad = road.check_lists(a[ptr], a[items], hi, per, POSTING_CHUNK)
             if bad == -1:
                 _corrupt(where, ptr, f"pointers must rise from 0 to {len(a[items])}")
