@@ -30,7 +30,11 @@ engines' order rotated, and reports the batch QPS ratios at each recall target b
 (batch_family_ratios); --batch-only runs that race alone (no one-query passes).
 Writes benchmarks/results/head_to_head-<name>.json
 (starting with the run record: date, commit, machine, command), the recall-vs-QPS plot
-benchmarks/results/head_to_head-<name>.png, and prints the table.
+benchmarks/results/head_to_head-<name>.png, and prints the table. The index-size target's ratio (the
+first engine's builds no larger than the other engine's smallest build reaching each recall target,
+size_capped_ratios) is in the JSON too, and for races written before it:
+
+    python -m benchmarks.head_to_head size-capped benchmarks/results/head_to_head-NAME.json ...
 """
 from __future__ import annotations
 
@@ -209,6 +213,27 @@ def ratios(rows: list[dict], a: str, b: str, target: float | None, key: str = "e
     return out
 
 
+def size_capped_ratios(report: dict, field: str = "cpu_qps_passes") -> dict:
+    """The index-size target's ratio: at each recall target, the first engine's builds no larger than the
+    smallest build of the other engine that reaches it, against every build of the other engine (ratios
+    by family, per pass); with "cap_bytes", that smallest build's size. None where no build fits."""
+    size = {b["engine"]: b["index_bytes"] for b in report["builds"]}
+    rows = report["rows"]
+    fams = list(dict.fromkeys(r["family"] for r in rows))
+    out = {}
+    for o in fams[1:]:
+        for t in FAMILY_TARGETS:
+            reach = [size[r["engine"]] for r in rows if r["family"] == o and r["recall"] >= t and size.get(r["engine"])]
+            if not reach:
+                out[f"{fams[0]}/{o} @{t}"] = None
+                continue
+            cap = min(reach)
+            kept = [r for r in rows if r["family"] != fams[0] or (size.get(r["engine"]) or cap + 1) <= cap]
+            r = ratios(kept, fams[0], o, t, "family", field)
+            out[f"{fams[0]}/{o} @{t}"] = None if r is None else {**r, "cap_bytes": cap}
+    return out
+
+
 def verdict(report: dict, which: str = "family_ratios") -> str:
     """The markdown table: the first engine's family over every other family at each recall target
     (which: "family_ratios" by wall time, "family_ratios_cpu" by CPU time)."""
@@ -262,7 +287,22 @@ def plot(report: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def size_capped_cli(paths: list[str]) -> int:
+    """Print each race JSON's size-capped ratios by CPU time (size_capped_ratios), worked out from its rows."""
+    for path in paths:
+        report = json.loads(Path(path).read_text())
+        print(f"{path} ({report.get('date')}, commit {report.get('commit')}):")
+        for key, val in size_capped_ratios(report).items():
+            print(f"  {key}: " + ("no build fits" if val is None else
+                                  f"median {val['median']:.2f}x ({val['min']:.2f}-{val['max']:.2f}) from builds <= "
+                                  f"{val['cap_bytes'] / 1e6:,.1f} MB; passes {val['per_pass']}"))
+    return 0
+
+
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["size-capped"]:
+        return size_capped_cli(argv[1:])
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus-dir", type=Path, required=True, help="a corpus from benchmarks/real_corpus.py")
     ap.add_argument("--peers-file", type=Path, default=None,
@@ -384,6 +424,7 @@ def main(argv=None):
               "family_ratios_cpu": {f"{fams[0]}/{o} @{t if t else 'exact'}": ratios(rows, fams[0], o, t, "family",
                                                                                     "cpu_qps_passes")
                                     for o in fams[1:] for t in (*FAMILY_TARGETS, None)}}
+    report["size_capped_ratios_cpu"] = size_capped_ratios(report) if not a.batch_only else {}
     if a.batch_threads:
         report["batch"] = {"threads": a.batch_threads, "queries": a.batch_queries, "passes": a.batch_passes,
                            "size": a.batch_size}
@@ -407,6 +448,10 @@ def main(argv=None):
         if val:
             print(f"{key}: median {val['median']:.2f}x (passes {', '.join(f'{x:.2f}' for x in val['per_pass'])}; "
                   f"{val['a']['setting']} vs {val['b']['setting']})")
+    for key, val in report["size_capped_ratios_cpu"].items():
+        if val:
+            print(f"{key} from builds <= {val['cap_bytes'] / 1e6:,.1f} MB (the peer's smallest reaching it), CPU "
+                  f"time: median {val['median']:.2f}x (passes {', '.join(f'{x:.2f}' for x in val['per_pass'])})")
     if not a.batch_only:
         report["verdict"] = verdict(report)
         report["verdict_cpu"] = verdict(report, "family_ratios_cpu")

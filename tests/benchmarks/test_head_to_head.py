@@ -240,3 +240,23 @@ def test_a_pass_times_every_setting_chunk_by_chunk(hh, monkeypatch):
     got = {r["setting"]: r for r in rows}
     assert got["z"]["qps_passes"] == [25.0] and got["x"]["cpu_qps_passes"] == [100.0]
     assert got["y"]["recall"] == list(range(10))  # every chunk's answers, in query order
+
+
+def test_size_capped_ratio_races_only_the_builds_no_larger_than_the_peers_smallest(hh, tmp_path, capsys):
+    # a1 is fast and large, a2 slow and small; b's smallest build reaching 0.95 is b2 (60 bytes): a1 is
+    # left out there; at 0.99 only b1 (100 bytes) reaches it, so both of a's builds race
+    rows = [{**_row("a1", "s", 0.99, [900, 800]), "family": "a"}, {**_row("a2", "s", 0.99, [300, 200]), "family": "a"},
+            {**_row("b1", "s", 0.99, [100, 100]), "family": "b"}, {**_row("b2", "s", 0.96, [150, 200]), "family": "b"}]
+    for r in rows:
+        r["cpu_qps_passes"] = r["qps_passes"]
+    builds = [{"engine": "a1", "index_bytes": 90}, {"engine": "a2", "index_bytes": 50},
+              {"engine": "b1", "index_bytes": 100}, {"engine": "b2", "index_bytes": 60}]
+    got = hh.size_capped_ratios({"rows": rows, "builds": builds})
+    assert got["a/b @0.95"]["per_pass"] == [2.0, 1.0] and got["a/b @0.95"]["cap_bytes"] == 60
+    assert got["a/b @0.99"]["per_pass"] == [9.0, 8.0] and got["a/b @0.99"]["cap_bytes"] == 100
+    builds[1]["index_bytes"] = 70  # no build of a fits under 60 bytes
+    assert hh.size_capped_ratios({"rows": rows, "builds": builds})["a/b @0.95"] is None
+    path = tmp_path / "race.json"
+    path.write_text(json.dumps({"rows": rows, "builds": builds, "date": "d", "commit": "c"}))
+    assert hh.main(["size-capped", str(path)]) == 0
+    assert "a/b @0.95: no build fits" in capsys.readouterr().out
