@@ -678,7 +678,7 @@ def search_one(seg, opt, q_idx, q_val, f_idx, f_val, qdense, acc, out_docs, out_
     if n_sp == 0 and n_dn == 0:
         return 0
     n = len(seg.fwd_indptr) - 1
-    sp_pos = np.empty(len(sp_w), np.int64)  # each list's next posting and end in the posting chunk
+    sp_pos = np.empty(len(sp_w), np.int64)  # each list's first posting and end in the posting chunk
     sp_end = np.empty(len(sp_w), np.int64)
     mask, has_mask = opt.mask, opt.has_mask
     has_prior = opt.has_prior
@@ -692,7 +692,6 @@ def search_one(seg, opt, q_idx, q_val, f_idx, f_val, qdense, acc, out_docs, out_
     c_s = np.empty(len(c_doc), np.float32)
     nc = 0
     chunk = len(acc)  # a multiple of BLOCK: bmax is indexed by c0 // BLOCK
-    chunk_start = np.empty(len(sp_w), np.int64)
     inv_alpha = 1.0 / opt.alpha
     nblk_chunk = (chunk + BLOCK - 1) // BLOCK
     run0 = np.empty(nblk_chunk, np.int64)  # doc ranges of the chunk's scored (unskipped) blocks
@@ -706,10 +705,9 @@ def search_one(seg, opt, q_idx, q_val, f_idx, f_val, qdense, acc, out_docs, out_
         c1 = min(n, c0 + chunk)
         width = c1 - c0
         a = acc[:width]
-        base = c0  # the chunk is a posting chunk: list entries are offsets from its first doc
         _enter_posting_chunk(seg, c0 // POSTING_CHUNK, sp_cell, sp_src, n_sp, sp_pos, sp_end)
         # 1) the sparse lists of this chunk
-        cnt, sp_max = _scatter(seg, a, sp_w, sp_pos, sp_end, sp_src, n_sp, chunk_start, zero)
+        cnt, sp_max = _scatter(seg, a, sp_w, sp_pos, sp_end, sp_src, n_sp, zero)
         if n_dn == 0:
             if cnt == 0:
                 continue
@@ -717,8 +715,8 @@ def search_one(seg, opt, q_idx, q_val, f_idx, f_val, qdense, acc, out_docs, out_
                 # few postings: select over the touched docs only (a reset marks a doc as done)
                 for i in range(n_sp):
                     docs = _list_docs(seg, sp_src[i])
-                    for p in range(np.uintp(chunk_start[i]), np.uintp(sp_pos[i])):
-                        d = base + np.int64(docs[p])
+                    for p in range(np.uintp(sp_pos[i]), np.uintp(sp_end[i])):
+                        d = c0 + np.int64(docs[p])
                         s = np.float32(a[np.uintp(d - c0)])
                         if s == 0.0:
                             continue
@@ -808,17 +806,16 @@ def _enter_posting_chunk(seg, ch, sp_cell, sp_src, n_sp, sp_pos, sp_end):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _scatter(seg, a, sp_w, sp_pos, sp_end, sp_src, n_sp, chunk_start, zero):
-    """Add every sparse list's postings in the current posting chunk (cells entered by
-    _enter_posting_chunk) to the chunk's accumulator ``a``, moving sp_pos past them (chunk_start keeps
-    where they began); returns (how many, max value written). The max is taken here: numba's
+def _scatter(seg, a, sp_w, sp_pos, sp_end, sp_src, n_sp, zero):
+    """Add every sparse list's postings in the current posting chunk, [sp_pos, sp_end) of the cells
+    _enter_posting_chunk entered (list entries are offsets from the chunk's first doc), to the chunk's
+    accumulator ``a``; returns (how many, max value written). The max is taken here: numba's
     array.max() is a slow scalar loop."""
     cnt = 0
     sp_max = zero
     for i in range(n_sp):
         p = sp_pos[i]
         e = sp_end[i]
-        chunk_start[i] = p
         w = sp_w[i]
         docs = _list_docs(seg, sp_src[i])
         codes = seg.main_codes if sp_src[i] == MAIN else seg.res_codes if sp_src[i] == RES else seg.band_codes
@@ -830,9 +827,7 @@ def _scatter(seg, a, sp_w, sp_pos, sp_end, sp_src, n_sp, chunk_start, zero):
             a[x] = v
             if v > sp_max:
                 sp_max = v
-        p = e
-        cnt += p - chunk_start[i]
-        sp_pos[i] = p
+        cnt += e - p
     return cnt, sp_max
 
 
