@@ -21,7 +21,8 @@ family: the family ratios take, per pass, the fastest setting of any build of ea
 pinned to one core (--pin-core; builds may use them all), so one query at a time is one core's work.
 --screen N first times every setting once on N queries and keeps for the timed passes only the settings
 no other setting of the same engine beats by 15% in speed at an equal or higher recall on those queries
-(a wide grid costs one short pass, the race is run on the front). Each engine searches its queries in the
+from a build no larger (a wide grid costs one short pass, the race is run on the front; a lean build
+stays for the size-capped ratio below). Each engine searches its queries in the
 form its search call takes, made before the timer (Peer.prepare_queries: tokenspace's `search()` gets a
 one-row SparseBatch, as from a model's encoder). --batch-threads T then times each kept setting's batch
 call (the engine's own multi-threaded batch search; SINDI, which has none, in T forked worker processes)
@@ -60,7 +61,7 @@ K = 10
 TARGETS = (0.95, 0.99)
 FAMILY_TARGETS = (0.90, 0.95, 0.99)
 EXACT_LABELS = ("exact", "maxscore", "exhaustive")  # each engine's exact setting, whatever it calls it
-SCREEN_SLACK = 1.15  # a setting is screened out when one of its engine is this much faster at >= recall
+SCREEN_SLACK = 1.15  # a setting is screened out when one of its engine is this much faster at >= recall, no larger
 
 
 def time_pass(peer, corpus, rows, setting) -> tuple[float, list, float]:
@@ -81,24 +82,36 @@ def time_pass(peer, corpus, rows, setting) -> tuple[float, list, float]:
     return len(rows) / total, answers, len(rows) / max(cpu, 1e-9)
 
 
-def screen(cells, corpus, gt, n: int) -> tuple[list, dict]:
-    """Time every cell once on ``n`` queries; keep the cells no cell of the same family beats by
-    SCREEN_SLACK in speed at an equal or higher recall (and every exact setting)."""
+def screen(cells, corpus, gt, n: int, size: dict | None = None) -> tuple[list, dict]:
+    """Time every cell once on ``n`` queries; keep the cells on their family's front (``front``)."""
     rows = np.arange(min(n, len(corpus.q_indptr) - 1))
     seen = {}
     for p, label, setting in cells:
         time_pass(p, corpus, rows[:WARMUP], setting)
         _, answers, qps = time_pass(p, corpus, rows, setting)
         seen[(p.name, label)] = (recall_at(answers, gt[rows], K), qps)
+    keep = front(cells, seen, size or {})
+    return keep, {f"{e} | {lab}": {"recall": round(r, 4), "qps": round(q, 1)} for (e, lab), (r, q) in seen.items()}
+
+
+def front(cells, seen: dict, size: dict) -> list:
+    """The cells no other cell of the same family beats by SCREEN_SLACK in speed at an equal or higher
+    recall from a build no larger (``size``: index bytes by build name; a build of unknown size is never
+    the smaller), and every exact setting. Size counts because the index-size target races only the
+    builds under a cap (size_capped_ratios): a lean build beaten by a larger one of its family stays."""
+    def no_larger(o, p) -> bool:
+        so, sp = size.get(o.name), size.get(p.name)
+        return so is None and sp is None or (so is not None and sp is not None and so <= sp)
+
     keep = []
     for p, label, setting in cells:
         r, q = seen[(p.name, label)]
         beaten = any(getattr(o, "family", o.name) == getattr(p, "family", p.name) and (o.name, lab) != (p.name, label)
                      and seen[(o.name, lab)][0] >= r and seen[(o.name, lab)][1] >= SCREEN_SLACK * q
-                     for o, lab, _ in cells)
+                     and no_larger(o, p) for o, lab, _ in cells)
         if label in EXACT_LABELS or not beaten:
             keep.append((p, label, setting))
-    return keep, {f"{e} | {lab}": {"recall": round(r, 4), "qps": round(q, 1)} for (e, lab), (r, q) in seen.items()}
+    return keep
 
 
 def race(peers: list, corpus, gt, n_single: int, passes: int, cells: list | None = None,
@@ -387,7 +400,7 @@ def main(argv=None):
         cells = [(p, label, setting) for p in peers for label, setting in p.settings()]
         screened = None
         if a.screen:
-            cells, screened = screen(cells, corpus, gt, a.screen)
+            cells, screened = screen(cells, corpus, gt, a.screen, {b["engine"]: b["index_bytes"] for b in builds})
             print(f"screened: {len(cells)} settings race", file=sys.stderr, flush=True)
         if a.batch_only:
             rows = [{"engine": p.name, "family": getattr(p, "family", p.name), "setting": label}

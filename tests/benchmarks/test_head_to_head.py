@@ -260,3 +260,25 @@ def test_size_capped_ratio_races_only_the_builds_no_larger_than_the_peers_smalle
     path.write_text(json.dumps({"rows": rows, "builds": builds, "date": "d", "commit": "c"}))
     assert hh.main(["size-capped", str(path)]) == 0
     assert "a/b @0.95: no build fits" in capsys.readouterr().out
+
+
+def test_the_screen_keeps_a_lean_build_a_larger_one_beats(hh):
+    """A setting beaten in speed at equal recall stays when the build that beats it is larger: the
+    size-capped ratio races the builds under a cap, and a screen blind to size dropped them."""
+    class P:
+        def __init__(self, name):
+            self.name, self.family = name, "tokenspace"
+
+    big, lean, lean2 = P("big"), P("lean"), P("lean2")
+    cells = [(big, "fast", {}), (lean, "slow", {}), (lean2, "slower", {}), (big, "exact", {})]
+    seen = {("big", "fast"): (0.96, 1000.0), ("lean", "slow"): (0.95, 500.0), ("lean2", "slower"): (0.95, 400.0),
+            ("big", "exact"): (1.0, 100.0)}
+    labels = lambda keep: [(p.name, lab) for p, lab, _ in keep]  # noqa: E731
+    # blind to size (no sizes known): the big build's fast setting beats both lean ones
+    assert labels(hh.front(cells, seen, {})) == [("big", "fast"), ("big", "exact")]
+    # the lean builds are smaller than the big one: each stays unless a build no larger beats it
+    sizes = {"big": 100, "lean": 60, "lean2": 60}
+    assert labels(hh.front(cells, seen, sizes)) == [("big", "fast"), ("lean", "slow"), ("big", "exact")]
+    # a build of unknown size is never the smaller one
+    assert labels(hh.front(cells, seen, {"lean": 60, "lean2": 60})) == [
+        ("big", "fast"), ("lean", "slow"), ("big", "exact")]
