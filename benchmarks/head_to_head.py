@@ -61,7 +61,7 @@ K = 10
 TARGETS = (0.95, 0.99)
 FAMILY_TARGETS = (0.90, 0.95, 0.99)
 EXACT_LABELS = ("exact", "maxscore", "exhaustive")  # each engine's exact setting, whatever it calls it
-SCREEN_SLACK = 1.15  # a setting is screened out when one of its engine is this much faster at >= recall, no larger
+SCREEN_SLACK = 1.15  # screened out: a setting of its engine, on a build no larger, this much faster at >= recall
 
 
 def time_pass(peer, corpus, rows, setting) -> tuple[float, list, float]:
@@ -101,7 +101,7 @@ def front(cells, seen: dict, size: dict) -> list:
     builds under a cap (size_capped_ratios): a lean build beaten by a larger one of its family stays."""
     def no_larger(o, p) -> bool:
         so, sp = size.get(o.name), size.get(p.name)
-        return so is None and sp is None or (so is not None and sp is not None and so <= sp)
+        return (so is None and sp is None) or (so is not None and sp is not None and so <= sp)
 
     keep = []
     for p, label, setting in cells:
