@@ -82,15 +82,16 @@ def time_pass(peer, corpus, rows, setting) -> tuple[float, list, float]:
     return len(rows) / total, answers, len(rows) / max(cpu, 1e-9)
 
 
-def screen(cells, corpus, gt, n: int, size: dict | None = None) -> tuple[list, dict]:
-    """Time every cell once on ``n`` queries; keep the cells on their family's front (``front``)."""
+def screen(cells, corpus, gt, n: int, size: dict) -> tuple[list, dict]:
+    """Time every cell once on ``n`` queries; keep the cells on their family's front (``front``; ``size``:
+    index bytes by build name)."""
     rows = np.arange(min(n, len(corpus.q_indptr) - 1))
     seen = {}
     for p, label, setting in cells:
         time_pass(p, corpus, rows[:WARMUP], setting)
         _, answers, qps = time_pass(p, corpus, rows, setting)
         seen[(p.name, label)] = (recall_at(answers, gt[rows], K), qps)
-    keep = front(cells, seen, size or {})
+    keep = front(cells, seen, size)
     return keep, {f"{e} | {lab}": {"recall": round(r, 4), "qps": round(q, 1)} for (e, lab), (r, q) in seen.items()}
 
 
