@@ -120,6 +120,36 @@ def test_one_query_road_is_search_arrays_answer_and_filters_still_apply():
     assert top not in [h.id for h in index.search(q, 10, subset=[i for i in ids if i != top])[0]]
 
 
+def test_one_query_road_reuses_its_buffers_without_sharing_results():
+    """The one-query road writes into this thread's kept result buffers (kernels.query_scratch): what a
+    search returned stays as it was through later searches (other k, other segments count), and threads
+    searching at once each get their own query's answer."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    docs = random_batch(600, 80, 0.1, seed=7, zipf=True)
+    qs = random_batch(24, 80, 0.1, seed=8, zipf=True)
+    ids = ids_for(600)
+    one = InvertedIndex.build(docs, ids)
+    split = InvertedIndex.build(docs[:250], ids[:250])
+    split.add(docs[250:], ids[250:])
+    assert len(split._segments) == 2
+    want = reference(docs, ids, qs, 10)
+    got, arrays = [], []
+    for r, q in enumerate(rows(qs)):
+        index = (one, split)[r % 2]
+        got.append(index.search(q, 10)[0])
+        arrays.append(index.search_arrays(q.indices, q.values, 10))
+        index.search(q, 3)  # another k, then the other index: the buffers change hands
+        (split, one)[r % 2].search_arrays(q.indices, q.values, 7)
+    check(got, want)
+    for (a_ids, a_scores), hits in zip(arrays, got):
+        assert a_ids == [h.id for h in hits] and a_scores.tolist() == [h.score for h in hits]
+    with ThreadPoolExecutor(4) as pool:
+        for _ in range(3):
+            check(list(pool.map(lambda q: one.search(q, 10)[0], rows(qs))), want)
+            check(list(pool.map(lambda q: split.search(q, 10, mode="approx", query_mass=1.0, alpha=1.0, rerank=600)[0], rows(qs))), want)
+
+
 def test_bad_queries_and_arguments_are_refused_on_the_one_query_road():
     docs = random_batch(50, 30, 0.2, seed=5)
     index = InvertedIndex.build(docs, ids_for(50))

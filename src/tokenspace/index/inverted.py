@@ -453,7 +453,7 @@ class InvertedIndex:
         if one:
             # one query (a SparseBatch's single row is all of its arrays, already int32 / float32 and in
             # range): search_arrays' road, one jitted call per segment that checks, cuts and searches it
-            per_seg = self._query(plan, queries.indices, queries.values, "query row 0")
+            per_seg = self._query(plan, queries.indices, queries.values, "query row 0", k)
             if len(per_seg) == 1:
                 _, seg, od, os_, m = per_seg[0]
                 return [_hits(os_[:m].tolist(), seg.ids_of(od[:m].tolist()))]
@@ -476,7 +476,7 @@ class InvertedIndex:
         if indices.ndim != 1 or indices.shape != values.shape:
             raise ValueError(f"indices and values must be 1-D and alike, got shapes {indices.shape} and {values.shape}")
         plan = self._cached_plan(mode, k, query_mass, alpha, rerank, impact_floor, prior_weight, 0.0, True)
-        per_seg = self._query(plan, indices, values, "the query")
+        per_seg = self._query(plan, indices, values, "the query", int(k))
         if len(per_seg) == 1:
             _, seg, od, os_, m = per_seg[0]
             return seg.ids_of(od[:m].tolist()), os_[:m].copy()
@@ -500,25 +500,27 @@ class InvertedIndex:
                 self._plans[key] = plan
         return plan
 
-    def _query(self, plan, indices, values, what: str) -> list[tuple]:
-        """One query (int32 dims, float32 weights) over every segment of ``plan``: per segment (first doc
-        number, segment, local docs, scores, hit count). ``what`` names the query in an error.
+    def _query(self, plan, indices, values, what: str, k: int) -> list[tuple]:
+        """One query (int32 dims, float32 weights) over every segment of ``plan`` (k: the search's k, at
+        least each segment's hit count): per segment (first doc number, segment, local docs, scores, hit
+        count). The docs and scores are this thread's buffers (kernels.query_scratch): read them out before
+        its next search. ``what`` names the query in an error.
 
         A segment's plan says its road (_plan): the kernels (kt, its kernel arrays), or numpy's exact search
         (kt None: numpy_search.py, the same answers) in a process that has not loaded the kernels."""
-        kernels = work = None
+        # one road per search (_plan): the kernels' when the first segment has kernel arrays
+        kernels = road.kernels() if plan and plan[0][2] is not None else None
+        if kernels is not None:
+            work, outs = kernels.query_scratch(self.dim, len(plan), k)
+        else:
+            outs = [(np.empty(k, np.int64), np.empty(k, np.float32)) for _ in plan]
         per_seg, checked = [], False
-        for base, seg, kt, opt, kk in plan:
-            out_docs = np.empty(kk, np.int64)
-            out_scores = np.empty(kk, np.float32)
+        for (base, seg, kt, opt, kk), (out_docs, out_scores) in zip(plan, outs):
             m = 0
             if opt is not None and kt is None:
                 m = road.on_numpy(numpy_search.search_query, seg.fwd_views(), opt, indices, values, self.dim,
                                   out_docs, out_scores)
             elif opt is not None:
-                if kernels is None:
-                    kernels = road.kernels()
-                    work = kernels.scratch_table(self.dim)
                 try:
                     m = kernels.search_query(kt.table, kt.fwd_indices, opt, indices, values, self.dim, work, out_docs,
                                              out_scores)

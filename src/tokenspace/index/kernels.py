@@ -591,8 +591,21 @@ def _scratch(dim: int) -> tuple:
     return kept
 
 
+def query_scratch(dim: int, rows: int, k: int) -> tuple[np.ndarray, list]:
+    """This thread's scratch_table(dim) and ``rows`` result buffers (docs int64[k], scores float32[k]) for
+    search_query, in one call, kept per thread for the last (dim, k): after a query's kernel work the
+    process's own memory is cold, and allocating two arrays and looking up the scratch there cost several
+    us of a one-query search (real-text-200K). The buffers are overwritten by the thread's next search:
+    its results are read out before it returns."""
+    kept = getattr(_SCRATCH, "query", None)
+    if kept is None or kept[0] != dim or kept[1] != k or len(kept[3]) < rows:
+        outs = [(np.empty(k, np.int64), np.empty(k, np.float32)) for _ in range(max(rows, 1))]
+        kept = _SCRATCH.query = dim, k, scratch_table(dim), outs
+    return kept[2], kept[3]
+
+
 def drop_scratch() -> None:
-    _SCRATCH.kept = None
+    _SCRATCH.kept = _SCRATCH.query = None
 
 
 def search_batch(seg: KernelSegment, opt: SearchOptions, q_indptr, q_indices, q_values, rows, out_docs, out_scores,

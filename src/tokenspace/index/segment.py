@@ -274,7 +274,7 @@ class Segment:
         """The external ids of these local docs, decoded from the blob (a search's few hits do not
         read the whole blob, as ids() does)."""
         if self._ids is not None:
-            return [self._ids[i] for i in local]
+            return list(map(self._ids.__getitem__, local))  # C-level: no comprehension frame per search
         # a memoryview of the blob: slicing and decoding it took a third less time than slicing the
         # array and copying out its bytes (and each slice of an np.memmap runs its __array_finalize__, ~3 us);
         # made once per segment: the two views and the two attribute reads (through __getattr__) were
