@@ -56,6 +56,29 @@ def test_scratch_is_reused_and_left_zero_by_every_search_path():
     assert len(kernels.scratch(dim + 1)[0]) == dim + 1  # another dim: new buffers
 
 
+def test_query_scratch_keeps_alive_the_buffers_its_table_points_at():
+    """query_scratch hands out a table of addresses: the buffers behind it must live as long as it is kept,
+    even when a search of another dim replaces the thread's scratch(dim) (else the next one-query search
+    would write into freed memory)."""
+    import gc
+    import weakref
+
+    kernels.drop_scratch()
+    table, outs = kernels.query_scratch(50, 2, 10)
+    work = kernels.scratch(50)
+    assert np.array_equal(table, kernels.array_table(work)) and len(outs) == 2
+    assert all(len(d) == len(s) == 10 and d.dtype == np.int64 and s.dtype == np.float32 for d, s in outs)
+    alive = [weakref.ref(w) for w in work]
+    kernels.scratch(60)  # another dim: the thread's scratch is replaced
+    del work
+    gc.collect()
+    assert all(r() is not None for r in alive)
+    again, outs2 = kernels.query_scratch(50, 1, 10)
+    assert again is table and outs2 is outs  # kept: same dim and k, rows enough
+    assert kernels.query_scratch(50, 1, 5)[1][0][0].shape == (5,)  # another k: new result buffers
+    assert len(kernels.query_scratch(50, 3, 5)[1]) == 3
+
+
 def test_kernel_segment_tables_the_arrays_the_kernels_view_and_refuses_others():
     """The one-query kernels see a segment as a table of addresses (kernel_segment) and view each row
     with a fixed dtype (TABLE_LAYOUT): the table must point at the segment's own arrays, the layout must

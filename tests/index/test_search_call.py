@@ -144,6 +144,10 @@ def test_one_query_road_reuses_its_buffers_without_sharing_results():
     check(got, want)
     for (a_ids, a_scores), hits in zip(arrays, got):
         assert a_ids == [h.id for h in hits] and a_scores.tolist() == [h.score for h in hits]
+    # a batch search of another dim replaces the thread's scratch: the kept one-query buffers stay valid
+    other = InvertedIndex.build(random_batch(50, 300, 0.1, seed=9), ids_for(50))
+    other.search(random_batch(3, 300, 0.1, seed=10), 5)
+    check([one.search(q, 10)[0] for q in rows(qs)], want)
     with ThreadPoolExecutor(4) as pool:
         for _ in range(3):
             check(list(pool.map(lambda q: one.search(q, 10)[0], rows(qs))), want)

@@ -596,12 +596,13 @@ def query_scratch(dim: int, rows: int, k: int) -> tuple[np.ndarray, list]:
     search_query, in one call, kept per thread for the last (dim, k): after a query's kernel work the
     process's own memory is cold, and allocating two arrays and looking up the scratch there cost several
     us of a one-query search (real-text-200K). The buffers are overwritten by the thread's next search:
-    its results are read out before it returns."""
+    its results are read out before it returns. The scratch is kept here with its table (a table only
+    holds addresses): a search of another dim in between may replace the thread's scratch(dim)."""
     kept = getattr(_SCRATCH, "query", None)
     if kept is None or kept[0] != dim or kept[1] != k or len(kept[3]) < rows:
         outs = [(np.empty(k, np.int64), np.empty(k, np.float32)) for _ in range(max(rows, 1))]
-        kept = _SCRATCH.query = dim, k, scratch_table(dim), outs
-    return kept[2], kept[3]
+        kept = _SCRATCH.query = dim, k, _scratch(dim), outs
+    return kept[2][1], kept[3]
 
 
 def drop_scratch() -> None:
