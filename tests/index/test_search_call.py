@@ -154,6 +154,35 @@ def test_one_query_road_reuses_its_buffers_without_sharing_results():
             check(list(pool.map(lambda q: split.search(q, 10, mode="approx", query_mass=1.0, alpha=1.0, rerank=600)[0], rows(qs))), want)
 
 
+def test_the_last_plan_is_given_back_only_for_the_same_argument_objects(monkeypatch):
+    """_cached_plan gives its last plan back when every argument (and APPROX_DEFAULTS' every value) is the
+    same object as then: an equal argument of another type is still checked as itself, a changed default or
+    index gets a new plan."""
+    docs = random_batch(300, 40, 0.15, seed=21)
+    index = InvertedIndex.build(docs, ids_for(300))
+    q = docs[0:1]
+    qm, rr = 0.8, 20
+
+    def plan(**kw):
+        args = dict(mode="approx", k=10, query_mass=qm, alpha=None, rerank=rr, impact_floor=None, prior_weight=None,
+                    idf=0.0, one=True)
+        return index._cached_plan(**{**args, **kw})
+
+    first = plan()
+    assert plan() is first  # the same objects: the kept plan
+    assert index.search(q, 5, mode="approx", impact_floor=0.0)[0]
+    with pytest.raises(ValueError, match="impact_floor"):  # False == 0.0, but is not the same object
+        index.search(q, 5, mode="approx", impact_floor=False)
+    monkeypatch.setitem(inv.APPROX_DEFAULTS, "alpha", 0.5)
+    changed = plan()
+    assert changed is not first and changed[0][3][3] == 0.5 and first[0][3][3] == 0.9  # SearchOptions.alpha
+    monkeypatch.undo()
+    assert plan()[0][3][3] == 0.9
+    kept = plan()
+    index.add(random_batch(5, 40, 0.15, seed=22), [f"n{i}" for i in range(5)])  # the index changed
+    assert plan() is not kept and sum(seg.n for _, seg, *_ in plan()) == 305
+
+
 def test_bad_queries_and_arguments_are_refused_on_the_one_query_road():
     docs = random_batch(50, 30, 0.2, seed=5)
     index = InvertedIndex.build(docs, ids_for(50))
