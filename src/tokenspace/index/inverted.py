@@ -499,9 +499,9 @@ class InvertedIndex:
         if last is not None and len(last[0]) == len(args) and all(map(is_, args, last[0])):
             return last[1]
         numpy_one = one and not road.use_kernels(0)
-        key = (mode, k, query_mass, alpha, rerank, impact_floor, prior_weight, idf, numpy_one)
+        key = (*args[:8], numpy_one)
         try:  # the key holds each argument's type (1, 1.0 and True are equal keys) and the defaults a None takes
-            key = (*key, *map(type, key), *APPROX_DEFAULTS.values())
+            key = (*key, *map(type, key), *args[9:])
             plan = self._plans.get(key)
         except TypeError:  # an unhashable argument: checked (and refused) by _plan
             key = plan = None

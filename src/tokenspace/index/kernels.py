@@ -600,7 +600,7 @@ def query_scratch(dim: int, rows: int, k: int) -> tuple[np.ndarray, list]:
     holds addresses): a search of another dim in between may replace the thread's scratch(dim)."""
     kept = getattr(_SCRATCH, "query", None)
     if kept is None or kept[0] != dim or kept[1] != k or len(kept[3]) < rows:
-        outs = [(np.empty(k, np.int64), np.empty(k, np.float32)) for _ in range(max(rows, 1))]
+        outs = [(np.empty(k, np.int64), np.empty(k, np.float32)) for _ in range(rows)]
         kept = _SCRATCH.query = dim, k, _scratch(dim), outs
     return kept[2][1], kept[3]
 
