@@ -65,7 +65,8 @@ def test_query_scratch_keeps_alive_the_buffers_its_table_points_at():
 
     kernels.drop_scratch()
     table, outs = kernels.query_scratch(50, 2, 10)
-    work = kernels.scratch(50)
+    work = kernels._scratch(50)[0]  # the whole Work: its first three are scratch(50)
+    assert isinstance(work, kernels.Work) and all(a is b for a, b in zip(kernels.scratch(50), work[:3], strict=True))
     assert np.array_equal(table, kernels.array_table(work)) and len(outs) == 2
     assert all(len(d) == len(s) == 10 and d.dtype == np.int64 and s.dtype == np.float32 for d, s in outs)
     alive = [weakref.ref(w) for w in work]

@@ -154,6 +154,35 @@ def test_one_query_road_reuses_its_buffers_without_sharing_results():
             check(list(pool.map(lambda q: split.search(q, 10, mode="approx", query_mass=1.0, alpha=1.0, rerank=600)[0], rows(qs))), want)
 
 
+def test_queries_beyond_the_kept_query_arrays_equal_scipy_with_ties_in_doc_order():
+    """The kernels keep each thread's query arrays for kernels.TERM_CAP query terms and kernels.CAND_CAP
+    heap slots and candidates; a longer query, a deeper rerank and more exact-mode candidates take new
+    arrays for that query. Each answer must be scipy's top k exactly (grid weights: exact float sums and
+    real ties, which go to the smaller doc number), and small queries after them, on the kept arrays
+    again, too."""
+    from tokenspace.index import kernels
+
+    n, dim = 6000, 3000
+    docs = random_batch(n, dim, 0.01, seed=3, grid=0.25)
+    ids = ids_for(n)
+    index = InvertedIndex.build(docs, ids)
+    big = random_batch(2, dim, 0.5, seed=4, grid=0.25)
+    small = random_batch(6, dim, 0.005, seed=5, grid=0.25)
+    assert min(np.diff(big.indptr)) > kernels.TERM_CAP and n > kernels.CAND_CAP
+
+    def exact(got, want):
+        assert [[(h.score, h.id) for h in hits] for hits in got] == want
+
+    for k in (10, 1500):
+        want = reference(docs, ids, big, k)
+        assert any(len({s for s, _ in w}) < len(w) for w in want)  # ties among the hits
+        exact([index.search(q, k)[0] for q in rows(big)], want)
+        # a heap of every doc: approximate search returns the exact top k
+        exact([index.search(q, k, mode="approx", query_mass=1.0, alpha=1.0, rerank=2 * n)[0] for q in rows(big)],
+              want)
+        exact([index.search(q, k)[0] for q in rows(small)], reference(docs, ids, small, k))
+
+
 def test_the_last_plan_is_given_back_only_for_the_same_argument_objects(monkeypatch):
     """_cached_plan gives its last plan back when every argument (and APPROX_DEFAULTS' every value) is the
     same object as then: an equal argument of another type is still checked as itself, a changed default or

@@ -561,33 +561,97 @@ def _segment(t, fwd_indices):
                          _view1(t, 14, i64), fwd_indices, _view1(t, 15, f32))
 
 
+# A query's working arrays (its lists, heap, candidates, block runs, rescoring rows) were ~25 small arrays
+# allocated and freed inside the kernels on every query; after the query's streaming their allocator's
+# memory is cold, and they cost several us of a one-query search. They are kept per thread beside the
+# accumulators instead (Work), sized for TERM_CAP query terms and CAND_CAP candidates; a query that needs
+# more gets new arrays for that query (_take).
+TERM_CAP = 1024  # query terms (after the weights and the cut) the kept term arrays hold
+CAND_CAP = 4096  # heap and candidate slots the kept arrays hold (a heap of rerank; 4 * rerank candidates)
+LISTS_PER_TERM = len(HEAD_CODES) + 2  # a term's main list, its bands and a residual list (_query_terms_f32)
+
+
+class Work(NamedTuple):
+    """One thread's search buffers. The first three are all zeros between searches (search_one leaves them
+    so, as it must between the rows of a batch); the others are overwritten by each query."""
+
+    qdense: np.ndarray  # float32[dim]: the full query, for rescoring
+    acc: np.ndarray  # float32[CHUNK]: the exact first pass's accumulator
+    acc16: np.ndarray  # uint16[CHUNK16]: the 16-bit first pass's accumulator
+    sp_w32: np.ndarray  # the query's sparse lists: weight (float32 or uint16 by pass), first cell, source
+    sp_w16: np.ndarray
+    sp_cell: np.ndarray
+    sp_src: np.ndarray
+    sp_pos: np.ndarray  # each list's first posting and end in the current posting chunk
+    sp_end: np.ndarray
+    dn_slot: np.ndarray  # the query's dense columns: slot and weight (float32 or uint16)
+    dn_w32: np.ndarray
+    dn_w16: np.ndarray
+    heap: np.ndarray  # float32: min-heap of the best first-pass scores
+    c_doc: np.ndarray  # candidates: doc and first-pass score
+    c_s: np.ndarray
+    run0: np.ndarray  # doc ranges of a chunk's scored blocks
+    run1: np.ndarray
+    ub32: np.ndarray  # block bounds (float32 or int64 by pass)
+    ub64: np.ndarray
+    cand: np.ndarray  # rescoring: each kept candidate's doc and forward-store row bounds
+    start: np.ndarray
+    end: np.ndarray
+    one: np.ndarray  # float32[1]: a float's bits (_float_bits), and the rescoring's touched sum
+
+
+# dtype of each Work field after the first three (which depend on dim) and its size
+_WORK_LAYOUT = ((np.float32, LISTS_PER_TERM * TERM_CAP), (np.uint16, LISTS_PER_TERM * TERM_CAP),
+                (np.int64, LISTS_PER_TERM * TERM_CAP), (np.int8, LISTS_PER_TERM * TERM_CAP),
+                (np.int64, LISTS_PER_TERM * TERM_CAP), (np.int64, LISTS_PER_TERM * TERM_CAP),
+                (np.int64, TERM_CAP + 4), (np.float32, TERM_CAP + 4), (np.uint16, TERM_CAP + 4),
+                (np.float32, CAND_CAP), (np.int64, CAND_CAP), (np.float32, CAND_CAP),
+                (np.int64, CHUNK // BLOCK), (np.int64, CHUNK // BLOCK), (np.float32, CHUNK // BLOCK),
+                (np.int64, CHUNK // BLOCK), (np.int64, CAND_CAP), (np.int64, CAND_CAP), (np.int64, CAND_CAP),
+                (np.float32, 1))
+
+
 @njit(cache=True, nogil=True, inline="always")
 def _work(t):
-    """The scratch buffers (qdense, acc, acc16) again from their table."""
-    return _view1(t, 0, np.float32), _view1(t, 1, np.float32), _view1(t, 2, np.uint16)
+    """This thread's Work again from its table (one row per field, in field order)."""
+    u16, i8, i64, f32 = np.uint16, np.int8, np.int64, np.float32
+    return Work(_view1(t, 0, f32), _view1(t, 1, f32), _view1(t, 2, u16), _view1(t, 3, f32), _view1(t, 4, u16),
+                _view1(t, 5, i64), _view1(t, 6, i8), _view1(t, 7, i64), _view1(t, 8, i64), _view1(t, 9, i64),
+                _view1(t, 10, f32), _view1(t, 11, u16), _view1(t, 12, f32), _view1(t, 13, i64), _view1(t, 14, f32),
+                _view1(t, 15, i64), _view1(t, 16, i64), _view1(t, 17, f32), _view1(t, 18, i64), _view1(t, 19, i64),
+                _view1(t, 20, i64), _view1(t, 21, i64), _view1(t, 22, f32))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _take(buf, n):
+    """The first n items of a kept buffer, or a new array of n when it holds fewer."""
+    if n <= len(buf):
+        return buf[:n]
+    return np.empty(n, buf.dtype)
 
 
 _SCRATCH = threading.local()
 
 
 def scratch(dim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """This thread's search buffers for search_batch: qdense float32[dim] and the float32 and uint16
-    accumulators. They are all zeros between searches (search_one leaves them so, as it already must
-    between the rows of a batch) and kept per thread: allocating and clearing them (~220 KB then; ~500 KB
-    now) took ~6 us of every one-query search. Call drop_scratch when a search raised part-way."""
-    return _scratch(dim)[0]
+    """This thread's zeroed search buffers: qdense float32[dim] and the float32 and uint16 accumulators
+    (Work's first three). They are all zeros between searches and kept per thread with the rest of its
+    Work: allocating and clearing them (~220 KB then; ~500 KB now) took ~6 us of every one-query search.
+    Call drop_scratch when a search raised part-way."""
+    return _scratch(dim)[2]
 
 
 def scratch_table(dim: int) -> np.ndarray:
-    """The table (array_table) of this thread's scratch(dim), as search_query takes it."""
+    """The table (array_table) of this thread's Work for dim, as search_query and search_batch take it."""
     return _scratch(dim)[1]
 
 
 def _scratch(dim: int) -> tuple:
     kept = getattr(_SCRATCH, "kept", None)
-    if kept is None or len(kept[0][0]) != dim:
-        work = np.zeros(dim, np.float32), np.zeros(CHUNK, np.float32), np.zeros(CHUNK16, np.uint16)
-        kept = _SCRATCH.kept = work, array_table(work)
+    if kept is None or len(kept[0].qdense) != dim:
+        work = Work(np.zeros(dim, np.float32), np.zeros(CHUNK, np.float32), np.zeros(CHUNK16, np.uint16),
+                    *(np.empty(size, dtype) for dtype, size in _WORK_LAYOUT))
+        kept = _SCRATCH.kept = work, array_table(work), work[:3]
     return kept
 
 
@@ -636,15 +700,14 @@ def _search_batch(seg_table, fwd_indices, opt_fields, q_indptr, q_indices, q_val
 @njit(cache=True, nogil=True, inline="always")
 def _search_row(seg, opt, f_idx, f_val, work, out_docs, out_scores):
     """One query row (full dims and weights) over one segment: the weights, the cut, the first pass."""
-    qdense, acc, acc16 = work
     if opt.has_weights:
         f_val = f_val * opt.weights[f_idx]
     q_idx, q_val = f_idx, f_val
     if opt.query_mass < 1.0:
         q_idx, q_val = cut_row(f_idx, f_val, opt.query_mass)
     if not opt.exact and use_u16(q_idx, q_val, seg.df, seg.dense_slot):
-        return search_one(seg, opt, q_idx, q_val, f_idx, f_val, qdense, acc16, out_docs, out_scores)
-    return search_one(seg, opt, q_idx, q_val, f_idx, f_val, qdense, acc, out_docs, out_scores)
+        return search_one(seg, opt, q_idx, q_val, f_idx, f_val, work, work.acc16, out_docs, out_scores)
+    return search_one(seg, opt, q_idx, q_val, f_idx, f_val, work, work.acc, out_docs, out_scores)
 
 
 @njit(cache=True, nogil=True)
@@ -665,11 +728,11 @@ def search_query(seg_table, fwd_indices, opt_fields, q_idx, q_val, dim, work_tab
 
 
 @njit(cache=True, nogil=True)
-def search_one(seg, opt, q_idx, q_val, f_idx, f_val, qdense, acc, out_docs, out_scores):
+def search_one(seg, opt, q_idx, q_val, f_idx, f_val, work, acc, out_docs, out_scores):
     """Top-k of one query over one segment; writes out_docs/out_scores[:m] and returns m.
 
     q_idx/q_val: the terms that generate candidates (maybe cut); f_idx/f_val: the full query used
-    for exact rescoring; qdense: float32[dim] zeros (scratch). acc: the accumulator, whose dtype picks
+    for exact rescoring; work: this thread's Work. acc: its accumulator for this query, whose dtype picks
     the first pass, compiled from this one body: float32 scores codes times float query weights within
     a proven error bound (exact mode, and approximate queries use_u16 turns down); uint16 scores them
     with integer weights (approximate only, see the 16-bit section). The opt.rerank best first-pass
@@ -688,31 +751,32 @@ def search_one(seg, opt, q_idx, q_val, f_idx, f_val, qdense, acc, out_docs, out_
     A penalty is >= 0, so an unpenalised bound (block maxima, a piece's max) still bounds a penalised
     score from above: skipping stays safe. Docs that share no dim with the query are still never hits.
     """
-    sp_w, sp_cell, sp_src, n_sp, dn_slot, dn_w, n_dn, slack, unit_inv = _query_terms(acc, seg, opt, q_idx, q_val)
+    sp_w, sp_cell, sp_src, n_sp, dn_slot, dn_w, n_dn, slack, unit_inv = _query_terms(acc, seg, opt, q_idx, q_val,
+                                                                                     work)
     if n_sp == 0 and n_dn == 0:
         return 0
     n = len(seg.fwd_indptr) - 1
-    sp_pos = np.empty(len(sp_w), np.int64)  # each list's first posting and end in the posting chunk
-    sp_end = np.empty(len(sp_w), np.int64)
+    sp_pos = _take(work.sp_pos, len(sp_w))  # each list's first posting and end in the posting chunk
+    sp_end = _take(work.sp_end, len(sp_w))
     mask, has_mask = opt.mask, opt.has_mask
     has_prior = opt.has_prior
     p_piece, p_sub, p_block = opt.penalty_min
     if has_prior and opt.exact:  # the penalty's float32 rounding, on top of the dot product's window
         slack += np.float32(4e-7 * opt.penalty_max)
-    heap = np.empty(opt.rerank, np.float32)  # min-heap of the best first-pass scores
+    heap = _take(work.heap, opt.rerank)  # min-heap of the best first-pass scores
     hsize = 0
     thr = np.float32(NO_THRESHOLD)  # a doc scoring below it cannot make the top k
-    c_doc = np.empty(max(1024, 4 * opt.rerank), np.int64)  # candidates: doc, first-pass score
-    c_s = np.empty(len(c_doc), np.float32)
+    c_doc = _take(work.c_doc, max(1024, 4 * opt.rerank))  # candidates: doc, first-pass score
+    c_s = _take(work.c_s, len(c_doc))
     nc = 0
     chunk = len(acc)  # a multiple of BLOCK: bmax is indexed by c0 // BLOCK
     inv_alpha = 1.0 / opt.alpha
     nblk_chunk = (chunk + BLOCK - 1) // BLOCK
-    run0 = np.empty(nblk_chunk, np.int64)  # doc ranges of the chunk's scored (unskipped) blocks
-    run1 = np.empty(nblk_chunk, np.int64)
-    ub = _bounds_array(acc, nblk_chunk)
-    zero = np.zeros(1, acc.dtype)[0]
-    scratch = np.zeros(1, np.float32)
+    run0 = _take(work.run0, nblk_chunk)  # doc ranges of the chunk's scored (unskipped) blocks
+    run1 = _take(work.run1, nblk_chunk)
+    ub = _bounds_array(acc, nblk_chunk, work)
+    zero = _zero(acc)
+    scratch = work.one
     # Loops below index through slices starting at 0: numba cannot vectorise acc[c0 + j] because of
     # negative-index wraparound, and a scalar loop over 1M docs costs more than the whole query.
     for c0 in range(0, n, chunk):
@@ -799,7 +863,7 @@ def search_one(seg, opt, q_idx, q_val, f_idx, f_val, qdense, acc, out_docs, out_
                         key = _select_key(a, thr, scratch)
         a[:] = 0
     # 5) exact rescoring of the surviving candidates with the full query
-    return _rescore(seg, opt, c_doc, c_s, nc, thr, f_idx, f_val, qdense, out_docs, out_scores)
+    return _rescore(seg, opt, c_doc, c_s, nc, thr, f_idx, f_val, work, out_docs, out_scores)
 
 
 MAIN, RES, BAND = 0, 1, 2  # where a query's sparse list lives: main, residual or impact-band lists
@@ -858,22 +922,23 @@ def _block_bounds(seg, u, b0, dn_slot, dn_w, n_dn):
 
 
 @njit(cache=True, nogil=True)
-def _rescore(seg, opt, c_doc, c_s, nc, thr, f_idx, f_val, qdense, out_docs, out_scores):
+def _rescore(seg, opt, c_doc, c_s, nc, thr, f_idx, f_val, work, out_docs, out_scores):
     """Exact scores (forward store, full query, minus the doc's penalty with opt.has_prior) of the
     candidates whose first-pass score is >= thr; writes the best opt.k to out_docs/out_scores (ties:
     smaller doc id) and returns how many. A doc whose dot product is 0 is never a hit."""
     k = opt.k
     fwd_indptr, fwd_indices, fwd_values = seg.fwd_indptr, seg.fwd_indices, seg.fwd_values
+    qdense = work.qdense
     for j in range(len(f_idx)):
         qdense[f_idx[j]] = f_val[j]
     # The candidates' rows lie anywhere in the store, each several cache misses away. Their bounds are
     # read first and every row's first and last entries touched in loops of independent loads, so the
     # misses overlap instead of stalling the scoring loop one row at a time: 100 random rows of
     # real-text-967K scored in ~300 instead of ~460 ns each (interleaved micro-benchmark, 500 draws).
-    # The touched sum is stored past the scores' end only so that the loads are not dropped.
-    cand = np.empty(nc, np.int64)
-    start = np.empty(nc, np.int64)
-    end = np.empty(nc, np.int64)
+    # The touched sum is stored in work.one only so that the loads are not dropped.
+    cand = _take(work.cand, nc)
+    start = _take(work.start, nc)
+    end = _take(work.end, nc)
     nk = 0
     for c in range(nc):
         if c_s[c] >= thr:
@@ -887,31 +952,41 @@ def _rescore(seg, opt, c_doc, c_s, nc, thr, f_idx, f_val, qdense, out_docs, out_
         if end[i] > start[i]:
             touched += fwd_values[start[i]] + fwd_values[end[i] - 1]
             touched += np.float32(fwd_indices[start[i]]) + np.float32(fwd_indices[end[i] - 1])
-    m = 0
-    ex = np.empty(nk + 1, np.float32)
-    ex[nk] = touched
-    keep = np.empty(nk, np.int64)
+    work.one[0] = touched
+    # the best k go straight into out_docs/out_scores, kept in order (score down, then doc id up) by
+    # insertion: candidates arrive in no score order, so few of them displace one of the k (two argsorts
+    # over all candidates and their five arrays cost more at k = 10); a candidate that cannot enter costs
+    # one comparison
+    r = 0
     for i in range(nk):
         s = np.float32(0.0)
         for p in range(np.uintp(start[i]), np.uintp(end[i])):
             s += qdense[fwd_indices[p]] * fwd_values[p]
-        if s > 0.0:
-            ex[m] = np.float32(s - opt.penalty[cand[i]]) if opt.has_prior else s
-            keep[m] = cand[i]
-            m += 1
+        if not s > 0.0:
+            continue
+        d = cand[i]
+        if opt.has_prior:
+            s = np.float32(s - opt.penalty[d])
+        if r == k and not _ranks_before(s, d, out_scores[k - 1], out_docs[k - 1]):
+            continue
+        j = r if r < k else k - 1
+        while j > 0 and _ranks_before(s, d, out_scores[j - 1], out_docs[j - 1]):
+            out_scores[j] = out_scores[j - 1]
+            out_docs[j] = out_docs[j - 1]
+            j -= 1
+        out_scores[j] = s
+        out_docs[j] = d
+        if r < k:
+            r += 1
     for j in range(len(f_idx)):
         qdense[f_idx[j]] = 0.0
-    # sort by doc id, then stably by -score: ties go to the smaller doc id (candidates from the
-    # posting-list path are not in doc order)
-    by_doc = np.argsort(keep[:m])
-    keep_s = keep[:m][by_doc]
-    ex_s = ex[:m][by_doc]
-    order = np.argsort(-ex_s, kind="mergesort")
-    r = min(k, m)
-    for i in range(r):
-        out_docs[i] = keep_s[order[i]]
-        out_scores[i] = ex_s[order[i]]
     return r
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _ranks_before(s, d, s2, d2):
+    """Whether a hit (score s, doc d) ranks before (s2, d2): a higher score, or the same and a smaller doc."""
+    return s > s2 or (s == s2 and d < d2)
 
 
 # ----------------------------------------------------------------------------- the two first passes
@@ -1057,16 +1132,16 @@ def _add_lists(seg, t, src, cell, top, w, sp_w, sp_cell, sp_src, n_sp, n_chunks)
     return n_sp
 
 
-def _query_terms_f32(acc, seg, opt, q_idx, q_val):
+def _query_terms_f32(acc, seg, opt, q_idx, q_val, work):
     nq = len(q_idx)
     # each term may have a main list and bands (or a dense column) and, in exact mode, a residual list
-    per = len(HEAD_CODES) + 2
-    sp_w = np.empty(per * nq, np.float32)
-    sp_cell = np.empty(per * nq, np.int64)
-    sp_src = np.zeros(per * nq, np.int8)
+    per = LISTS_PER_TERM
+    sp_w = _take(work.sp_w32, per * nq)
+    sp_cell = _take(work.sp_cell, per * nq)
+    sp_src = _take(work.sp_src, per * nq)
     n_chunks = _n_chunks(seg)
-    dn_slot = np.empty(nq, np.int64)
-    dn_w = np.empty(nq, np.float32)
+    dn_slot = _take(work.dn_slot, nq)
+    dn_w = _take(work.dn_w32, nq)
     n_sp = 0
     n_dn = 0
     err = 0.0
@@ -1098,15 +1173,15 @@ def _query_terms_f32(acc, seg, opt, q_idx, q_val):
     return sp_w, sp_cell, sp_src, n_sp, dn_slot, dn_w, n_dn, slack, 1.0
 
 
-def _query_terms_u16(acc, seg, opt, q_idx, q_val):
+def _query_terms_u16(acc, seg, opt, q_idx, q_val, work):
     nq = len(q_idx)
     per = len(HEAD_CODES) + 1  # a main list and bands (approximate mode: no residual lists)
-    sp_w = np.empty(per * nq, np.uint16)
-    sp_cell = np.empty(per * nq, np.int64)
-    sp_src = np.zeros(per * nq, np.int8)
+    sp_w = _take(work.sp_w16, per * nq)
+    sp_cell = _take(work.sp_cell, per * nq)
+    sp_src = _take(work.sp_src, per * nq)
     n_chunks = _n_chunks(seg)
-    dn_slot = np.empty(nq + QUAD, np.int64)
-    dn_w = np.zeros(nq + QUAD, np.uint16)
+    dn_slot = _take(work.dn_slot, nq + QUAD)
+    dn_w = _take(work.dn_w16, nq + QUAD)
     n_sp = 0
     n_dn = 0
     total = 0.0
@@ -1163,15 +1238,26 @@ def _add_code_u16(acc_value, w, code):
 _add_code = _by_acc_dtype(_add_code_f32, _add_code_u16)  # accumulator value + weight * uint8 code
 
 
-def _bounds_array_f32(acc, nb):
-    return np.zeros(nb, np.float32)
+def _bounds_array_f32(acc, nb, work):
+    return _take(work.ub32, nb)
 
 
-def _bounds_array_u16(acc, nb):
-    return np.zeros(nb, np.int64)
+def _bounds_array_u16(acc, nb, work):
+    return _take(work.ub64, nb)
 
 
 _bounds_array = _by_acc_dtype(_bounds_array_f32, _bounds_array_u16)  # block bounds' scratch
+
+
+def _zero_f32(acc):
+    return np.float32(0.0)
+
+
+def _zero_u16(acc):
+    return np.uint16(0)
+
+
+_zero = _by_acc_dtype(_zero_f32, _zero_u16)  # a zero of the accumulator's type
 
 
 def _bound_term_f32(w, code):
