@@ -5,6 +5,7 @@
     python -m benchmarks.engines quick bench-data/bench-1M --n 100000   # the embedded engine against scipy
     python -m benchmarks.engines ranking                                # what the ranking levers cost
     python -m benchmarks.engines call --corpus-dir bench-data/real-text-100K --name real-text-100K
+    python -m benchmarks.engines kernel-ab --old OLD_kernels.py --corpus-dir bench-data/real-text  # kernels A/B
     python -m benchmarks.engines seismic-knn --corpus-dir bench-data/real-text --nknn 10 --via tokenspace
     python -m benchmarks.engines cost-curve bench-data/stair-10M --sizes 100000,1000000
     python -m benchmarks.engines report A.json B.json --out merged.json   # merge / render speed reports
@@ -17,7 +18,7 @@ from __future__ import annotations
 from benchmarks.subcommands import dispatch
 
 SUBCOMMANDS = {"speed": "search_speed", "real": "real_engines", "quick": "engine_quick",
-               "ranking": "ranking_overhead", "call": "search_call", "seismic-knn": "seismic_knn",
+               "ranking": "ranking_overhead", "call": "search_call", "kernel-ab": "kernel_ab", "seismic-knn": "seismic_knn",
                "cost-curve": "cost_curve", "report": "report"}
 
 
