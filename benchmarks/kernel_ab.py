@@ -40,9 +40,12 @@ SETTINGS = {"exact": {"mode": "exact"},
 
 
 def load_kernels(path: Path):
-    """kernels.py of another commit as a module of its own."""
-    spec = importlib.util.spec_from_file_location("tokenspace_kernels_earlier", path)
+    """kernels.py of another commit as a module of its own. It is registered in sys.modules: numba's cache
+    imports a kernel's module by name when it loads the compiled kernel back."""
+    name = "tokenspace_kernels_earlier"
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
 
