@@ -11,13 +11,16 @@ SparseBatch built from the arrays inside the timer (what a caller holding arrays
 search() over batches of --batch queries on one thread, per query. The ratio of each arm to ``arrays``
 is taken per pass, then the median over passes. Every arm's answers (ids and float32 scores of every
 query) are hashed: the arms must agree, and the hashes in the JSON let a run at another commit show
-that a change left every answer as it was (--expect OLD.json checks that here).
+that a change left every answer as it was (--expect OLD.json checks that here). Each arm keeps its
+answers to the end of the pass, as a caller that scores them does: Python's garbage collector then runs
+more often in the arms that return more objects (search()'s Hit tuples); --no-gc times without it.
 
 Writes benchmarks/results/search_call-<name>.json (with the run record) and prints the table.
 """
 from __future__ import annotations
 
 import argparse
+import gc
 import hashlib
 import json
 import os
@@ -108,6 +111,8 @@ def cli(argv=None):
     ap.add_argument("--pin-core", type=int, default=None, help="default: the lowest core this process may use")
     ap.add_argument("--expect", type=Path, default=None,
                     help="a search_call JSON of another commit: every answer hash must equal its")
+    ap.add_argument("--no-gc", action="store_true",
+                    help="Python's garbage collector off while timing: what it costs the arms that keep Python objects")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args(argv)
     record = run_record(__file__, argv)
@@ -132,7 +137,12 @@ def cli(argv=None):
             cpu = {arm: [] for arm in ARMS}
             hashes = {}
             for rep in range(a.passes):
-                sec, answers = run_pass(index, chunks, dim, setting, rep)
+                if a.no_gc:
+                    gc.disable()
+                try:
+                    sec, answers = run_pass(index, chunks, dim, setting, rep)
+                finally:
+                    gc.enable()
                 for arm in ARMS:
                     cpu[arm].append(sec[arm] / nq * 1e6)
                     hashes.setdefault(arm, digest(answers[arm]))
@@ -154,7 +164,7 @@ def cli(argv=None):
         old = {(r["build"], r["setting"]): r["answers_sha256"] for r in json.loads(a.expect.read_text())["rows"]}
         mismatch = [f"{r['build']} {r['setting']}" for r in rows
                     if (r["build"], r["setting"]) in old and old[(r["build"], r["setting"])] != r["answers_sha256"]]
-    report = {**code_digest(), "corpus": a.name or a.corpus_dir.name, "n_docs": n, "k": K, "queries": nq, "passes": a.passes,
+    report = {**code_digest(), "corpus": a.name or a.corpus_dir.name, "n_docs": n, "k": K, "queries": nq, "passes": a.passes, "gc_off": a.no_gc,
               "batch": a.batch, "pinned_core": core, "load_avg_1min_end": os.getloadavg()[0],
               "expect": str(a.expect) if a.expect else None, "answers_differ_from_expect": mismatch, "rows": rows}
     print("| build | setting | search_arrays us/query | search() | ratio | search() + SparseBatch | ratio | "
