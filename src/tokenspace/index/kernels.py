@@ -600,7 +600,8 @@ class Work(NamedTuple):
     one: np.ndarray  # float32[1]: a float's bits (_float_bits), and the rescoring's touched sum
 
 
-# dtype of each Work field after the first three (which depend on dim) and its size
+# dtype of each Work field after the first three (which depend on dim) and its size; the dense columns'
+# arrays hold 4 more than TERM_CAP: the 16-bit pass pads its columns to whole quads (QUAD, below)
 _WORK_LAYOUT = ((np.float32, LISTS_PER_TERM * TERM_CAP), (np.uint16, LISTS_PER_TERM * TERM_CAP),
                 (np.int64, LISTS_PER_TERM * TERM_CAP), (np.int8, LISTS_PER_TERM * TERM_CAP),
                 (np.int64, LISTS_PER_TERM * TERM_CAP), (np.int64, LISTS_PER_TERM * TERM_CAP),
