@@ -37,9 +37,10 @@ e2e-deps: $(E2E_STAMP)
 # this target when a package is missing. Best effort, as e2e-deps: without root or apt-get it prints the
 # command to run. tests/test_assets.py keeps this list equal to assets.system_packages().
 SYSTEM_PACKAGES := openclipart-png openclipart-svg wordnet-base dataset-fashion-mnist
-# the real-text benchmark corpus's text: dictionaries, manual pages, documentation (benchmarks/real_corpus.py;
-# not library assets, so `make demo` does not install them: `make bench-packages` does)
-BENCH_PACKAGES := dict-gcide dict-foldoc dict-jargon perl-doc libssl-doc tcl8.6-doc libx11-doc freebsd-manpages \
+# the real-text benchmark corpus's text: dictionaries, WordNet (also a system package: its lemmas are the
+# queries), manual pages, documentation (benchmarks/real_corpus.py; not library assets, so `make demo` does
+# not install them: `make bench-packages` does)
+BENCH_PACKAGES := wordnet-base dict-gcide dict-foldoc dict-jargon perl-doc libssl-doc tcl8.6-doc libx11-doc freebsd-manpages \
 	python3.11-doc linux-doc postgresql-doc-15 python-django-doc python-sqlalchemy-doc
 define apt_install
 	@missing=$$(for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || printf '%s ' $$p; done); \

@@ -322,8 +322,14 @@ def cli(argv=None) -> int:
         print(f"error: Debian text missing ({', '.join(missing)}): run `make bench-packages`", file=sys.stderr)
         return 2
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    stats = build(a.out, a.n, a.part_size, a.queries, encode=Splade(threads=a.threads, dtype=a.dtype, device=a.device, batch=a.batch), prefix_only=a.prefix_only,
-                  shard=(k, m))
+    from tokenspace.assets import AssetMissingError
+
+    try:
+        encode = Splade(threads=a.threads, dtype=a.dtype, device=a.device, batch=a.batch)
+    except AssetMissingError as e:  # its message names the command that installs the weights
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    stats = build(a.out, a.n, a.part_size, a.queries, encode=encode, prefix_only=a.prefix_only, shard=(k, m))
     print(json.dumps(stats, indent=1))
     return 0
 

@@ -119,3 +119,15 @@ def test_doc_passages_reads_rest_gzip_and_html_and_skips_generated_pages(rc, tmp
     assert rc.doc_passages(docs) == ["intro: This paragraph explains the whole module briefly.",
                                      "kernel: The kernel schedules tasks on every processor it finds.",
                                      "select: The select command retrieves rows from tables."]
+
+
+def test_missing_splade_weights_are_a_clear_error(rc, tmp_path, monkeypatch, capsys):
+    """Without the SPLADE-tiny weights in the asset cache the command says how to install them and exits
+    2, with no traceback."""
+    out = tmp_path / "corpus"
+    out.mkdir()
+    (out / "passages.txt").write_text("a passage\n")  # the Debian text was read before
+    monkeypatch.setenv("TOKENSPACE_HOME", str(tmp_path / "empty-cache"))
+    assert rc.cli(["--out", str(out), "--n", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "tokenspace assets install splade-tiny" in err
