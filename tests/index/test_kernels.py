@@ -80,6 +80,25 @@ def test_query_scratch_keeps_alive_the_buffers_its_table_points_at():
     assert len(kernels.query_scratch(50, 3, 5)[1]) == 3
 
 
+def test_the_kernels_view_each_work_buffer_with_its_own_dtype_and_size():
+    """The kernels see a thread's Work as a table of addresses (_work names each row's dtype again, beside
+    _WORK_LAYOUT that allocates it): every view must be the kept array itself, same address, dtype and
+    length, or a kernel would read one buffer as another's type."""
+    from numba import njit
+
+    @njit
+    def views(table):
+        return kernels._work(table)
+
+    kernels.drop_scratch()
+    work = kernels._scratch(70)[0]
+    seen = views(kernels.scratch_table(70))
+    assert len(seen) == len(work) == len(kernels.Work._fields)
+    for name, a, b in zip(kernels.Work._fields, work, seen, strict=True):
+        assert (b.dtype, b.shape) == (a.dtype, a.shape), name
+        assert b.__array_interface__["data"][0] == a.__array_interface__["data"][0], name
+
+
 def test_kernel_segment_tables_the_arrays_the_kernels_view_and_refuses_others():
     """The one-query kernels see a segment as a table of addresses (kernel_segment) and view each row
     with a fixed dtype (TABLE_LAYOUT): the table must point at the segment's own arrays, the layout must
