@@ -31,6 +31,15 @@ def random_batch(n, dim, density, seed, grid: float | None = None, zipf: bool = 
     return SparseBatch(indptr, indices, vals.astype(np.float32), dim)
 
 
+def cut_reference(idx, val, mass):
+    """The heaviest terms covering `mass` of the L1 weight, ties to the earlier term, in dim order."""
+    order = np.argsort(-val, kind="stable")
+    cum = np.cumsum(val[order].astype(np.float64))
+    n = int(np.searchsorted(cum, mass * float(val.astype(np.float64).sum()) - 1e-12)) + 1
+    keep = np.sort(order[:min(n, len(val))])
+    return idx[keep], val[keep]
+
+
 def ids_for(n, prefix="d"):
     return [f"{prefix}{i}" for i in range(n)]
 

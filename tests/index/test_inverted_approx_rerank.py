@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from _inverted_data import ids_for, random_batch
+from _inverted_data import cut_reference, ids_for, random_batch
 
 from tokenspace.index import InvertedIndex, kernels
 
@@ -24,15 +24,6 @@ def exact_top(scores, k):
     return nz[np.lexsort((nz, -scores[nz]))][:k]
 
 
-def cut_reference(idx, val, mass):
-    """The heaviest terms covering `mass` of the L1 weight, ties to the earlier term, in dim order."""
-    order = np.argsort(-val, kind="stable")
-    cum = np.cumsum(val[order].astype(np.float64))
-    n = int(np.searchsorted(cum, mass * float(val.astype(np.float64).sum()) - 1e-12)) + 1
-    keep = np.sort(order[:min(n, len(val))])
-    return idx[keep], val[keep]
-
-
 def test_cut_row_matches_reference(setup):
     _, qs, _, _, _ = setup
     for r in range(len(qs)):
@@ -41,6 +32,21 @@ def test_cut_row_matches_reference(setup):
             gi, gv = kernels.cut_row(idx, val, mass)
             wi, wv = cut_reference(idx, val, mass)
             assert gi.tolist() == wi.tolist(), (r, mass)
+            assert np.array_equal(gv, wv)
+
+
+@pytest.mark.parametrize("n", [0, 1, 5, 64, 300])
+def test_cut_row_with_tied_weights_matches_reference(n):
+    """The cut keeps the earlier of equal weights, which a few distinct weights (zeros among them) make
+    decisive at most cuts; an empty row cuts to nothing."""
+    rng = np.random.default_rng(n)
+    idx = np.sort(rng.choice(10_000, n, replace=False)).astype(np.int32)
+    for trial in range(20):
+        val = rng.choice(np.array([0.0, 0.25, 0.5, 1.0, 2.0], np.float32), n)
+        for mass in (0.1, 0.5, 0.77, 0.9, 0.999):
+            gi, gv = kernels.cut_row(idx, val, mass)
+            wi, wv = cut_reference(idx, val, mass)
+            assert gi.tolist() == wi.tolist(), (trial, mass)
             assert np.array_equal(gv, wv)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from _inverted_data import ids_for, random_batch
+from _inverted_data import cut_reference, ids_for, random_batch
 
 from tokenspace.index import InvertedIndex
 from tokenspace.index import inverted as inv
@@ -181,6 +181,19 @@ def test_queries_beyond_the_kept_query_arrays_equal_scipy_with_ties_in_doc_order
         exact([index.search(q, k, mode="approx", query_mass=1.0, alpha=1.0, rerank=2 * n)[0] for q in rows(big)],
               want)
         exact([index.search(q, k)[0] for q in rows(small)], reference(docs, ids, small, k))
+        # cut queries (query_mass < 1), long then short: with a heap of every doc, the candidates are the
+        # docs that share a dim with the cut query, ranked by their exact score with the full query
+        for qs in (big, small):
+            got = [index.search(q, k, mode="approx", query_mass=0.6, alpha=1.0, rerank=2 * n)[0] for q in rows(qs)]
+            want = [reference(docs, ids, q, k, live=touches(docs, cut_reference(*q.row(0), 0.6)[0]))[0]
+                    for q in rows(qs)]
+            assert all(w for w in want)
+            exact(got, want)
+
+
+def touches(docs: SparseBatch, dims) -> np.ndarray:
+    """Which docs have at least one of these dims."""
+    return np.asarray(csr(docs)[:, np.asarray(dims)].getnnz(axis=1) > 0)
 
 
 def test_the_last_plan_is_given_back_only_for_the_same_argument_objects(monkeypatch):
