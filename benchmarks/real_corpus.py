@@ -35,6 +35,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 
+from tokenspace.assets import AssetMissingError
 from tokenspace.atomic import atomic_path, write_text
 from tokenspace.data import passages as P
 from tokenspace.sparse import SparseBatch
@@ -322,8 +323,6 @@ def cli(argv=None) -> int:
         print(f"error: Debian text missing ({', '.join(missing)}): run `make bench-packages`", file=sys.stderr)
         return 2
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from tokenspace.assets import AssetMissingError
-
     try:
         encode = Splade(threads=a.threads, dtype=a.dtype, device=a.device, batch=a.batch)
     except AssetMissingError as e:  # its message names the command that installs the weights
