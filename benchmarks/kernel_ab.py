@@ -3,6 +3,11 @@ same segment arrays with the same options, one query at a time, every answer com
 
     git show d8d0948:src/tokenspace/index/kernels.py > /tmp/kernels_old.py
     python -m benchmarks.engines kernel-ab --old /tmp/kernels_old.py --corpus-dir bench-data/real-text --name real-text-200K
+    python -m benchmarks.engines kernel-ab --old /tmp/kernels_old.py --preset 10M \
+        --corpus-dir bench-data/real-text-fit-10M --name real-text-fit-10M --queries 500
+
+--preset picks the builds and settings: ``race`` (default) the winners of the 200K race, ``10M`` the two arms
+of the 10M approximate ÷ exact ratio.
 
 The earlier file is loaded as a module of its own (it imports tokenspace.index.layout and numba_cache, shared
 with today's). Both arms call their own search_query on the same segment (each through its own address
@@ -31,12 +36,22 @@ from tokenspace.index import kernels as today
 
 ROOT = Path(__file__).resolve().parents[1]
 K = 10
-# the builds and settings that won the real-text-200K race at recall 0.95 and 0.99 (docs/benchmarks.md)
-BUILDS = {"heads": {}, "mass80-nores-heads": {"approx_mass": 0.8, "residual_lists": False}}
-SETTINGS = {"exact": {"mode": "exact"},
-            "qm=1.0 rerank=50 floor=0.3": {"mode": "approx", "query_mass": 1.0, "alpha": 1.0, "rerank": 50,
-                                           "impact_floor": 0.3},
-            "qm=0.9 rerank=20": {"mode": "approx", "query_mass": 0.9, "alpha": 1.0, "rerank": 20}}
+# each preset: build name -> (InvertedIndex.build keywords, {setting label: search keywords})
+_EXACT = {"exact": {"mode": "exact"}}
+PRESETS = {
+    # the builds and settings that won the real-text-200K race at recall 0.95 and 0.99 (docs/benchmarks.md)
+    "race": {
+        name: (build, {**_EXACT,
+                       "qm=1.0 rerank=50 floor=0.3": {"mode": "approx", "query_mass": 1.0, "alpha": 1.0, "rerank": 50,
+                                                      "impact_floor": 0.3},
+                       "qm=0.9 rerank=20": {"mode": "approx", "query_mass": 0.9, "alpha": 1.0, "rerank": 20}})
+        for name, build in (("heads", {}), ("mass80-nores-heads", {"approx_mass": 0.8, "residual_lists": False}))},
+    # the two arms of the 10M approximate ÷ exact ratio: the winning approximate setting on its heads build,
+    # exact search on the build without heads (docs/benchmarks.md, "10M documents")
+    "10M": {"heads": ({"impact_heads": True}, {"floor=0.35 rerank=200": {
+                "mode": "approx", "query_mass": 1.0, "alpha": 1.0, "rerank": 200, "impact_floor": 0.35}}),
+            "plain": ({"impact_heads": False}, _EXACT)},
+}
 
 
 def load_kernels(path: Path):
@@ -71,6 +86,7 @@ def cli(argv=None):
     ap.add_argument("--passes", type=int, default=8)
     ap.add_argument("--chunk", type=int, default=100)
     ap.add_argument("--pin-core", type=int, default=None, help="default: the lowest core this process may use")
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="race", help="the builds and settings timed")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args(argv)
     if not a.old.is_file():
@@ -90,11 +106,11 @@ def cli(argv=None):
     os.sched_setaffinity(0, {core})
     rows = []
     try:
-        for build, options in BUILDS.items():
+        for build, (options, settings) in PRESETS[a.preset].items():
             index = InvertedIndex.build(docs, list(map(str, range(n))), **options)
             arrays = index._segments[0].kernel_arrays()
             segs = {name: module.kernel_segment(arrays) for name, module in arms.items()}
-            for label, s in SETTINGS.items():
+            for label, s in settings.items():
                 plan = index._plan(s["mode"], K, s.get("query_mass"), s.get("alpha"), s.get("rerank"),
                                    s.get("impact_floor"), None, one=True)
                 opt = plan[0][3]
@@ -122,7 +138,8 @@ def cli(argv=None):
                       file=sys.stderr, flush=True)
     finally:
         os.sched_setaffinity(0, set(allowed))
-    report = {"corpus": a.name or a.corpus_dir.name, "n_docs": n, "k": K, "queries": nq, "passes": a.passes,
+    report = {"corpus": a.name or a.corpus_dir.name, "preset": a.preset, "n_docs": n, "k": K, "queries": nq,
+              "passes": a.passes,
               "chunk": a.chunk, "earlier_kernels": str(a.old), "pinned_core": core,
               "load_avg_1min_end": os.getloadavg()[0], "answers_identical": True, "rows": rows}
     print("| build | setting | earlier us/query | today | today ÷ earlier (range) |\n|---|---|---|---|---|")

@@ -6,6 +6,7 @@ import pytest
 from _inverted_data import ids_for, random_batch
 
 from tokenspace.index import ExactIndex, InvertedIndex, kernels
+from tokenspace.sparse import SparseBatch
 
 
 @pytest.fixture(scope="module")
@@ -84,3 +85,27 @@ def test_alpha_skips_blocks():
     low = recall(index.search(qs, k=10, mode="approx", alpha=0.3, query_mass=1.0), want)
     assert low < 1.0  # the knob is honoured: aggressive skipping loses some hits
     assert recall(index.search(qs, k=10, mode="approx", alpha=0.9, query_mass=1.0), want) >= max(low, 0.9)
+
+
+@pytest.mark.parametrize("dense_fraction, floor", [(2.0, 0.0), (1e-4, 0.5)])  # float32 pass / 16-bit pass
+def test_chunk_below_threshold_leaves_no_score_behind(dense_fraction, floor):
+    # Three posting chunks, every query term read as sparse lists (no dense columns; with the floor, term 0
+    # is a dense column read through its head). Chunk 0 fills the one-slot heap with doc 5 (1.6); chunk
+    # 1's 100 docs score 0.5, below the threshold, so the chunk is reset without a select; chunk 2's doc
+    # at the same offset as a chunk-1 doc scores 1.2. A score left in the accumulator would make it
+    # 1.7 and win the only rerank slot, so its exact score (1.2) would be the answer instead of doc 5's.
+    ch = kernels.POSTING_CHUNK
+    rows = [{} for _ in range(3 * ch)]
+    rows[5], rows[6] = {0: 1.0, 1: 0.6}, {1: 1.0}
+    for off in range(100):
+        rows[ch + 7 + off] = {0: 0.5}
+    rows[2 * ch + 7] = {0: 0.6, 1: 0.6}
+    docs = SparseBatch.from_dicts(rows, 4)
+    index = InvertedIndex.build(docs, ids_for(len(rows)), dense_fraction=dense_fraction)
+    assert (index._segments[0].dense_slot[0] >= 0) == (dense_fraction < 1)
+    q = SparseBatch.from_dicts([{0: 1.0, 1: 1.0}], 4)
+    for opts in ({"mode": "exact"},
+                 {"mode": "approx", "query_mass": 1.0, "alpha": 1.0, "rerank": 1, "impact_floor": floor}):
+        (hits,) = index.search(q, k=1, **opts)
+        assert [h.id for h in hits] == [ids_for(len(rows))[5]], opts
+        assert hits[0].score == pytest.approx(1.6, abs=1e-5)

@@ -54,6 +54,7 @@ SUB = 512  # docs per selection sub-chunk
 # where a dense column keeps many pieces above the threshold (real-text-967K, query_mass 0.8, impact_floor
 # 0.2, rerank 100: ~8% less time a query, in-process A/B; exact mode unchanged within 1%)
 PIECE = 16
+LINE = 64  # bytes per cache line (rescoring touches each line of a candidate's row ahead of scoring it)
 NO_THRESHOLD = -np.inf
 
 
@@ -792,6 +793,13 @@ def search_one(seg, opt, q_idx, q_val, f_idx, f_val, work, acc, out_docs, out_sc
                 continue
             if cnt * 8 < width:
                 # few postings: select over the touched docs only (a reset marks a doc as done)
+                if sp_max < thr:
+                    # no doc of the chunk reaches the threshold (a penalty only lowers a score): reset the
+                    # touched docs with stores alone. With an impact floor most chunks of a large segment
+                    # end here once the heap is full, and the select's load and two data-dependent branches
+                    # per posting were its costliest loop (~30% of a query's samples, 10M docs, perf)
+                    _reset_touched(seg, a, sp_pos, sp_end, sp_src, n_sp)
+                    continue
                 for i in range(n_sp):
                     docs = _list_docs(seg, sp_src[i])
                     for p in range(np.uintp(sp_pos[i]), np.uintp(sp_end[i])):
@@ -825,9 +833,9 @@ def search_one(seg, opt, q_idx, q_val, f_idx, f_val, work, acc, out_docs, out_sc
             if n_run == 0:
                 a[:] = 0
                 continue
+            _zero_skipped(a, run0, run1, n_run)
         # 3) dense columns, over runs of unskipped blocks
         _add_dense(a, seg.dense, c0, c1, dn_slot, dn_w, n_dn, run0, run1, n_run)
-        _zero_skipped(a, run0, run1, n_run)
         # 4) select: only PIECE-doc pieces whose max reaches the threshold are scanned doc by doc (the
         # max is vectorised; see _select_view). Two levels (SUB, then PIECE) keep the scalar scan small
         # when the threshold is low (large rerank: the 512-level scan alone cost ~0.5 ms per query at
@@ -862,7 +870,8 @@ def search_one(seg, opt, q_idx, q_val, f_idx, f_val, work, acc, out_docs, out_sc
                     if hsize == len(heap):
                         thr = np.float32(heap[0] - slack)
                         key = _select_key(a, thr, scratch)
-        a[:] = 0
+        for r in range(n_run):  # outside the runs the accumulator is already zero
+            a[run0[r]:run1[r]] = 0
     # 5) exact rescoring of the surviving candidates with the full query
     return _rescore(seg, opt, c_doc, c_s, nc, thr, f_idx, f_val, work, out_docs, out_scores)
 
@@ -911,6 +920,15 @@ def _scatter(seg, a, sp_w, sp_pos, sp_end, sp_src, n_sp, zero):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _reset_touched(seg, a, sp_pos, sp_end, sp_src, n_sp):
+    """Zero the accumulator at every doc the current posting chunk's sparse lists touched."""
+    for i in range(n_sp):
+        docs = _list_docs(seg, sp_src[i])
+        for q in range(np.uintp(sp_pos[i]), np.uintp(sp_end[i])):
+            a[np.uintp(docs[q])] = 0
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _block_bounds(seg, u, b0, dn_slot, dn_w, n_dn):
     """u[b]: upper bound of the dense columns' part of the score in block b0 + b (block-max codes)."""
     u[:] = 0
@@ -933,10 +951,11 @@ def _rescore(seg, opt, c_doc, c_s, nc, thr, f_idx, f_val, work, out_docs, out_sc
     for j in range(len(f_idx)):
         qdense[f_idx[j]] = f_val[j]
     # The candidates' rows lie anywhere in the store, each several cache misses away. Their bounds are
-    # read first and every row's first and last entries touched in loops of independent loads, so the
-    # misses overlap instead of stalling the scoring loop one row at a time: 100 random rows of
-    # real-text-967K scored in ~300 instead of ~460 ns each (interleaved micro-benchmark, 500 draws).
-    # The touched sum is stored in work.one only so that the loads are not dropped.
+    # read first and every cache line of every row touched in loops of independent loads, so the misses
+    # overlap instead of stalling the scoring loop one row at a time: 200 random rows of the 10M store
+    # scored in ~245 ns each, against ~320 touching only each row's first and last entries and ~525
+    # touching nothing (interleaved micro-benchmark, 3,000 draws). The touched sum is stored in work.one
+    # only so that the loads are not dropped.
     cand = _take(work.cand, nc)
     start = _take(work.start, nc)
     end = _take(work.end, nc)
@@ -949,10 +968,16 @@ def _rescore(seg, opt, c_doc, c_s, nc, thr, f_idx, f_val, work, out_docs, out_sc
             end[nk] = fwd_indptr[d + 1]
             nk += 1
     touched = np.float32(0.0)
+    v_step = LINE // fwd_values.itemsize  # entries per cache line
+    i_step = LINE // fwd_indices.itemsize
     for i in range(nk):
-        if end[i] > start[i]:
-            touched += fwd_values[start[i]] + fwd_values[end[i] - 1]
-            touched += np.float32(fwd_indices[start[i]]) + np.float32(fwd_indices[end[i] - 1])
+        s0, s1 = start[i], end[i]
+        if s1 > s0:
+            for p in range(s0, s1, v_step):
+                touched += fwd_values[p]
+            for p in range(s0, s1, i_step):
+                touched += np.float32(fwd_indices[p])
+            touched += fwd_values[s1 - 1] + np.float32(fwd_indices[s1 - 1])  # the last line, when s0 is not aligned
     work.one[0] = touched
     # the best k go straight into out_docs/out_scores, kept in order (score down, then doc id up) by
     # insertion: candidates arrive in no score order, so few of them displace one of the k (two argsorts
