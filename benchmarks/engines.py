@@ -6,6 +6,7 @@
     python -m benchmarks.engines ranking                                # what the ranking levers cost
     python -m benchmarks.engines call --corpus-dir bench-data/real-text-100K --name real-text-100K
     python -m benchmarks.engines kernel-ab --old OLD_kernels.py --corpus-dir bench-data/real-text  # kernels A/B
+    python -m benchmarks.engines rescore-rows --corpus-dir bench-data/real-text-fit-10M  # rescoring's row reads
     python -m benchmarks.engines seismic-knn --corpus-dir bench-data/real-text --nknn 10 --via tokenspace
     python -m benchmarks.engines cost-curve bench-data/stair-10M --sizes 100000,1000000
     python -m benchmarks.engines report A.json B.json --out merged.json   # merge / render speed reports
@@ -18,7 +19,8 @@ from __future__ import annotations
 from benchmarks.subcommands import dispatch
 
 SUBCOMMANDS = {"speed": "search_speed", "real": "real_engines", "quick": "engine_quick",
-               "ranking": "ranking_overhead", "call": "search_call", "kernel-ab": "kernel_ab", "seismic-knn": "seismic_knn",
+               "ranking": "ranking_overhead", "call": "search_call", "kernel-ab": "kernel_ab",
+               "rescore-rows": "rescore_rows", "seismic-knn": "seismic_knn",
                "cost-curve": "cost_curve", "report": "report"}
 
 
