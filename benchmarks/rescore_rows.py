@@ -7,8 +7,9 @@ entries, or at every cache line of the row (what the index kernels' rescoring do
 
 The store is the corpus's rows as the index keeps them (term ids narrowed to uint16, weights as saved,
 memory-mapped). Each draw is --rows random rows scored against one random dense query, the way the kernel
-does: bounds first, then the touch loop, then the dot products. The modes alternate draw set by draw set
-in --passes passes; nanoseconds per row, median over passes. Every mode's scores are checked against numpy.
+does: bounds first, then the touch loop, then the dot products. The modes alternate draw by draw in
+--passes passes, each on draw sets far apart from the others' (a mode must not find rows another has just
+read in cache); nanoseconds per row, median over passes. Every mode's scores are checked against numpy.
 
 Writes benchmarks/results/rescore_rows-<name>.json (with the run record) and prints the table.
 """
@@ -83,11 +84,15 @@ def measure(store, dim: int, rows: int, draws: int, passes: int, seed: int = 0) 
         if not np.allclose(out, want, rtol=1e-4, atol=1e-5):
             raise SystemExit(f"mode {MODES[mode]}: scores differ from numpy")
     ns = {m: [] for m in MODES}
+    # each mode reads a draw set a third of the sets away from the others' (tens of MB of rows between two
+    # reads of one set), so no mode finds the rows another mode has just brought into cache
+    gap = max(1, draws // len(MODES))
     for rep in range(passes):
         spent = dict.fromkeys(MODES, 0.0)
-        for i, rs in enumerate(sets):
+        for i in range(draws):
             order = range(len(MODES)) if (rep + i) % 2 == 0 else reversed(range(len(MODES)))
             for mode in order:
+                rs = sets[(i + mode * gap) % draws]
                 t = time.perf_counter()
                 score_rows(indptr, indices, values, rs, q, mode, out)
                 spent[MODES[mode]] += time.perf_counter() - t
