@@ -1,7 +1,8 @@
 """Rescoring's row reads: what a candidate costs by how its row is touched before it is scored.
 
 Rows are read at random from a large forward store and touched not at all, at each row's first and last
-entries, or at every cache line of the row (what the index kernels' rescoring does).
+entries, or at every cache line of the row (what the index kernels' rescoring does), the last with a
+constant step and with a step read from the arrays' itemsize.
 
     python -m benchmarks.engines rescore-rows --corpus-dir bench-data/real-text-fit-10M --name real-text-fit-10M
 
@@ -24,17 +25,18 @@ import numpy as np
 from numba import njit
 
 from benchmarks.common import run_record, write_json
+from tokenspace.index.kernels import LINE_ENTRIES
 
 ROOT = Path(__file__).resolve().parents[1]
-MODES = ("none", "ends", "every line")
+MODES = ("none", "ends", "every line", "every line, step from itemsize")
 LINE = 64
 
 
 @njit(cache=True, nogil=True)
 def score_rows(indptr, indices, values, rows, q, mode, out):
     """out[i]: the dot product of row rows[i] with the dense query q, after touching the rows as ``mode``
-    says (0: not at all, 1: first and last entries, 2: every cache line); returns the touched sum, so that
-    the touching loads are not dropped."""
+    says (0: not at all, 1: first and last entries, 2: every cache line, 3: the same with a step numba
+    cannot fold); returns the touched sum, so that the touching loads are not dropped."""
     n = len(rows)
     start = np.empty(n, np.int64)
     end = np.empty(n, np.int64)
@@ -42,16 +44,19 @@ def score_rows(indptr, indices, values, rows, q, mode, out):
         start[i] = indptr[rows[i]]
         end[i] = indptr[rows[i] + 1]
     touched = np.float32(0.0)
-    v_step = LINE // values.itemsize
-    i_step = LINE // indices.itemsize
     for i in range(n):
         s0, s1 = start[i], end[i]
         if s1 <= s0 or mode == 0:
             continue
-        if mode == 2:
-            for p in range(s0, s1, v_step):
+        if mode == 2:  # the kernel's loop (kernels._rescore)
+            for p in range(s0, s1, LINE_ENTRIES):
                 touched += values[p]
-            for p in range(s0, s1, i_step):
+            for p in range(s0, s1, LINE_ENTRIES):
+                touched += np.float32(indices[p])
+        elif mode == 3:  # the same with the step read from the arrays (a run-time value to numba)
+            for p in range(s0, s1, LINE // values.itemsize):
+                touched += values[p]
+            for p in range(s0, s1, LINE // indices.itemsize):
                 touched += np.float32(indices[p])
         touched += values[s0] + values[s1 - 1] + np.float32(indices[s0]) + np.float32(indices[s1 - 1])
     for i in range(n):
