@@ -955,10 +955,10 @@ def _rescore(seg, opt, c_doc, c_s, nc, thr, f_idx, f_val, work, out_docs, out_sc
         qdense[f_idx[j]] = f_val[j]
     # The candidates' rows lie anywhere in the store, each several cache misses away. Their bounds are
     # read first and every cache line of every row touched in loops of independent loads, so the misses
-    # overlap instead of stalling the scoring loop one row at a time: 200 random rows of the 10M store
-    # scored in ~245 ns each, against ~320 touching only each row's first and last entries and ~525
-    # touching nothing (interleaved micro-benchmark, 3,000 draws). The touched sum is stored in work.one
-    # only so that the loads are not dropped.
+    # overlap instead of stalling the scoring loop one row at a time: random rows of the 10M store scored
+    # in ~300 ns each, against ~340 touching only each row's first and last entries and ~580 touching
+    # nothing (benchmarks/rescore_rows.py). The touched sum is stored in work.one only so that the loads
+    # are not dropped.
     cand = _take(work.cand, nc)
     start = _take(work.start, nc)
     end = _take(work.end, nc)
