@@ -56,7 +56,7 @@ SUB = 512  # docs per selection sub-chunk
 PIECE = 16
 # 4-byte entries per 64-byte cache line: rescoring touches each line of a candidate's row ahead of scoring it
 # (uint16 term ids: each line twice). A constant: a step read from the array's itemsize is a run-time
-# value to numba, and that loop cost as much as touching only each row's ends (rescore-rows benchmark)
+# value to numba, and that loop cost more than touching only each row's ends (rescore-rows benchmark)
 LINE_ENTRIES = 16
 NO_THRESHOLD = -np.inf
 
@@ -798,9 +798,10 @@ def search_one(seg, opt, q_idx, q_val, f_idx, f_val, work, acc, out_docs, out_sc
                 # few postings: select over the touched docs only (a reset marks a doc as done)
                 if sp_max < thr:
                     # no doc of the chunk reaches the threshold (a penalty only lowers a score): reset the
-                    # touched docs with stores alone. With an impact floor most chunks of a large segment
-                    # end here once the heap is full, and the select's load and two data-dependent branches
-                    # per posting were its costliest loop (~30% of a query's samples, 10M docs, perf)
+                    # touched docs with stores alone. With an impact floor many chunks of a large segment
+                    # take this road (its terms read as short band lists), and the select's load and two
+                    # data-dependent branches per posting were a 10M query's costliest loop (~30% of its
+                    # samples under perf)
                     _reset_touched(seg, a, sp_pos, sp_end, sp_src, n_sp)
                     continue
                 for i in range(n_sp):
