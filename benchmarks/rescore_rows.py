@@ -6,8 +6,8 @@ constant step and with a step read from the arrays' itemsize.
 
     python -m benchmarks.engines rescore-rows --corpus-dir bench-data/real-text-fit-10M --name real-text-fit-10M
 
-The store is the corpus's rows as the index keeps them (term ids narrowed to uint16, weights as saved,
-memory-mapped). Each draw is --rows random rows scored against one random dense query, the way the kernel
+The store is the corpus's rows as the index keeps them (term ids narrowed to uint16 for up to 65,536
+dims, weights as saved, memory-mapped). Each draw is --rows random rows scored against one random dense query, the way the kernel
 does: bounds first, then the touch loop, then the dot products. The modes alternate draw by draw in
 --passes passes, each on draw sets far apart from the others' (a mode must not find rows another has just
 read in cache); nanoseconds per row, median over passes. Every mode's scores are checked against numpy.
@@ -26,6 +26,7 @@ from numba import njit
 
 from benchmarks.common import run_record, write_json
 from tokenspace.index.kernels import LINE_ENTRIES
+from tokenspace.index.segment import fwd_index_dtype
 
 ROOT = Path(__file__).resolve().parents[1]
 MODES = ("none", "ends", "every line", "every line, step from itemsize")
@@ -67,10 +68,11 @@ def score_rows(indptr, indices, values, rows, q, mode, out):
     return touched
 
 
-def load_store(corpus_dir: Path):
-    """(indptr, uint16 term ids, weights) of the corpus's documents; the weights stay memory-mapped."""
+def load_store(corpus_dir: Path, dim: int):
+    """(indptr, term ids, weights) of the corpus's documents, the ids in the index's dtype for ``dim``
+    (uint16 up to 65,536 dims); the weights stay memory-mapped."""
     indptr = np.load(corpus_dir / "d_indptr.npy")
-    indices = np.load(corpus_dir / "d_indices.npy", mmap_mode="r").astype(np.uint16)
+    indices = np.load(corpus_dir / "d_indices.npy", mmap_mode="r").astype(fwd_index_dtype(dim))
     values = np.load(corpus_dir / "d_data.npy", mmap_mode="r")
     return indptr, indices, values
 
@@ -120,7 +122,7 @@ def cli(argv=None):
     if not (a.corpus_dir / "d_indptr.npy").is_file():
         ap.error(f"--corpus-dir {a.corpus_dir}: no d_indptr.npy there")
     record = run_record(__file__, argv)
-    store = load_store(a.corpus_dir)
+    store = load_store(a.corpus_dir, a.dim)
     res = measure(store, a.dim, a.rows, a.draws, a.passes)
     report = {"corpus": a.name or a.corpus_dir.name, "n_docs": len(store[0]) - 1, "nnz": int(store[0][-1]),
               "rows_per_draw": a.rows, "draws": a.draws, "passes": a.passes, **res}

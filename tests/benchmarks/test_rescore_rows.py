@@ -23,7 +23,8 @@ def _corpus(tmp_path, n=300, dim=500, seed=7):
 @pytest.mark.parametrize("mode", range(len(rescore_rows.MODES)))
 def test_every_mode_scores_rows_as_numpy(tmp_path, mode):
     indptr, indices, values = _corpus(tmp_path)
-    store = rescore_rows.load_store(tmp_path)
+    store = rescore_rows.load_store(tmp_path, 500)
+    assert store[1].dtype == np.uint16
     q = np.random.default_rng(1).random(500).astype(np.float32)
     rows = np.array([0, 5, 299, 5, 17])
     out = np.empty(len(rows), np.float32)
