@@ -25,7 +25,7 @@ import numpy as np
 from numba import njit
 
 from benchmarks.common import run_record, write_json
-from tokenspace.index.kernels import LINE_ENTRIES
+from tokenspace.index.kernels import touch_rows
 from tokenspace.index.segment import fwd_index_dtype
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,8 +36,8 @@ LINE = 64
 @njit(cache=True, nogil=True)
 def score_rows(indptr, indices, values, rows, q, mode, out):
     """out[i]: the dot product of row rows[i] with the dense query q, after touching the rows as ``mode``
-    says (0: not at all, 1: first and last entries, 2: every cache line, 3: the same with a step numba
-    cannot fold); returns the touched sum, so that the touching loads are not dropped."""
+    says (0: not at all, 1: first and last entries, 2: every cache line, through the kernels' touch_rows,
+    3: every line with a step numba cannot fold); returns the touched sum, so that the touching loads are not dropped."""
     n = len(rows)
     start = np.empty(n, np.int64)
     end = np.empty(n, np.int64)
@@ -45,16 +45,13 @@ def score_rows(indptr, indices, values, rows, q, mode, out):
         start[i] = indptr[rows[i]]
         end[i] = indptr[rows[i] + 1]
     touched = np.float32(0.0)
+    if mode == 2:  # the kernel's own loop
+        touched = touch_rows(indices, values, start, end, n)
     for i in range(n):
         s0, s1 = start[i], end[i]
-        if s1 <= s0 or mode == 0:
+        if s1 <= s0 or mode == 0 or mode == 2:
             continue
-        if mode == 2:  # the kernel's loop (kernels._rescore)
-            for p in range(s0, s1, LINE_ENTRIES):
-                touched += values[p]
-            for p in range(s0, s1, LINE_ENTRIES):
-                touched += np.float32(indices[p])
-        elif mode == 3:  # the same with the step read from the arrays (a run-time value to numba)
+        if mode == 3:  # every line with the step read from the arrays (a run-time value to numba)
             for p in range(s0, s1, LINE // values.itemsize):
                 touched += values[p]
             for p in range(s0, s1, LINE // indices.itemsize):

@@ -971,16 +971,7 @@ def _rescore(seg, opt, c_doc, c_s, nc, thr, f_idx, f_val, work, out_docs, out_sc
             start[nk] = fwd_indptr[d]
             end[nk] = fwd_indptr[d + 1]
             nk += 1
-    touched = np.float32(0.0)
-    for i in range(nk):
-        s0, s1 = start[i], end[i]
-        if s1 > s0:
-            for p in range(s0, s1, LINE_ENTRIES):
-                touched += fwd_values[p]
-            for p in range(s0, s1, LINE_ENTRIES):
-                touched += np.float32(fwd_indices[p])
-            touched += fwd_values[s1 - 1] + np.float32(fwd_indices[s1 - 1])  # the last line, when s0 is not aligned
-    work.one[0] = touched
+    work.one[0] = touch_rows(fwd_indices, fwd_values, start, end, nk)
     # the best k go straight into out_docs/out_scores, kept in order (score down, then doc id up) by
     # insertion: candidates arrive in no score order, so few of them displace one of the k (two argsorts
     # over all candidates and their five arrays cost more at k = 10); a candidate that cannot enter costs
@@ -1009,6 +1000,22 @@ def _rescore(seg, opt, c_doc, c_s, nc, thr, f_idx, f_val, work, out_docs, out_sc
     for j in range(len(f_idx)):
         qdense[f_idx[j]] = 0.0
     return r
+
+
+@njit(cache=True, nogil=True, inline="always")
+def touch_rows(indices, values, start, end, n):
+    """Read every cache line of rows [start[i], end[i]) for i < n (see _rescore); returns the sum of what
+    was read, for the caller to keep so that the loads are not dropped. benchmarks/rescore_rows.py times it."""
+    touched = np.float32(0.0)
+    for i in range(n):
+        s0, s1 = start[i], end[i]
+        if s1 > s0:
+            for p in range(s0, s1, LINE_ENTRIES):
+                touched += values[p]
+            for p in range(s0, s1, LINE_ENTRIES):
+                touched += np.float32(indices[p])
+            touched += values[s1 - 1] + np.float32(indices[s1 - 1])  # the last line, when s0 is not aligned
+    return touched
 
 
 @njit(cache=True, nogil=True, inline="always")
