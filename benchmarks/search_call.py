@@ -1,4 +1,4 @@
-"""The public call against the raw one: InvertedIndex.search (a SparseBatch in, Hit objects out) against
+"""The public call against the raw one: InvertedIndex.search (a SparseBatch in, Hits out) against
 search_arrays (arrays in, ids and scores out), per query, on one pinned core, with every answer hashed.
 
     python -m benchmarks.engines call --corpus-dir bench-data/real-text-100K --name real-text-100K
@@ -9,11 +9,14 @@ Arms, each timed one query at a time (or per query of a batch) by CPU time, inte
 before the timer as a model's encoder hands it over; ``search+batch`` the same with the one-row
 SparseBatch built from the arrays inside the timer (what a caller holding arrays pays); ``search-batch``
 search() over batches of --batch queries on one thread, per query. The ratio of each arm to ``arrays``
-is taken per pass, then the median over passes. Every arm's answers (ids and float32 scores of every
-query) are hashed: the arms must agree, and the hashes in the JSON let a run at another commit show
-that a change left every answer as it was (--expect OLD.json checks that here). Each arm keeps its
-answers to the end of the pass, as a caller that scores them does: Python's garbage collector then runs
-more often in the arms that return more objects (search()'s Hit tuples); --no-gc times without it.
+is taken per pass, then the median over passes. Each arm is timed twice: the calls alone, and the calls
+plus reading every answer's ids and scores into Python lists as a caller does (search(): through each
+Hit; search_arrays: the ids and the scores' tolist()), so that an answer made cheaper by making its
+hits later shows what reading them costs. Every arm's answers (ids and float32 scores of every query)
+are hashed: the arms must agree, and the hashes in the JSON let a run at another commit show that a
+change left every answer as it was (--expect OLD.json checks that here). Each arm keeps its answers,
+as returned and as read, to the end of the pass, as a caller that scores them does: Python's garbage
+collector then runs more often in the arms that keep more objects; --no-gc times without it.
 
 Writes benchmarks/results/search_call-<name>.json (with the run record) and prints the table.
 """
@@ -66,39 +69,60 @@ def digest(answers) -> str:
     return h.hexdigest()
 
 
-def run_chunk(arm, index, qrows, ones, batch, dim, setting) -> tuple[float, list]:
-    """(CPU seconds, answers) of one arm over one chunk of queries: ``qrows`` their arrays, ``ones`` their
-    one-row SparseBatches, ``batch`` all of them as one SparseBatch."""
+def read(arm, out) -> list[tuple[list, list]]:
+    """Every answer of ``out`` as a caller reads it: its ids and its scores as Python lists (search_arrays:
+    the ids as given, the float32 array's tolist(); search(): each Hit's id and score)."""
+    if arm == "arrays":
+        return [(ids, scores.tolist()) for ids, scores in out]
+    return [([h.id for h in hs], [h.score for h in hs]) for hs in out]
+
+
+def run_chunk(arm, index, qrows, ones, batch, dim, setting) -> tuple[float, float, list, list]:
+    """One arm over one chunk of queries (``qrows`` their arrays, ``ones`` their one-row SparseBatches,
+    ``batch`` all of them as one SparseBatch): CPU seconds of the calls, CPU seconds of reading their
+    answers (read()), the answers as returned and as read."""
     if arm == "arrays":
         c = time.process_time()
         out = [index.search_arrays(idx, val, K, **setting) for idx, val in qrows]
-        return time.process_time() - c, out
-    if arm == "search":
+    elif arm == "search":
         c = time.process_time()
-        hits = [index.search(q, K, **setting)[0] for q in ones]
+        out = [index.search(q, K, **setting)[0] for q in ones]
     elif arm == "search+batch":
         c = time.process_time()
-        hits = [index.search(SparseBatch(np.array([0, len(idx)]), idx, val, dim), K, **setting)[0]
-                for idx, val in qrows]
+        out = [index.search(SparseBatch(np.array([0, len(idx)]), idx, val, dim), K, **setting)[0]
+               for idx, val in qrows]
     else:
         c = time.process_time()
-        hits = index.search(batch, K, **setting)
-    cpu = time.process_time() - c
-    return cpu, [([h.id for h in hs], [h.score for h in hs]) for hs in hits]
+        out = index.search(batch, K, **setting)
+    call = time.process_time() - c
+    c = time.process_time()
+    answers = read(arm, out)
+    return call, time.process_time() - c, out, answers
 
 
-def run_pass(index, chunks, dim, setting, rep: int) -> tuple[dict, dict]:
+def run_pass(index, chunks, dim, setting, rep: int) -> tuple[dict, dict, dict]:
     """Every arm over every chunk, the arms' order rotating from chunk to chunk (a noisy moment of the
-    shared machine lands on all arms alike, not on one arm's whole pass): CPU seconds and answers per arm."""
+    shared machine lands on all arms alike, not on one arm's whole pass): CPU seconds of the calls and of
+    reading their answers, and the answers read, per arm. Both forms of every answer stay alive to the end
+    of the pass, as with a caller that keeps what it searched."""
     cpu = {arm: 0.0 for arm in ARMS}
+    cpu_read = {arm: 0.0 for arm in ARMS}
     answers = {arm: [] for arm in ARMS}
+    kept = []
     for i, (qrows, ones, batch) in enumerate(chunks):
         shift = (rep + i) % len(ARMS)
         for arm in ARMS[shift:] + ARMS[:shift]:
-            sec, out = run_chunk(arm, index, qrows, ones, batch, dim, setting)
+            sec, sec_read, out, got = run_chunk(arm, index, qrows, ones, batch, dim, setting)
             cpu[arm] += sec
-            answers[arm].extend(out)
-    return cpu, answers
+            cpu_read[arm] += sec_read
+            answers[arm].extend(got)
+            kept.append(out)
+    return cpu, cpu_read, answers
+
+
+def ratios(cpu: dict) -> dict:
+    """Each arm's median over passes of its per-pass ratio to ``arrays``."""
+    return {arm: round(float(np.median([x / y for x, y in zip(cpu[arm], cpu["arrays"])])), 4) for arm in ARMS[1:]}
 
 
 def cli(argv=None):
@@ -135,27 +159,31 @@ def cli(argv=None):
             index = indexes[build]
             run_pass(index, chunks[:1], dim, setting, 0)  # warm-up: numba's first calls, the kept plans
             cpu = {arm: [] for arm in ARMS}
+            cpu_read = {arm: [] for arm in ARMS}  # the call and the reading of its answers
             hashes = {}
             for rep in range(a.passes):
                 if a.no_gc:
                     gc.disable()
                 try:
-                    sec, answers = run_pass(index, chunks, dim, setting, rep)
+                    sec, sec_read, answers = run_pass(index, chunks, dim, setting, rep)
                 finally:
                     gc.enable()
                 for arm in ARMS:
                     cpu[arm].append(sec[arm] / nq * 1e6)
+                    cpu_read[arm].append((sec[arm] + sec_read[arm]) / nq * 1e6)
                     hashes.setdefault(arm, digest(answers[arm]))
             if len(set(hashes.values())) != 1:
                 raise SystemExit(f"{build} {label}: the arms' answers differ: {hashes}")
             row = {"build": build, "setting": label, "options": setting, "answers_sha256": hashes["arrays"],
                    "us_per_query_passes": {arm: [round(x, 2) for x in v] for arm, v in cpu.items()},
                    "us_per_query": {arm: round(float(np.median(v)), 2) for arm, v in cpu.items()}}
-            row["ratio_to_arrays"] = {arm: round(float(np.median([x / y for x, y in zip(cpu[arm], cpu["arrays"])])), 4)
-                                      for arm in ARMS[1:]}
+            row["ratio_to_arrays"] = ratios(cpu)
+            row["us_per_query_with_read"] = {arm: round(float(np.median(v)), 2) for arm, v in cpu_read.items()}
+            row["ratio_to_arrays_with_read"] = ratios(cpu_read)
             rows.append(row)
             print(f"{build} {label}: " + ", ".join(f"{arm} {row['us_per_query'][arm]:.1f} us" for arm in ARMS)
-                  + " | ratios " + ", ".join(f"{arm} {r:.3f}" for arm, r in row["ratio_to_arrays"].items()),
+                  + " | ratios " + ", ".join(f"{arm} {r:.3f}" for arm, r in row["ratio_to_arrays"].items())
+                  + " | with reading " + ", ".join(f"{arm} {r:.3f}" for arm, r in row["ratio_to_arrays_with_read"].items()),
                   file=sys.stderr, flush=True)
     finally:
         os.sched_setaffinity(0, set(allowed))
@@ -167,12 +195,13 @@ def cli(argv=None):
     report = {**code_digest(), "corpus": a.name or a.corpus_dir.name, "n_docs": n, "k": K, "queries": nq, "passes": a.passes, "gc_off": a.no_gc,
               "batch": a.batch, "pinned_core": core, "load_avg_1min_end": os.getloadavg()[0],
               "expect": str(a.expect) if a.expect else None, "answers_differ_from_expect": mismatch, "rows": rows}
-    print("| build | setting | search_arrays us/query | search() | ratio | search() + SparseBatch | ratio | "
-          f"search() in batches of {a.batch} | ratio |\n|---|---|---|---|---|---|---|---|---|")
+    print("| build | setting | search_arrays us/query | search() | ratio | with reading the hits | search() + SparseBatch | "
+          f"ratio | search() in batches of {a.batch} | ratio |\n|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        us, rt = r["us_per_query"], r["ratio_to_arrays"]
+        us, rt, rr = r["us_per_query"], r["ratio_to_arrays"], r["ratio_to_arrays_with_read"]
         print(f"| {r['build']} | {r['setting']} | {us['arrays']:.1f} | {us['search']:.1f} | {rt['search']:.3f} | "
-              f"{us['search+batch']:.1f} | {rt['search+batch']:.3f} | {us['search-batch']:.1f} | {rt['search-batch']:.3f} |")
+              f"{rr['search']:.3f} | {us['search+batch']:.1f} | {rt['search+batch']:.3f} | {us['search-batch']:.1f} | "
+              f"{rt['search-batch']:.3f} |")
     out = write_json(a.out or ROOT / "benchmarks/results" / f"search_call-{report['corpus']}.json", report, record)
     print(f"wrote {out}")
     if mismatch:

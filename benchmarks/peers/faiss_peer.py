@@ -41,7 +41,7 @@ class FaissPeer(Peer):
         self.index.save(workdir / "dense")
 
     def _ids(self, hits):
-        return np.array([int(h.id) for h in hits], np.int64)
+        return np.array([int(i) for i in hits.ids], np.int64)
 
     def search_one(self, q_idx, q_val, k, qrow=None, **_):
         return self._ids(self.index.search(self.queries[qrow][None], k, threads=1)[0])

@@ -19,7 +19,7 @@ class TokenspacePeer(Peer):
     def __init__(self, build: dict | None = None, settings: list | None = None, api: str = "search"):
         # build: InvertedIndex.build keywords (approx_top_n, dense_fraction); settings: [(label, search
         # keywords)] to measure instead of the four below (real_engines.py's sweeps); api: how one query
-        # is searched, "search" (the call a user makes: a one-row SparseBatch in, Hit objects out) or
+        # is searched, "search" (the call a user makes: a one-row SparseBatch in, Hits out) or
         # "arrays" (search_arrays: dims and weights in, ids and scores out), reported beside it
         if api not in ("arrays", "search"):
             raise ValueError(f"api must be 'arrays' or 'search', got {api!r}")
@@ -70,18 +70,15 @@ class TokenspacePeer(Peer):
         self._ones = [SparseBatch(np.array([0, b - a]), self._queries.indices[a:b], self._queries.values[a:b],
                                   corpus.dim) for a, b in zip(corpus.q_indptr[:-1].tolist(), corpus.q_indptr[1:].tolist())]
 
-    def _ids(self, hits):
-        return np.array([int(h.id) for h in hits], np.int64)
-
     def search_one(self, q_idx, q_val, k, qrow=None, **setting):
         if self.api == "search":
             from tokenspace.sparse import SparseBatch
 
             q = self._ones[qrow] if qrow is not None and self._ones is not None else \
                 SparseBatch(np.array([0, len(q_idx)]), q_idx, q_val, self.dim)
-            return self._ids(self.index.search(q, k, **setting)[0])
+            return _int_ids(self.index.search(q, k, **setting)[0].ids)
         ids, _ = self.index.search_arrays(q_idx, q_val, k, **setting)
-        return np.array([int(i) for i in ids], np.int64)
+        return _int_ids(ids)
 
     def search_batch(self, corpus, rows, k, threads, **setting):
         """search() over these query rows on ``threads`` threads (its own batch call: the kernels release
@@ -95,4 +92,9 @@ class TokenspacePeer(Peer):
             qs = self._queries[int(rows[0]):int(rows[0]) + len(rows)]  # a run of rows: a slice of the batch
         else:
             qs = self._queries[rows]
-        return [self._ids(h) for h in self.index.search(qs, k, threads=threads, **setting)]
+        return [_int_ids(h.ids) for h in self.index.search(qs, k, threads=threads, **setting)]
+
+
+def _int_ids(ids) -> np.ndarray:
+    """A search's string ids (the row numbers the corpus was built with) as the int64 array the race scores."""
+    return np.array([int(i) for i in ids], np.int64)

@@ -58,10 +58,11 @@ def test_the_python_block_runs_verbatim(world, tmp_path, where):
         shutil.copytree(world.model, tmp_path / folder)
     for name in re.findall(r"\"([\w-]+\.png)\"", code):
         shutil.copy(world.images[len(name) % len(world.images)], tmp_path / name)
-    # the block's own names, checked after it ran: one result list per query, decode per row
-    # one result list per query; it may be empty: the test's images are coloured squares, which the
+    # the block's own names, checked after it ran: one Hits per query, decode per row;
+    # a query's hits may be empty: the test's images are coloured squares, which the
     # release model need not tag with any token of "a sleeping cat" (a sparse search finds no overlap)
-    check = ("\nassert isinstance(hits, list) and len(hits) == 1 and isinstance(hits[0], list), hits"
+    check = ("\nfrom tokenspace.index import Hits"
+             "\nassert isinstance(hits, list) and len(hits) == 1 and isinstance(hits[0], Hits), hits"
              "\nprint('ok', len(imgs), index.size if hasattr(index, 'size') else len(index))\n")
     r = _run([sys.executable, "-W", "default", "-c", code + check], tmp_path, world.home)
     assert r.code == 0 and r.out.startswith("ok 2"), r.err

@@ -11,7 +11,7 @@ from _inverted_data import cut_reference, ids_for, random_batch
 
 from tokenspace.index import InvertedIndex
 from tokenspace.index import inverted as inv
-from tokenspace.index.base import Hit
+from tokenspace.index.base import Hit, Hits, hits_of
 from tokenspace.sparse import SparseBatch
 
 
@@ -256,12 +256,13 @@ def test_bad_queries_and_arguments_are_refused_on_the_one_query_road():
 
 
 def test_hits_built_without_init_are_hits():
-    assert Hit._fields == ("score", "id")  # the order inverted._hits fills
-    made = inv._hits([0.5, 2.0], ["a", "b"])
+    assert Hit._fields == ("score", "id")  # the order hits_of fills
+    made = hits_of([0.5, 2.0], ["a", "b"])
     assert made == [Hit(0.5, "a"), Hit(2.0, "b")] and all(type(h) is Hit for h in made)
+    assert type(made[0]) is Hit and type(made[-1]) is Hit and type(made[:1]) is Hits
     assert [hash(h) for h in made] == [hash(Hit(0.5, "a")), hash(Hit(2.0, "b"))]
     assert made[0] < made[1] and made[0].to_dict() == {"id": "a", "score": 0.5}
     assert (made[1].score, made[1].id) == (2.0, "b")
     with pytest.raises(AttributeError):
         made[0].score = 1.0
-    assert inv._hits([], []) == []
+    assert hits_of([], []) == [] and not hits_of([], [])

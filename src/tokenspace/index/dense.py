@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from tokenspace import atomic
-from tokenspace.index.base import Hit
+from tokenspace.index.base import Hits
 
 FORMAT = "tokenspace-dense-flat"
 VERSION = 2  # 2: the FAISS file named per save, in ids.json; 1: flat.faiss
@@ -103,7 +103,7 @@ class DenseIndex:
 
     def search(self, queries: np.ndarray, k: int = 10, *, where=None, must: Sequence | None = None,
                must_not: Sequence | None = None, subset: Sequence[str] | None = None,
-               threads: int | None = None) -> list[list[Hit]]:
+               threads: int | None = None) -> list[Hits]:
         """Top-k by inner product for each query row, best first (the SparseIndex keywords).
 
         ``threads`` sets FAISS's OpenMP threads for this call (None keeps the current setting).
@@ -122,9 +122,9 @@ class DenseIndex:
             rows = self.get(sub)  # [m, d]
             scores = queries @ rows.T  # [nq, m]
             order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
-            return [[Hit(float(scores[q, j]), sub[j]) for j in order[q]] for q in range(len(queries))]
+            return [Hits.of((float(scores[q, j]), sub[j]) for j in order[q]) for q in range(len(queries))]
         if len(self) == 0 or len(queries) == 0:
-            return [[] for _ in range(len(queries))]
+            return [Hits() for _ in range(len(queries))]
         faiss = _faiss()
         before = faiss.omp_get_max_threads()
         if threads is not None:
@@ -134,7 +134,7 @@ class DenseIndex:
         finally:
             faiss.omp_set_num_threads(before)
         return [
-            [Hit(float(s), self._ids[int(h)]) for s, h in zip(srow, hrow) if h >= 0]
+            Hits.of((float(s), self._ids[int(h)]) for s, h in zip(srow, hrow) if h >= 0)
             for srow, hrow in zip(scores, handles)
         ]
 

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tokenspace.index.base import Hit
+from tokenspace.index.base import Hit, Hits
 
 FUSIONS = ("rrf", "weighted")
 RRF_K = 60  # Cormack, Clarke and Buettcher (SIGIR 2009)
@@ -29,7 +29,7 @@ DEPTH = 100  # hits taken from each index per query before fusing
 
 
 def fuse(sparse_hits: Sequence[Hit], dense_hits: Sequence[Hit], k: int, fusion: str = "rrf",
-         weight: float = 0.5, rrf_k: int = RRF_K) -> list[Hit]:
+         weight: float = 0.5, rrf_k: int = RRF_K) -> Hits:
     """One query's fused top ``k`` from its sparse and dense hit lists (each best first)."""
     _check(k, fusion, weight, rrf_k)
     total: dict[str, float] = {}
@@ -40,12 +40,12 @@ def fuse(sparse_hits: Sequence[Hit], dense_hits: Sequence[Hit], k: int, fusion: 
         for doc, score in part.items():
             total[doc] = total.get(doc, 0.0) + score
     ranked = sorted(total.items(), key=lambda item: (-item[1], item[0]))
-    return [Hit(score, doc) for doc, score in ranked[:k]]
+    return Hits.of((score, doc) for doc, score in ranked[:k])
 
 
 def hybrid_search(sparse_index, sparse_queries, dense_index, dense_queries, k: int = 10, *,
                   fusion: str = "rrf", weight: float = 0.5, depth: int = DEPTH, rrf_k: int = RRF_K,
-                  threads: int | None = None, sparse_options: dict | None = None) -> list[list[Hit]]:
+                  threads: int | None = None, sparse_options: dict | None = None) -> list[Hits]:
     """Top ``k`` per query of ``sparse_index`` (any SparseIndex; queries a SparseBatch) and
     ``dense_index`` (a DenseIndex; queries float32 rows ``[n, d]``) fused (see the module docstring).
     Row i of both query sets is the same query, encoded by each index's model. Token and metadata

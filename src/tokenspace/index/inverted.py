@@ -1,7 +1,7 @@
 """InvertedIndex: the embedded engine (numba), exact top-k with block-max pruning and an approximate mode.
 
     index = InvertedIndex.build(docs, ids)                 # docs: SparseBatch, ids: list[str]
-    hits = index.search(queries, k=10)                     # list (one per query) of list[Hit]
+    hits = index.search(queries, k=10)                     # list (one per query) of Hits (Hit, best first)
     hits = index.search(queries, k=10, where="dog AND (beach OR sand) NOT cat")
     index.set_hub_prior(bank)                                # CSLS: scores minus 0.5 x each doc's hubness
     hits = index.search(queries, k=10, idf=0.5)              # query weights x BM25 idf ** 0.5
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
-from itertools import repeat
 from operator import is_
 from pathlib import Path
 from typing import Sequence
@@ -29,7 +28,7 @@ import numpy as np
 
 from tokenspace.index import filters, hubness, manifest, numpy_search, road, storage
 from tokenspace.index import metadata as _metadata
-from tokenspace.index.base import Hit
+from tokenspace.index.base import Hits, hits_of
 from tokenspace.index.layout import BAD_QUERY, BLOCK, HEAD_CODES, QUERY_OUT_OF_RANGE
 from tokenspace.index.manifest import BANK_ARRAYS, FileEntry, HubPrior, Manifest, SegmentEntry
 from tokenspace.index.metadata import MetaFilter
@@ -394,7 +393,7 @@ class InvertedIndex:
                meta: "dict | MetaFilter | None" = None,
                query_mass: float | None = None, alpha: float | None = None, rerank: int | None = None,
                impact_floor: float | None = None, threads: int = 1, idf: float = 0.0,
-               prior_weight: float | None = None) -> list[list[Hit]]:
+               prior_weight: float | None = None) -> list[Hits]:
         """Top-k documents by dot product for each query row, best first (ties: earlier insertion).
 
         mode: "exact" returns the exact top-k (candidates from uint8-quantised scores within a proven
@@ -436,7 +435,8 @@ class InvertedIndex:
         prior_weight: with a hub prior (set_hub_prior), the score is dot product - prior_weight x r_D,
             inside the kernels (exact mode returns the exact top-k of that score). None: the stored
             weight; 0: the plain dot product.
-        Returns one list of Hit per query row; documents with dot product 0 are never returned.
+        Returns one Hits per query row (a sequence of Hit, best first); documents with dot product 0 are
+        never returned.
         """
         if not isinstance(queries, SparseBatch):
             raise TypeError(f"search takes a SparseBatch of queries, got {type(queries).__name__}")
@@ -458,7 +458,7 @@ class InvertedIndex:
             per_seg = self._query(plan, queries.indices, queries.values, "query row 0", k)
             if len(per_seg) == 1:
                 _, seg, od, os_, m = per_seg[0]
-                return [_hits(os_[:m].tolist(), seg.ids_of(od[:m].tolist()))]
+                return [hits_of(os_[:m].tolist(), seg.ids_of(od[:m].tolist()))]
             return [self._merge([(b, seg, od[None], os_[None], (m,)) for b, seg, od, os_, m in per_seg], 0, k)]
         bad = road.kernels().check_rows(queries.indptr, queries.indices, queries.values)
         if bad >= 0:
@@ -483,7 +483,7 @@ class InvertedIndex:
             _, seg, od, os_, m = per_seg[0]
             return seg.ids_of(od[:m].tolist()), os_[:m].copy()
         hits = self._merge([(b, seg, od[None], os_[None], (m,)) for b, seg, od, os_, m in per_seg], 0, int(k))
-        return [h.id for h in hits], np.array([h.score for h in hits], np.float32)
+        return list(hits.ids), np.array(hits.scores, np.float32)
 
     def _cached_plan(self, mode, k, query_mass, alpha, rerank, impact_floor, prior_weight, idf,
                      one: bool) -> list[tuple]:
@@ -679,14 +679,14 @@ class InvertedIndex:
         return (np.float32(weight) * self._priors[si]).astype(np.float32)
 
     @staticmethod
-    def _merge(per_seg, r, k) -> list[Hit]:
+    def _merge(per_seg, r, k) -> Hits:
         if not per_seg:  # an index with no segment yet
-            return []
+            return Hits()
         if len(per_seg) == 1:
             _, seg, od, os_, oc = per_seg[0]
             m = int(oc[r])
             # tolist: python floats/ints at once, cheaper than per-element numpy scalars
-            return _hits(os_[r, :m].tolist(), seg.ids_of(od[r, :m].tolist()))
+            return hits_of(os_[r, :m].tolist(), seg.ids_of(od[r, :m].tolist()))
         d = np.concatenate([od[r, :int(oc[r])] + base for base, _, od, _, oc in per_seg])
         s = np.concatenate([os_[r, :int(oc[r])] for _, _, _, os_, oc in per_seg])
         order = np.lexsort((d, -s))[:k]
@@ -694,7 +694,7 @@ class InvertedIndex:
         # the next one, which then wins)
         bases = np.array([base for base, *_ in per_seg])
         which = np.searchsorted(bases, d[order], side="right") - 1
-        return _hits(s[order].tolist(), [per_seg[w][1].ids_of([g - per_seg[w][0]])[0]
+        return hits_of(s[order].tolist(), [per_seg[w][1].ids_of([g - per_seg[w][0]])[0]
                                          for g, w in zip(d[order].tolist(), which.tolist())])
 
     # ----------------------------------------------------------------- filters
@@ -994,17 +994,6 @@ class InvertedIndex:
 
     def __repr__(self) -> str:
         return f"InvertedIndex(docs={len(self)}, dim={self.dim}, segments={len(self._segments)})"
-
-
-# Hits made from C: tuple.__new__ over (score, id) pairs, with no Python-level __new__ per hit (a query's ten
-# hits were ~5% of a one-query search on real-text-100K through Hit(score, id); tests/index/test_search_call.py
-# checks them equal)
-_new_tuple = tuple.__new__
-
-
-def _hits(scores: list, ids: list) -> list[Hit]:
-    """[Hit(s, i) for s, i in zip(scores, ids)] (python floats and strs), built faster."""
-    return list(map(_new_tuple, repeat(Hit), zip(scores, ids)))
 
 
 def _run(kt, opt, queries, out_docs, out_scores, out_count, threads: int, dim: int) -> None:

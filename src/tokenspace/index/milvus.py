@@ -53,7 +53,7 @@ import numpy as np
 
 from tokenspace import atomic
 from tokenspace.index import filters
-from tokenspace.index.base import Hit
+from tokenspace.index.base import Hits
 from tokenspace.index.metadata import MetaFilter, check_rows, field_word, words
 from tokenspace.index.query import And, Node, Not, Or, Term
 from tokenspace.sparse import INDEX_DTYPE, PTR_DTYPE, VALUE_DTYPE, SparseBatch
@@ -301,7 +301,7 @@ class MilvusIndex:
         threads: int = 1,
         drop_ratio_search: float = 0.0,
         filter: str | None = None,
-    ) -> list[list[Hit]]:
+    ) -> list[Hits]:
         """Top-k by dot product per query, best first; only documents sharing a token are returned.
 
         ``where`` / ``must`` / ``must_not`` / ``subset`` / ``meta`` mean what they mean for InvertedIndex
@@ -343,16 +343,16 @@ class MilvusIndex:
         params = {"metric_type": "IP", "params": {"drop_ratio_search": float(drop_ratio_search)}}
         rows = _row_dicts(queries)
 
-        def run(chunk: list[dict]) -> list[list[Hit]]:
+        def run(chunk: list[dict]) -> list[Hits]:
             todo = [j for j, r in enumerate(chunk) if r]  # an empty query matches nothing
-            res: list[list[Hit]] = [[] for _ in chunk]
+            res = [Hits() for _ in chunk]
             if todo:
                 found = self._client.search(
                     self.collection, data=[chunk[j] for j in todo], limit=int(k), anns_field=VEC_FIELD,
                     search_params=params, filter=" and ".join(expr), output_fields=[],
                 )
                 for j, hits in zip(todo, found):
-                    res[j] = [Hit(float(h["distance"]), str(h["id"])) for h in hits]
+                    res[j] = Hits.of((float(h["distance"]), str(h["id"])) for h in hits)
             return res
 
         chunks = [rows[s:s + SEARCH_ROWS] for s in range(0, len(rows), SEARCH_ROWS)]

@@ -15,7 +15,7 @@ import numpy as np
 
 from tokenspace import atomic
 from tokenspace.index import filters
-from tokenspace.index.base import Hit
+from tokenspace.index.base import Hits
 from tokenspace.index.metadata import MetaFilter, check_rows
 from tokenspace.sparse import SparseBatch
 
@@ -67,7 +67,7 @@ class ExactIndex:
         return SparseBatch.concat(self._batches).to_scipy().astype(np.float64).tocsr()
 
     def search(self, queries: SparseBatch, k: int = 10, *, mode: str = "exact", must=None, must_not=None,
-               where=None, subset=None, meta=None, threads: int = 1, **options) -> list[list[Hit]]:
+               where=None, subset=None, meta=None, threads: int = 1, **options) -> list[Hits]:
         """threads is accepted (the protocol lists it) and checked, then ignored: one scipy product."""
         if mode != "exact" or options:
             raise ValueError("ExactIndex only supports mode='exact' without tuning options")
@@ -85,7 +85,7 @@ class ExactIndex:
             s = scores[:, r]
             docs = [j for j in np.nonzero(s > 0)[0] if allowed[j]]
             docs.sort(key=lambda j: (-s[j], j))
-            out.append([Hit(float(s[j]), self._ids[j]) for j in docs[:k]])
+            out.append(Hits.of((float(s[j]), self._ids[j]) for j in docs[:k]))
         return out
 
     def _allowed(self, D, must, must_not, where, subset, meta) -> list[bool]:

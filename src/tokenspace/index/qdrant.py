@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from tokenspace import atomic
-from tokenspace.index.base import Hit
+from tokenspace.index.base import Hits
 from tokenspace.index.export import check_ids
 from tokenspace.sparse import SparseBatch
 
@@ -227,18 +227,18 @@ def upload_folder(client, folder: str | os.PathLike, collection: str = COLLECTIO
 
 
 def search(client, queries: SparseBatch, k: int = 10, collection: str = COLLECTION,
-           vector_name: str = VECTOR_NAME) -> list[list[Hit]]:
-    """Top-``k`` hits (document id, score: InvertedIndex.search's Hit) per query row from a collection ``upload`` wrote, best first. A row
-    without a term matches nothing (as in tokenspace): [] without asking Qdrant."""
+           vector_name: str = VECTOR_NAME) -> list[Hits]:
+    """Top-``k`` hits (Hits of (score, id), as InvertedIndex.search returns) per query row from a collection ``upload`` wrote, best first. A row
+    without a term matches nothing (as in tokenspace): no hits, without asking Qdrant."""
     models = _models()
     out = []
     for body in query_bodies(queries, k, vector_name):
         if not body["query"]["indices"]:
-            out.append([])
+            out.append(Hits())
             continue
         res = client.query_points(collection, query=models.SparseVector(**body["query"]), using=vector_name,
                                   limit=k, with_payload=["id"])
-        out.append([Hit(float(p.score), p.payload["id"]) for p in res.points if p.score > 0])
+        out.append(Hits.of((float(p.score), p.payload["id"]) for p in res.points if p.score > 0))
     return out
 
 
