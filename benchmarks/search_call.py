@@ -10,9 +10,10 @@ before the timer as a model's encoder hands it over; ``search+batch`` the same w
 SparseBatch built from the arrays inside the timer (what a caller holding arrays pays); ``search-batch``
 search() over batches of --batch queries on one thread, per query. The ratio of each arm to ``arrays``
 is taken per pass, then the median over passes. Each arm is timed twice: the calls alone, and the calls
-plus reading every answer's ids and scores into Python lists as a caller does (search(): through each
-Hit; search_arrays: the ids and the scores' tolist()), so that an answer made cheaper by making its
-hits later shows what reading them costs. Every arm's answers (ids and float32 scores of every query)
+plus reading every hit once, its id and its score, as a caller does (search(): through each Hit;
+search_arrays: its ids beside the scores' tolist()), so that an answer made cheaper by making its hits
+later shows what reading them costs; and the calls plus reading the same pairs from the answers' ids
+and scores (Hits' tuples; search_arrays as before), when the answers have them. Every arm's answers (ids and float32 scores of every query)
 are hashed: the arms must agree, and the hashes in the JSON let a run at another commit show that a
 change left every answer as it was (--expect OLD.json checks that here). Each arm keeps its answers,
 as returned and as read, to the end of the pass, as a caller that scores them does: Python's garbage
@@ -61,26 +62,39 @@ def code_digest() -> dict:
 
 
 def digest(answers) -> str:
-    """sha256 over every query's ids and float32 scores, in order."""
+    """sha256 over every query's ids and float32 scores (read(): (id, score) pairs), in order; the same
+    bytes as hashed since the first run, when answers were read as (ids, scores)."""
     h = hashlib.sha256()
-    for ids, scores in answers:
-        h.update("\x1f".join(ids).encode() + b"\x1e")
-        h.update(np.asarray(scores, np.float32).tobytes() + b"\x1d")
+    for pairs in answers:
+        h.update("\x1f".join(i for i, _ in pairs).encode() + b"\x1e")
+        h.update(np.asarray([s for _, s in pairs], np.float32).tobytes() + b"\x1d")
     return h.hexdigest()
 
 
-def read(arm, out) -> list[tuple[list, list]]:
-    """Every answer of ``out`` as a caller reads it: its ids and its scores as Python lists (search_arrays:
-    the ids as given, the float32 array's tolist(); search(): each Hit's id and score)."""
+def read(arm, out) -> list[list[tuple[str, float]]]:
+    """Every answer of ``out`` read once as a caller reads it, hit by hit: (id, score) pairs, the score a
+    Python float (search_arrays: its ids with its float32 scores' tolist(); search(): each Hit's id and
+    score)."""
     if arm == "arrays":
-        return [(ids, scores.tolist()) for ids, scores in out]
-    return [([h.id for h in hs], [h.score for h in hs]) for hs in out]
+        return [list(zip(ids, scores.tolist())) for ids, scores in out]
+    return [[(h.id, h.score) for h in hs] for hs in out]
 
 
-def run_chunk(arm, index, qrows, ones, batch, dim, setting) -> tuple[float, float, list, list]:
+def read_fields(arm, out) -> list[list[tuple[str, float]]] | None:
+    """read()'s pairs from search()'s answers through their ``ids`` and ``scores`` (Hits), without a Hit;
+    None for an answer without them (a list of Hit, at a commit before Hits). search_arrays: read()."""
+    if arm == "arrays":
+        return read(arm, out)
+    if out and not hasattr(out[0], "ids"):
+        return None
+    return [list(zip(hs.ids, hs.scores)) for hs in out]
+
+
+def run_chunk(arm, index, qrows, ones, batch, dim, setting) -> tuple[float, float, float | None, list, list]:
     """One arm over one chunk of queries (``qrows`` their arrays, ``ones`` their one-row SparseBatches,
-    ``batch`` all of them as one SparseBatch): CPU seconds of the calls, CPU seconds of reading their
-    answers (read()), the answers as returned and as read."""
+    ``batch`` all of them as one SparseBatch): CPU seconds of the calls, of reading their answers (read())
+    and of reading them through their fields (read_fields(); None without fields), the answers as
+    returned and as read."""
     if arm == "arrays":
         c = time.process_time()
         out = [index.search_arrays(idx, val, K, **setting) for idx, val in qrows]
@@ -97,27 +111,36 @@ def run_chunk(arm, index, qrows, ones, batch, dim, setting) -> tuple[float, floa
     call = time.process_time() - c
     c = time.process_time()
     answers = read(arm, out)
-    return call, time.process_time() - c, out, answers
+    sec_read = time.process_time() - c
+    c = time.process_time()
+    fields = read_fields(arm, out)
+    sec_fields = time.process_time() - c
+    if fields is not None and fields != answers:
+        raise SystemExit(f"{arm}: reading the answers' fields gives other hits than reading each Hit")
+    return call, sec_read, None if fields is None else sec_fields, out, answers
 
 
-def run_pass(index, chunks, dim, setting, rep: int) -> tuple[dict, dict, dict]:
+def run_pass(index, chunks, dim, setting, rep: int) -> tuple[dict, dict, dict, dict]:
     """Every arm over every chunk, the arms' order rotating from chunk to chunk (a noisy moment of the
-    shared machine lands on all arms alike, not on one arm's whole pass): CPU seconds of the calls and of
-    reading their answers, and the answers read, per arm. Both forms of every answer stay alive to the end
-    of the pass, as with a caller that keeps what it searched."""
+    shared machine lands on all arms alike, not on one arm's whole pass): per arm, CPU seconds of the calls,
+    of reading their answers hit by hit and through their fields (None without fields), and the answers
+    read. Every answer, as returned and as read, stays alive to the end of the pass, as with a caller that
+    keeps what it searched."""
     cpu = {arm: 0.0 for arm in ARMS}
     cpu_read = {arm: 0.0 for arm in ARMS}
+    cpu_fields = {arm: 0.0 for arm in ARMS}
     answers = {arm: [] for arm in ARMS}
     kept = []
     for i, (qrows, ones, batch) in enumerate(chunks):
         shift = (rep + i) % len(ARMS)
         for arm in ARMS[shift:] + ARMS[:shift]:
-            sec, sec_read, out, got = run_chunk(arm, index, qrows, ones, batch, dim, setting)
+            sec, sec_read, sec_fields, out, got = run_chunk(arm, index, qrows, ones, batch, dim, setting)
             cpu[arm] += sec
             cpu_read[arm] += sec_read
+            cpu_fields[arm] = None if sec_fields is None or cpu_fields[arm] is None else cpu_fields[arm] + sec_fields
             answers[arm].extend(got)
             kept.append(out)
-    return cpu, cpu_read, answers
+    return cpu, cpu_read, cpu_fields, answers
 
 
 def ratios(cpu: dict) -> dict:
@@ -159,18 +182,21 @@ def cli(argv=None):
             index = indexes[build]
             run_pass(index, chunks[:1], dim, setting, 0)  # warm-up: numba's first calls, the kept plans
             cpu = {arm: [] for arm in ARMS}
-            cpu_read = {arm: [] for arm in ARMS}  # the call and the reading of its answers
+            cpu_read = {arm: [] for arm in ARMS}  # the calls and reading their answers hit by hit
+            cpu_fields = {arm: [] for arm in ARMS}  # the calls and reading their answers' fields
             hashes = {}
             for rep in range(a.passes):
                 if a.no_gc:
                     gc.disable()
                 try:
-                    sec, sec_read, answers = run_pass(index, chunks, dim, setting, rep)
+                    sec, sec_read, sec_fields, answers = run_pass(index, chunks, dim, setting, rep)
                 finally:
                     gc.enable()
                 for arm in ARMS:
                     cpu[arm].append(sec[arm] / nq * 1e6)
                     cpu_read[arm].append((sec[arm] + sec_read[arm]) / nq * 1e6)
+                    if sec_fields[arm] is not None:
+                        cpu_fields[arm].append((sec[arm] + sec_fields[arm]) / nq * 1e6)
                     hashes.setdefault(arm, digest(answers[arm]))
             if len(set(hashes.values())) != 1:
                 raise SystemExit(f"{build} {label}: the arms' answers differ: {hashes}")
@@ -180,6 +206,10 @@ def cli(argv=None):
             row["ratio_to_arrays"] = ratios(cpu)
             row["us_per_query_with_read"] = {arm: round(float(np.median(v)), 2) for arm, v in cpu_read.items()}
             row["ratio_to_arrays_with_read"] = ratios(cpu_read)
+            has_fields = all(cpu_fields[arm] for arm in ARMS)
+            row["us_per_query_with_fields"] = {arm: round(float(np.median(v)), 2) for arm, v in cpu_fields.items()} \
+                if has_fields else None
+            row["ratio_to_arrays_with_fields"] = ratios(cpu_fields) if has_fields else None
             rows.append(row)
             print(f"{build} {label}: " + ", ".join(f"{arm} {row['us_per_query'][arm]:.1f} us" for arm in ARMS)
                   + " | ratios " + ", ".join(f"{arm} {r:.3f}" for arm, r in row["ratio_to_arrays"].items())
@@ -195,13 +225,16 @@ def cli(argv=None):
     report = {**code_digest(), "corpus": a.name or a.corpus_dir.name, "n_docs": n, "k": K, "queries": nq, "passes": a.passes, "gc_off": a.no_gc,
               "batch": a.batch, "pinned_core": core, "load_avg_1min_end": os.getloadavg()[0],
               "expect": str(a.expect) if a.expect else None, "answers_differ_from_expect": mismatch, "rows": rows}
-    print("| build | setting | search_arrays us/query | search() | ratio | with reading the hits | search() + SparseBatch | "
-          f"ratio | search() in batches of {a.batch} | ratio |\n|---|---|---|---|---|---|---|---|---|---|")
+    print("| build | setting | search_arrays us/query | search() | ratio | with reading each Hit | with reading "
+          "ids, scores | search() + SparseBatch | ratio | search() in batches of "
+          f"{a.batch} | ratio |\n|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        us, rt, rr = r["us_per_query"], r["ratio_to_arrays"], r["ratio_to_arrays_with_read"]
+        us, rt, rr, rf = r["us_per_query"], r["ratio_to_arrays"], r["ratio_to_arrays_with_read"], \
+            r["ratio_to_arrays_with_fields"]
+        fields = "-" if rf is None else f"{rf['search']:.3f}"
         print(f"| {r['build']} | {r['setting']} | {us['arrays']:.1f} | {us['search']:.1f} | {rt['search']:.3f} | "
-              f"{rr['search']:.3f} | {us['search+batch']:.1f} | {rt['search+batch']:.3f} | {us['search-batch']:.1f} | "
-              f"{rt['search-batch']:.3f} |")
+              f"{rr['search']:.3f} | {fields} | {us['search+batch']:.1f} | {rt['search+batch']:.3f} | "
+              f"{us['search-batch']:.1f} | {rt['search-batch']:.3f} |")
     out = write_json(a.out or ROOT / "benchmarks/results" / f"search_call-{report['corpus']}.json", report, record)
     print(f"wrote {out}")
     if mismatch:

@@ -27,9 +27,11 @@ def test_every_arm_reads_the_same_answers(load_benchmark, tmp_path, capsys):
     assert doc["queries"] == 25 and len(doc["rows"]) == len(sc.SETTINGS)
     for row in doc["rows"]:
         assert set(row["ratio_to_arrays"]) == set(row["ratio_to_arrays_with_read"]) == set(sc.ARMS[1:])
+        assert set(row["ratio_to_arrays_with_fields"]) == set(sc.ARMS[1:])
         for arm in sc.ARMS:  # reading the answers is timed on top of the calls
             assert row["us_per_query_with_read"][arm] >= row["us_per_query"][arm] > 0
-    assert "| with reading the hits |" in capsys.readouterr().out
+            assert row["us_per_query_with_fields"][arm] >= row["us_per_query"][arm]
+    assert "| with reading each Hit | with reading ids, scores |" in capsys.readouterr().out
 
     tampered = json.loads(out.read_text())
     tampered["rows"][0]["answers_sha256"] = "0" * 64
@@ -50,5 +52,7 @@ def test_read_gives_the_callers_lists_from_either_call(load_benchmark, tmp_path)
     q = SparseBatch.from_dense(dense[:1])
     arrays = sc.read("arrays", [index.search_arrays(q.indices, q.values, 5)])
     hits = sc.read("search", index.search(q, 5))
-    assert arrays == hits and len(hits[0][0]) == 5
-    assert all(type(s) is float for s in arrays[0][1])
+    assert arrays == hits and len(hits[0]) == 5
+    assert all(type(i) is str and type(s) is float for i, s in arrays[0])
+    assert sc.read_fields("search", index.search(q, 5)) == hits
+    assert sc.read_fields("search", [list(index.search(q, 5)[0])]) is None  # a list of Hit: no fields
