@@ -9,15 +9,15 @@ Arms, each timed one query at a time (or per query of a batch) by CPU time, inte
 before the timer as a model's encoder hands it over; ``search+batch`` the same with the one-row
 SparseBatch built from the arrays inside the timer (what a caller holding arrays pays); ``search-batch``
 search() over batches of --batch queries on one thread, per query. The ratio of each arm to ``arrays``
-is taken per pass, then the median over passes. Each arm is timed twice: the calls alone, and the calls
+is taken per pass, then the median over passes. Each arm is timed three ways: the calls alone; the calls
 plus reading every hit once, its id and its score, as a caller does (search(): through each Hit;
 search_arrays: its ids beside the scores' tolist()), so that an answer made cheaper by making its hits
-later shows what reading them costs; and the calls plus reading the same pairs from the answers' ids
-and scores (Hits' tuples; search_arrays as before), when the answers have them. Every arm's answers (ids and float32 scores of every query)
-are hashed: the arms must agree, and the hashes in the JSON let a run at another commit show that a
-change left every answer as it was (--expect OLD.json checks that here). Each arm keeps its answers,
-as returned and as read, to the end of the pass, as a caller that scores them does: Python's garbage
-collector then runs more often in the arms that keep more objects; --no-gc times without it.
+later shows what reading them costs; and the calls plus reading the same pairs from the answers' ids and
+scores (Hits' tuples; search_arrays as before), when the answers have them. Every arm's answers (ids and
+float32 scores of every query) are hashed: the arms must agree, and the hashes in the JSON let a run at
+another commit show that a change left every answer as it was (--expect OLD.json checks that here). Each arm keeps its answers as
+returned to the end of the pass, as a caller that scores them does: Python's garbage collector then runs
+more often in the arms that keep more objects; --no-gc times without it.
 
 Writes benchmarks/results/search_call-<name>.json (with the run record) and prints the table.
 """
@@ -61,14 +61,12 @@ def code_digest() -> dict:
     return {"index_package": str(root), "index_sources_sha256": h.hexdigest()}
 
 
-def digest(answers) -> str:
-    """sha256 over every query's ids and float32 scores (read(): (id, score) pairs), in order; the same
-    bytes as hashed since the first run, when answers were read as (ids, scores)."""
-    h = hashlib.sha256()
+def digest(h, answers) -> None:
+    """Adds every query's ids and float32 scores (read(): (id, score) pairs), in order, to the sha256 ``h``:
+    the same bytes as hashed since the first run, when answers were read as (ids, scores)."""
     for pairs in answers:
         h.update("\x1f".join(i for i, _ in pairs).encode() + b"\x1e")
         h.update(np.asarray([s for _, s in pairs], np.float32).tobytes() + b"\x1d")
-    return h.hexdigest()
 
 
 def read(arm, out) -> list[list[tuple[str, float]]]:
@@ -123,13 +121,14 @@ def run_chunk(arm, index, qrows, ones, batch, dim, setting) -> tuple[float, floa
 def run_pass(index, chunks, dim, setting, rep: int) -> tuple[dict, dict, dict, dict]:
     """Every arm over every chunk, the arms' order rotating from chunk to chunk (a noisy moment of the
     shared machine lands on all arms alike, not on one arm's whole pass): per arm, CPU seconds of the calls,
-    of reading their answers hit by hit and through their fields (None without fields), and the answers
-    read. Every answer, as returned and as read, stays alive to the end of the pass, as with a caller that
-    keeps what it searched."""
+    of reading their answers hit by hit and through their fields (None without fields), and the sha256 of
+    the answers read. Every answer as returned stays alive to the end of the pass, as with a caller that
+    keeps what it searched; what was read is hashed and let go (kept, its pairs would be the same objects
+    in every arm, and the collector's full passes over them would land wherever the count happens to fall)."""
     cpu = {arm: 0.0 for arm in ARMS}
     cpu_read = {arm: 0.0 for arm in ARMS}
     cpu_fields = {arm: 0.0 for arm in ARMS}
-    answers = {arm: [] for arm in ARMS}
+    hashes = {arm: hashlib.sha256() for arm in ARMS}
     kept = []
     for i, (qrows, ones, batch) in enumerate(chunks):
         shift = (rep + i) % len(ARMS)
@@ -138,9 +137,9 @@ def run_pass(index, chunks, dim, setting, rep: int) -> tuple[dict, dict, dict, d
             cpu[arm] += sec
             cpu_read[arm] += sec_read
             cpu_fields[arm] = None if sec_fields is None or cpu_fields[arm] is None else cpu_fields[arm] + sec_fields
-            answers[arm].extend(got)
+            digest(hashes[arm], got)
             kept.append(out)
-    return cpu, cpu_read, cpu_fields, answers
+    return cpu, cpu_read, cpu_fields, {arm: h.hexdigest() for arm, h in hashes.items()}
 
 
 def ratios(cpu: dict) -> dict:
@@ -189,7 +188,7 @@ def cli(argv=None):
                 if a.no_gc:
                     gc.disable()
                 try:
-                    sec, sec_read, sec_fields, answers = run_pass(index, chunks, dim, setting, rep)
+                    sec, sec_read, sec_fields, digests = run_pass(index, chunks, dim, setting, rep)
                 finally:
                     gc.enable()
                 for arm in ARMS:
@@ -197,7 +196,7 @@ def cli(argv=None):
                     cpu_read[arm].append((sec[arm] + sec_read[arm]) / nq * 1e6)
                     if sec_fields[arm] is not None:
                         cpu_fields[arm].append((sec[arm] + sec_fields[arm]) / nq * 1e6)
-                    hashes.setdefault(arm, digest(answers[arm]))
+                    hashes.setdefault(arm, digests[arm])
             if len(set(hashes.values())) != 1:
                 raise SystemExit(f"{build} {label}: the arms' answers differ: {hashes}")
             row = {"build": build, "setting": label, "options": setting, "answers_sha256": hashes["arrays"],
