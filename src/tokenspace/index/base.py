@@ -35,7 +35,7 @@ class Hits(Sequence):
 
     It holds the two tuples and makes each Hit when it is read. Hit objects kept alive would be ten more
     objects per query for Python's garbage collector to walk: a caller keeping the answers of its queries
-    paid ~6% of a one-query search on real-text-100K for them (docs/benchmarks.md, "through search()")."""
+    paid 4-6% of a one-query search on real-text-100K for them (docs/benchmarks.md, "through search()")."""
 
     __slots__ = ("_scores", "_ids")
 
