@@ -15,9 +15,10 @@ search_arrays: its ids beside the scores' tolist()), so that an answer made chea
 later shows what reading them costs; and the calls plus reading the same pairs from the answers' ids and
 scores (Hits' tuples; search_arrays as before), when the answers have them. Every arm's answers (ids and
 float32 scores of every query) are hashed: the arms must agree, and the hashes in the JSON let a run at
-another commit show that a change left every answer as it was (--expect OLD.json checks that here). Each arm keeps its answers as
-returned to the end of the pass, as a caller that scores them does: Python's garbage collector then runs
-more often in the arms that keep more objects; --no-gc times without it.
+another commit show that a change left every answer as it was (--expect OLD.json checks that here).
+Each arm keeps its answers as returned to the end of the pass, as a caller that scores them does:
+Python's garbage collector then runs more often in the arms that keep more objects; --no-gc times
+without it.
 
 Writes benchmarks/results/search_call-<name>.json (with the run record) and prints the table.
 """
@@ -123,8 +124,9 @@ def run_pass(index, chunks, dim, setting, rep: int) -> tuple[dict, dict, dict, d
     shared machine lands on all arms alike, not on one arm's whole pass): per arm, CPU seconds of the calls,
     of reading their answers hit by hit and through their fields (None without fields), and the sha256 of
     the answers read. Every answer as returned stays alive to the end of the pass, as with a caller that
-    keeps what it searched; what was read is hashed and let go (kept, its pairs would be the same objects
-    in every arm, and the collector's full passes over them would land wherever the count happens to fall)."""
+    keeps what it searched; what was read is hashed and let go. (Kept, the read pairs added the same
+    objects to every arm, and the collector's full passes over them fell in whichever arm's timer the
+    count reached, the same arm pass after pass.)"""
     cpu = {arm: 0.0 for arm in ARMS}
     cpu_read = {arm: 0.0 for arm in ARMS}
     cpu_fields = {arm: 0.0 for arm in ARMS}

@@ -695,7 +695,7 @@ class InvertedIndex:
         bases = np.array([base for base, *_ in per_seg])
         which = np.searchsorted(bases, d[order], side="right") - 1
         return hits_of(s[order].tolist(), [per_seg[w][1].ids_of([g - per_seg[w][0]])[0]
-                                         for g, w in zip(d[order].tolist(), which.tolist())])
+                                           for g, w in zip(d[order].tolist(), which.tolist())])
 
     # ----------------------------------------------------------------- filters
     def _masks(self, must, must_not, where, subset, meta=None) -> list[np.ndarray | None]:
