@@ -9,13 +9,14 @@ Arms, each timed one query at a time (or per query of a batch) by CPU time, inte
 before the timer as a model's encoder hands it over; ``search+batch`` the same with the one-row
 SparseBatch built from the arrays inside the timer (what a caller holding arrays pays); ``search-batch``
 search() over batches of --batch queries on one thread, per query. The ratio of each arm to ``arrays``
-is taken per pass, then the median over passes. Each arm is timed three ways: the calls alone; the calls
-plus reading every hit once, its id and its score, as a caller does (search(): through each Hit;
-search_arrays: its ids beside the scores' tolist()), so that an answer made cheaper by making its hits
-later shows what reading them costs; and the calls plus reading the same pairs from the answers' ids and
-scores (Hits' tuples; search_arrays as before), when the answers have them. Every arm's answers (ids and
-float32 scores of every query) are hashed: the arms must agree, and the hashes in the JSON let a run at
-another commit show that a change left every answer as it was (--expect OLD.json checks that here).
+is taken per pass, then the median over passes. Three more arms time the call and reading its answer
+at once, query by query, as a caller that uses each answer as it comes (every hit once, its id and its
+score as Python objects): ``arrays+read`` (the ids beside the scores' tolist()), ``search+read`` (through
+each Hit) and ``search+read-fields`` (through the answer's ids and scores; left out for code whose
+answers have none), each taken as a ratio to ``arrays+read``. So a call made cheaper by making its hits
+later still pays for them where they are read. Every arm's answers (ids and float32 scores of every
+query) are hashed: the arms must agree, and the hashes in the JSON let a run at another commit show that
+a change left every answer as it was (--expect OLD.json checks that here).
 Each arm keeps its answers as returned to the end of the pass, as a caller that scores them does:
 Python's garbage collector then runs more often in the arms that keep more objects; --no-gc times
 without it.
@@ -48,6 +49,7 @@ SETTINGS = [("plain", "exact", {"mode": "exact"}),
             ("mass80", "qm=0.8 a=1.0 rerank=20", {"mode": "approx", "query_mass": 0.8, "alpha": 1.0, "rerank": 20}),
             ("plain", "qm=0.9 a=1.0 rerank=20", {"mode": "approx", "query_mass": 0.9, "alpha": 1.0, "rerank": 20})]
 ARMS = ("arrays", "search", "search+batch", "search-batch")
+READ_ARMS = ("arrays+read", "search+read", "search+read-fields")  # the call and reading its answer, query by query
 
 
 def code_digest() -> dict:
@@ -70,30 +72,17 @@ def digest(h, answers) -> None:
         h.update(np.asarray([s for _, s in pairs], np.float32).tobytes() + b"\x1d")
 
 
-def read(arm, out) -> list[list[tuple[str, float]]]:
-    """Every answer of ``out`` read once as a caller reads it, hit by hit: (id, score) pairs, the score a
-    Python float (search_arrays: its ids with its float32 scores' tolist(); search(): each Hit's id and
-    score)."""
-    if arm == "arrays":
-        return [list(zip(ids, scores.tolist())) for ids, scores in out]
-    return [[(h.id, h.score) for h in hs] for hs in out]
+def read(out) -> list[list[tuple[str, float]]]:
+    """Answers as a caller reads them: (id, score) pairs, the score a Python float, from search_arrays'
+    (ids, scores) or from search()'s hits (through each Hit)."""
+    return [list(zip(o[0], o[1].tolist())) if type(o) is tuple else [(h.id, h.score) for h in o] for o in out]
 
 
-def read_fields(arm, out) -> list[list[tuple[str, float]]] | None:
-    """read()'s pairs from search()'s answers through their ``ids`` and ``scores`` (Hits), without a Hit;
-    None for an answer without them (a list of Hit, at a commit before Hits). search_arrays: read()."""
-    if arm == "arrays":
-        return read(arm, out)
-    if out and not hasattr(out[0], "ids"):
-        return None
-    return [list(zip(hs.ids, hs.scores)) for hs in out]
-
-
-def run_chunk(arm, index, qrows, ones, batch, dim, setting) -> tuple[float, float, float | None, list, list]:
+def run_chunk(arm, index, qrows, ones, batch, dim, setting) -> tuple[float, list, list]:
     """One arm over one chunk of queries (``qrows`` their arrays, ``ones`` their one-row SparseBatches,
-    ``batch`` all of them as one SparseBatch): CPU seconds of the calls, of reading their answers (read())
-    and of reading them through their fields (read_fields(); None without fields), the answers as
-    returned and as read."""
+    ``batch`` all of them as one SparseBatch): CPU seconds, the answers as returned, and as read (the
+    read arms read inside the timer; the others are read after it, for the hash only)."""
+    out, got = [], None
     if arm == "arrays":
         c = time.process_time()
         out = [index.search_arrays(idx, val, K, **setting) for idx, val in qrows]
@@ -104,49 +93,57 @@ def run_chunk(arm, index, qrows, ones, batch, dim, setting) -> tuple[float, floa
         c = time.process_time()
         out = [index.search(SparseBatch(np.array([0, len(idx)]), idx, val, dim), K, **setting)[0]
                for idx, val in qrows]
-    else:
+    elif arm == "search-batch":
         c = time.process_time()
         out = index.search(batch, K, **setting)
-    call = time.process_time() - c
-    c = time.process_time()
-    answers = read(arm, out)
-    sec_read = time.process_time() - c
-    c = time.process_time()
-    fields = read_fields(arm, out)
-    sec_fields = time.process_time() - c
-    if fields is not None and fields != answers:
-        raise SystemExit(f"{arm}: reading the answers' fields gives other hits than reading each Hit")
-    return call, sec_read, None if fields is None else sec_fields, out, answers
+    elif arm == "arrays+read":
+        got = []
+        c = time.process_time()
+        for idx, val in qrows:
+            ids, scores = index.search_arrays(idx, val, K, **setting)
+            out.append((ids, scores))
+            got.append(list(zip(ids, scores.tolist())))
+    elif arm == "search+read":
+        got = []
+        c = time.process_time()
+        for q in ones:
+            hits = index.search(q, K, **setting)[0]
+            out.append(hits)
+            got.append([(h.id, h.score) for h in hits])
+    else:  # search+read-fields
+        got = []
+        c = time.process_time()
+        for q in ones:
+            hits = index.search(q, K, **setting)[0]
+            out.append(hits)
+            got.append(list(zip(hits.ids, hits.scores)))
+    sec = time.process_time() - c
+    return sec, out, read(out) if got is None else got
 
 
-def run_pass(index, chunks, dim, setting, rep: int) -> tuple[dict, dict, dict, dict]:
+def run_pass(index, chunks, dim, setting, rep: int, arms) -> tuple[dict, dict]:
     """Every arm over every chunk, the arms' order rotating from chunk to chunk (a noisy moment of the
-    shared machine lands on all arms alike, not on one arm's whole pass): per arm, CPU seconds of the calls,
-    of reading their answers hit by hit and through their fields (None without fields), and the sha256 of
-    the answers read. Every answer as returned stays alive to the end of the pass, as with a caller that
-    keeps what it searched; what was read is hashed and let go. (Kept, the read pairs added the same
+    shared machine lands on all arms alike, not on one arm's whole pass): per arm, CPU seconds and the
+    sha256 of its answers. Every answer as returned stays alive to the end of the pass, as with a caller
+    that keeps what it searched; what was read is hashed and let go. (Kept, the read pairs added the same
     objects to every arm, and the collector's full passes over them fell in whichever arm's timer the
     count reached, the same arm pass after pass.)"""
-    cpu = {arm: 0.0 for arm in ARMS}
-    cpu_read = {arm: 0.0 for arm in ARMS}
-    cpu_fields = {arm: 0.0 for arm in ARMS}
-    hashes = {arm: hashlib.sha256() for arm in ARMS}
+    cpu = {arm: 0.0 for arm in arms}
+    hashes = {arm: hashlib.sha256() for arm in arms}
     kept = []
     for i, (qrows, ones, batch) in enumerate(chunks):
-        shift = (rep + i) % len(ARMS)
-        for arm in ARMS[shift:] + ARMS[:shift]:
-            sec, sec_read, sec_fields, out, got = run_chunk(arm, index, qrows, ones, batch, dim, setting)
+        shift = (rep + i) % len(arms)
+        for arm in arms[shift:] + arms[:shift]:
+            sec, out, got = run_chunk(arm, index, qrows, ones, batch, dim, setting)
             cpu[arm] += sec
-            cpu_read[arm] += sec_read
-            cpu_fields[arm] = None if sec_fields is None or cpu_fields[arm] is None else cpu_fields[arm] + sec_fields
             digest(hashes[arm], got)
             kept.append(out)
-    return cpu, cpu_read, cpu_fields, {arm: h.hexdigest() for arm, h in hashes.items()}
+    return cpu, {arm: h.hexdigest() for arm, h in hashes.items()}
 
 
-def ratios(cpu: dict) -> dict:
-    """Each arm's median over passes of its per-pass ratio to ``arrays``."""
-    return {arm: round(float(np.median([x / y for x, y in zip(cpu[arm], cpu["arrays"])])), 4) for arm in ARMS[1:]}
+def ratios(cpu: dict, base: str, arms) -> dict:
+    """Each arm's median over passes of its per-pass ratio to ``base``."""
+    return {arm: round(float(np.median([x / y for x, y in zip(cpu[arm], cpu[base])])), 4) for arm in arms}
 
 
 def cli(argv=None):
@@ -181,40 +178,33 @@ def cli(argv=None):
     try:
         for build, label, setting in SETTINGS:
             index = indexes[build]
-            run_pass(index, chunks[:1], dim, setting, 0)  # warm-up: numba's first calls, the kept plans
-            cpu = {arm: [] for arm in ARMS}
-            cpu_read = {arm: [] for arm in ARMS}  # the calls and reading their answers hit by hit
-            cpu_fields = {arm: [] for arm in ARMS}  # the calls and reading their answers' fields
+            # an answer without ids and scores (a list of Hit, at an earlier commit) has no fields to read
+            read_arms = READ_ARMS if hasattr(index.search(ones[0], K)[0], "ids") else READ_ARMS[:2]
+            arms = ARMS + read_arms
+            run_pass(index, chunks[:1], dim, setting, 0, arms)  # warm-up: numba's first calls, the kept plans
+            cpu = {arm: [] for arm in arms}
             hashes = {}
             for rep in range(a.passes):
                 if a.no_gc:
                     gc.disable()
                 try:
-                    sec, sec_read, sec_fields, digests = run_pass(index, chunks, dim, setting, rep)
+                    sec, digests = run_pass(index, chunks, dim, setting, rep, arms)
                 finally:
                     gc.enable()
-                for arm in ARMS:
+                for arm in arms:
                     cpu[arm].append(sec[arm] / nq * 1e6)
-                    cpu_read[arm].append((sec[arm] + sec_read[arm]) / nq * 1e6)
-                    if sec_fields[arm] is not None:
-                        cpu_fields[arm].append((sec[arm] + sec_fields[arm]) / nq * 1e6)
                     hashes.setdefault(arm, digests[arm])
             if len(set(hashes.values())) != 1:
                 raise SystemExit(f"{build} {label}: the arms' answers differ: {hashes}")
             row = {"build": build, "setting": label, "options": setting, "answers_sha256": hashes["arrays"],
                    "us_per_query_passes": {arm: [round(x, 2) for x in v] for arm, v in cpu.items()},
-                   "us_per_query": {arm: round(float(np.median(v)), 2) for arm, v in cpu.items()}}
-            row["ratio_to_arrays"] = ratios(cpu)
-            row["us_per_query_with_read"] = {arm: round(float(np.median(v)), 2) for arm, v in cpu_read.items()}
-            row["ratio_to_arrays_with_read"] = ratios(cpu_read)
-            has_fields = all(cpu_fields[arm] for arm in ARMS)
-            row["us_per_query_with_fields"] = {arm: round(float(np.median(v)), 2) for arm, v in cpu_fields.items()} \
-                if has_fields else None
-            row["ratio_to_arrays_with_fields"] = ratios(cpu_fields) if has_fields else None
+                   "us_per_query": {arm: round(float(np.median(v)), 2) for arm, v in cpu.items()},
+                   "ratio_to_arrays": ratios(cpu, "arrays", ARMS[1:]),
+                   "ratio_to_arrays_with_read": ratios(cpu, "arrays+read", read_arms[1:])}
             rows.append(row)
-            print(f"{build} {label}: " + ", ".join(f"{arm} {row['us_per_query'][arm]:.1f} us" for arm in ARMS)
-                  + " | ratios " + ", ".join(f"{arm} {r:.3f}" for arm, r in row["ratio_to_arrays"].items())
-                  + " | with reading " + ", ".join(f"{arm} {r:.3f}" for arm, r in row["ratio_to_arrays_with_read"].items()),
+            print(f"{build} {label}: " + ", ".join(f"{arm} {row['us_per_query'][arm]:.1f} us" for arm in arms)
+                  + " | ratios " + ", ".join(f"{arm} {r:.3f}" for arm, r in
+                                             {**row["ratio_to_arrays"], **row["ratio_to_arrays_with_read"]}.items()),
                   file=sys.stderr, flush=True)
     finally:
         os.sched_setaffinity(0, set(allowed))
@@ -226,16 +216,17 @@ def cli(argv=None):
     report = {**code_digest(), "corpus": a.name or a.corpus_dir.name, "n_docs": n, "k": K, "queries": nq, "passes": a.passes, "gc_off": a.no_gc,
               "batch": a.batch, "pinned_core": core, "load_avg_1min_end": os.getloadavg()[0],
               "expect": str(a.expect) if a.expect else None, "answers_differ_from_expect": mismatch, "rows": rows}
-    print("| build | setting | search_arrays us/query | search() | ratio | with reading each Hit | with reading "
-          "ids, scores | search() + SparseBatch | ratio | search() in batches of "
-          f"{a.batch} | ratio |\n|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| build | setting | search_arrays us/query | search() | ratio | search() + SparseBatch | ratio | "
+          f"search() in batches of {a.batch} | ratio | each read at once: search_arrays us/query | search(), "
+          "through each Hit | ratio | through ids, scores | ratio |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        us, rt, rr, rf = r["us_per_query"], r["ratio_to_arrays"], r["ratio_to_arrays_with_read"], \
-            r["ratio_to_arrays_with_fields"]
-        fields = "-" if rf is None else f"{rf['search']:.3f}"
+        us, rt, rr = r["us_per_query"], r["ratio_to_arrays"], r["ratio_to_arrays_with_read"]
+        fields = (f"{us['search+read-fields']:.1f} | {rr['search+read-fields']:.3f}" if "search+read-fields" in rr
+                  else "- | -")
         print(f"| {r['build']} | {r['setting']} | {us['arrays']:.1f} | {us['search']:.1f} | {rt['search']:.3f} | "
-              f"{rr['search']:.3f} | {fields} | {us['search+batch']:.1f} | {rt['search+batch']:.3f} | "
-              f"{us['search-batch']:.1f} | {rt['search-batch']:.3f} |")
+              f"{us['search+batch']:.1f} | {rt['search+batch']:.3f} | {us['search-batch']:.1f} | "
+              f"{rt['search-batch']:.3f} | {us['arrays+read']:.1f} | {us['search+read']:.1f} | "
+              f"{rr['search+read']:.3f} | {fields} |")
     out = write_json(a.out or ROOT / "benchmarks/results" / f"search_call-{report['corpus']}.json", report, record)
     print(f"wrote {out}")
     if mismatch:

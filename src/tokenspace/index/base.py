@@ -1,6 +1,6 @@
 """The SparseIndex protocol every engine implements (embedded, exact oracle, Milvus, ...).
 
-Engines take a SparseBatch of queries and return one hit list per query, best first. They never
+Engines take a SparseBatch of queries and return one Hits per query, best first. They never
 import torch: the index side of the project works on numpy arrays only.
 """
 from __future__ import annotations
@@ -13,8 +13,8 @@ from tokenspace.index.query import Node
 from tokenspace.sparse import SparseBatch
 
 
-# a named tuple: a search returns k of them per query, and right after the kernels (caches cold) ten of
-# them were made in ~10 us against ~15 for a frozen slotted dataclass (inverted._hits)
+# a named tuple: made from C (Hits), ten of them cost ~10 us right after the kernels (caches cold) against
+# ~15 for a frozen slotted dataclass
 class Hit(NamedTuple):
     """One result: the document's external id and its score (dot product of sparse vectors). Immutable;
     ordered and hashed by (score, id)."""
@@ -35,7 +35,9 @@ class Hits(Sequence):
 
     It holds the two tuples and makes each Hit when it is read. Hit objects kept alive would be ten more
     objects per query for Python's garbage collector to walk: a caller keeping the answers of its queries
-    paid 4-6% of a one-query search on real-text-100K for them (docs/benchmarks.md, "through search()")."""
+    paid 3-7% of a one-query search on real-text-100K for them (docs/benchmarks.md, "through search()").
+    A sequence, not a list: ``list(hits)`` for list operations (``+``, ``sort``, ``copy``, comparing
+    answers), ``[h.to_dict() for h in hits]`` for JSON."""
 
     __slots__ = ("_scores", "_ids")
 
@@ -79,8 +81,8 @@ class Hits(Sequence):
 
     __hash__ = None  # equal to lists, which have no hash
 
-    def __repr__(self) -> str:
-        return f"Hits({list(self)!r})"
+    def __repr__(self) -> str:  # evaluates back to an equal Hits
+        return f"Hits(scores={self._scores!r}, ids={self._ids!r})"
 
     def __reduce__(self):
         return Hits, (self._scores, self._ids)
