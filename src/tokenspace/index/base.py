@@ -34,8 +34,8 @@ class Hits(Sequence):
     ids and the scores as tuples (``hits.ids``, ``hits.scores``).
 
     It holds the two tuples and makes each Hit when it is read. Hit objects kept alive would be ten more
-    objects per query for Python's garbage collector to walk: a caller keeping the answers of its queries
-    paid 3-7% of a one-query search on real-text-100K for them (docs/benchmarks.md, "through search()").
+    objects per query for Python's garbage collector to count and walk, which a caller keeping the answers
+    of its queries paid for at every collection (docs/benchmarks.md, "through search()").
     A sequence, not a list: ``list(hits)`` for list operations (``+``, ``sort``, ``copy``, comparing
     answers), ``[h.to_dict() for h in hits]`` for JSON."""
 
