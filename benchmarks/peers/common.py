@@ -70,6 +70,12 @@ class Peer:
         pass
 
 
+def int_ids(ids) -> np.ndarray:
+    """A tokenspace search's string ids (the row numbers the corpus was built with) as the int64 array a
+    race scores."""
+    return np.array([int(i) for i in ids], np.int64)
+
+
 def dir_bytes(path: Path) -> int:
     total = 0
     for root, _, files in os.walk(path):

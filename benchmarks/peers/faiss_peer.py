@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from benchmarks.peers.common import Peer
+from benchmarks.peers.common import Peer, int_ids
 
 
 class FaissPeer(Peer):
@@ -41,7 +41,7 @@ class FaissPeer(Peer):
         self.index.save(workdir / "dense")
 
     def _ids(self, hits):
-        return np.array([int(i) for i in hits.ids], np.int64)
+        return int_ids(hits.ids)
 
     def search_one(self, q_idx, q_val, k, qrow=None, **_):
         return self._ids(self.index.search(self.queries[qrow][None], k, threads=1)[0])

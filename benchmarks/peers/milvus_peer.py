@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from benchmarks.peers.common import Peer
+from benchmarks.peers.common import Peer, int_ids
 
 CHUNK = 50_000  # rows converted to SparseBatch per add(): bounds the Python dicts alive at once
 
@@ -44,13 +44,13 @@ class MilvusPeer(Peer):
 
     def search_one(self, q_idx, q_val, k, **_):
         hits = self.index.search(self._q(q_idx, q_val), k)[0]
-        return np.array([int(i) for i in hits.ids], np.int64)
+        return int_ids(hits.ids)
 
     def search_batch(self, corpus, rows, k, threads, **_):
         from tokenspace.sparse import SparseBatch
 
         qs = SparseBatch.from_scipy(corpus.queries_scipy()[rows])
-        return [np.array([int(i) for i in hits.ids], np.int64) for hits in self.index.search(qs, k)]
+        return [int_ids(hits.ids) for hits in self.index.search(qs, k)]
 
     def close(self):
         self.index.close()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.peers.common import Peer
+from benchmarks.peers.common import Peer, int_ids
 
 
 class TokenspacePeer(Peer):
@@ -76,9 +76,9 @@ class TokenspacePeer(Peer):
 
             q = self._ones[qrow] if qrow is not None and self._ones is not None else \
                 SparseBatch(np.array([0, len(q_idx)]), q_idx, q_val, self.dim)
-            return _int_ids(self.index.search(q, k, **setting)[0].ids)
+            return int_ids(self.index.search(q, k, **setting)[0].ids)
         ids, _ = self.index.search_arrays(q_idx, q_val, k, **setting)
-        return _int_ids(ids)
+        return int_ids(ids)
 
     def search_batch(self, corpus, rows, k, threads, **setting):
         """search() over these query rows on ``threads`` threads (its own batch call: the kernels release
@@ -92,9 +92,4 @@ class TokenspacePeer(Peer):
             qs = self._queries[int(rows[0]):int(rows[0]) + len(rows)]  # a run of rows: a slice of the batch
         else:
             qs = self._queries[rows]
-        return [_int_ids(h.ids) for h in self.index.search(qs, k, threads=threads, **setting)]
-
-
-def _int_ids(ids) -> np.ndarray:
-    """A search's string ids (the row numbers the corpus was built with) as the int64 array the race scores."""
-    return np.array([int(i) for i in ids], np.int64)
+        return [int_ids(h.ids) for h in self.index.search(qs, k, threads=threads, **setting)]
